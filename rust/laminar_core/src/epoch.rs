@@ -1,0 +1,1 @@
+//! TODO(epoch): see DESIGN.md.

@@ -1,0 +1,1 @@
+//! TODO(error): see DESIGN.md.

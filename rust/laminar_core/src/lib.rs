@@ -1,0 +1,20 @@
+//! Laminar's commit core: sans-io logic for exactly-once transactional sinks.
+//!
+//! Every module here is pure (no network, no Python); the PyO3 shell lives in `py/` behind the
+//! `python` feature so that `cargo test` runs without an interpreter.
+
+pub mod epoch;
+pub mod error;
+pub mod prepared;
+pub mod serialize;
+pub mod state;
+pub mod stats;
+
+#[cfg(feature = "python")]
+mod py;
+
+#[cfg(feature = "python")]
+#[pyo3::pymodule]
+fn _core(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
+    py::register(m)
+}

@@ -1,0 +1,1 @@
+//! TODO(prepared): see DESIGN.md.

@@ -1,0 +1,1 @@
+//! Arrow → Kafka payloads and PostgreSQL COPY BINARY (the hot path).

@@ -1,0 +1,1 @@
+//! TODO(state): see DESIGN.md.

@@ -1,0 +1,1 @@
+//! TODO(stats): see DESIGN.md.
