@@ -1,5 +1,29 @@
 """Laminar: exactly-once transactional sinks from Spark Structured Streaming to Kafka and PostgreSQL."""
 
 from laminar._core import __version__
+from laminar.errors import (
+    AbortableError,
+    AuthorizationError,
+    ConfigError,
+    DataError,
+    FatalError,
+    FencedError,
+    IllegalStateError,
+    InDoubtError,
+    InvalidStateEncoding,
+    LaminarError,
+)
 
-__all__ = ["__version__"]
+__all__ = [
+    "AbortableError",
+    "AuthorizationError",
+    "ConfigError",
+    "DataError",
+    "FatalError",
+    "FencedError",
+    "IllegalStateError",
+    "InDoubtError",
+    "InvalidStateEncoding",
+    "LaminarError",
+    "__version__",
+]

@@ -1,6 +1,9 @@
 //! The PyO3 binding shell: converts between Python and the pure core, nothing else.
+//! Each submodule binds one core concept and registers its names here.
 
 use pyo3::prelude::*;
+
+pub mod errors;
 
 /// Registers every class, function and exception of `laminar._core`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
