@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import base64
 import copy
+import importlib.util
 import json
 import pickle
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -17,11 +19,24 @@ import laminar
 from laminar import PreparedTxnState
 from laminar.errors import InvalidStateEncoding, LaminarError
 
-VECTORS = json.loads(
-    (Path(__file__).parent.parent / "vectors" / "prepared_txn_state.json").read_text("utf-8")
-)
+VECTORS_DIR = Path(__file__).parent.parent / "vectors"
+VECTORS = json.loads((VECTORS_DIR / "prepared_txn_state.json").read_text("utf-8"))
 VALID: list[dict[str, Any]] = VECTORS["valid"]
 INVALID: list[dict[str, Any]] = VECTORS["invalid"]
+
+
+def _load_reference_encoder() -> ModuleType:
+    """The independent pure-Python implementation of the format that generated the vectors."""
+    path = VECTORS_DIR / "gen_prepared_txn_state.py"
+    spec = importlib.util.spec_from_file_location("gen_prepared_txn_state", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+REFERENCE = _load_reference_encoder()
 
 
 def state_of(vector: dict[str, Any]) -> PreparedTxnState:
@@ -55,6 +70,10 @@ def test_golden_invalid_vectors(vector: dict[str, Any]) -> None:
     assert f"({vector['error']})" in message
     assert isinstance(info.value, ValueError)
     assert isinstance(info.value, LaminarError)
+
+
+def test_vectors_file_is_what_the_reference_generator_writes() -> None:
+    assert REFERENCE.build() == VECTORS
 
 
 def test_newer_version_says_upgrade() -> None:
@@ -185,6 +204,26 @@ def test_round_trips_are_canonical(state: PreparedTxnState) -> None:
     assert PreparedTxnState.parse(text) == state
     assert str(PreparedTxnState.parse(text)) == text
     assert text == "lm1." + base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+@given(states)
+def test_encoding_matches_the_independent_reference_encoder(state: PreparedTxnState) -> None:
+    fields = {
+        name: getattr(state, name)
+        for name in (
+            "transactional_id",
+            "epoch",
+            "attempt",
+            "producer_id",
+            "producer_epoch",
+            "record_count",
+            "created_at_ms",
+        )
+    }
+    tags = sorted(state.tagged_fields.items())
+    expected = REFERENCE.sealed(1, REFERENCE.body(fields, tags))
+    assert state.to_bytes() == expected
+    assert str(state) == REFERENCE.text(expected)
 
 
 @given(st.binary(max_size=120))
