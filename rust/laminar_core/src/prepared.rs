@@ -204,8 +204,17 @@ impl PreparedTxnState {
         if bytes.len() < HEADER_LEN + CRC_LEN {
             return Err(truncated_at(bytes.len(), "the checksum"));
         }
-        let (covered, stored) = bytes.split_at(bytes.len() - CRC_LEN);
-        let stored = u32::from_be_bytes([stored[0], stored[1], stored[2], stored[3]]);
+        let Some((covered, stored)) = bytes
+            .len()
+            .checked_sub(CRC_LEN)
+            .and_then(|at| bytes.split_at_checked(at))
+        else {
+            return Err(truncated_at(bytes.len(), "the checksum"));
+        };
+        let Ok(stored) = <[u8; CRC_LEN]>::try_from(stored) else {
+            return Err(truncated_at(bytes.len(), "the checksum"));
+        };
+        let stored = u32::from_be_bytes(stored);
         let computed = crc32c::crc32c(covered);
         if stored != computed {
             return Err(DecodeError::new(
