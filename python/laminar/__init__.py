@@ -1,6 +1,14 @@
-"""Laminar: exactly-once transactional sinks from Spark Structured Streaming to Kafka and PostgreSQL."""
+"""Laminar: exactly-once transactional sinks from Spark Structured Streaming to Kafka and
+PostgreSQL."""
 
-from laminar._core import __version__
+from laminar._core import (
+    EpochRecord,
+    EpochTracker,
+    PreparedTxnState,
+    TransactionalSinkMetrics,
+    TransactionState,
+    __version__,
+)
 from laminar.errors import (
     AbortableError,
     AuthorizationError,
@@ -19,11 +27,16 @@ __all__ = [
     "AuthorizationError",
     "ConfigError",
     "DataError",
+    "EpochRecord",
+    "EpochTracker",
     "FatalError",
     "FencedError",
     "IllegalStateError",
     "InDoubtError",
     "InvalidStateEncoding",
     "LaminarError",
+    "PreparedTxnState",
+    "TransactionState",
+    "TransactionalSinkMetrics",
     "__version__",
 ]

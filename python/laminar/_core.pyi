@@ -1,3 +1,399 @@
 """Type stubs for the private Rust extension `laminar._core`."""
 
+from typing import Literal, TypedDict, final
+
+from typing_extensions import Self, Unpack
+
+# Each section below adds its own names (`__all__ += [...]`), so sections merge independently.
+__all__ = ["__version__"]
+
 __version__: str
+
+# --- transaction state, epoch tracker, metrics (core: state.rs, epoch.rs) -------------------------
+
+__all__ += [
+    "EpochRecord",
+    "EpochTracker",
+    "TransactionState",
+    "TransactionalSinkMetrics",
+]
+
+_StateName = Literal["Idle", "Active", "Prepared", "Committing", "Aborting", "Failed"]
+_RecordStateName = Literal[
+    "Active", "Prepared", "Committing", "Aborting", "Failed", "Committed", "Aborted"
+]
+
+@final
+class TransactionState:
+    """Where a sink's transaction is in its lifecycle (an immutable value).
+
+    ``Idle --begin(e)--> Active(e) --prepare--> Prepared(e) --commit_started--> Committing(e)
+    --commit_ok--> Idle``; ``Active`` may also commit directly (one-phase commit); ``Active`` and
+    ``Prepared`` may abort (``Aborting(e) --abort_ok--> Idle``); a commit or abort whose outcome is
+    unknown leads to ``Failed(e)``, which only recovery's ``resolve`` leaves.
+
+    Equal and hashable by value. ``repr`` evaluates back: ``TransactionState.Active(epoch=3)``.
+    """
+
+    def __new__(cls, name: _StateName, epoch: int | None = None) -> Self:
+        """Builds a state from its name and epoch (``None`` exactly when the name is "Idle")."""
+
+    @classmethod
+    def Idle(cls) -> Self:  # noqa: N802
+        """No transaction is open."""
+
+    @classmethod
+    def Active(cls, epoch: int) -> Self:  # noqa: N802
+        """A transaction is open for ``epoch`` and being written."""
+
+    @classmethod
+    def Prepared(cls, epoch: int) -> Self:  # noqa: N802
+        """Everything is flushed; the transaction is ready to commit."""
+
+    @classmethod
+    def Committing(cls, epoch: int) -> Self:  # noqa: N802
+        """The commit was sent and its outcome is pending."""
+
+    @classmethod
+    def Aborting(cls, epoch: int) -> Self:  # noqa: N802
+        """The abort was sent and its outcome is pending."""
+
+    @classmethod
+    def Failed(cls, epoch: int) -> Self:  # noqa: N802
+        """A commit or abort failed with an unknown outcome: recovery must resolve it."""
+
+    @property
+    def name(self) -> _StateName:
+        """The state's name."""
+
+    @property
+    def epoch(self) -> int | None:
+        """The epoch of the open transaction; ``None`` when idle."""
+
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class EpochRecord:
+    """What happened to one epoch's transaction (a snapshot).
+
+    ``state`` is where the transaction is ("Active" … "Failed") or how it ended ("Committed",
+    "Aborted"). Times are in microseconds on the tracker's clock.
+    """
+
+    @property
+    def epoch(self) -> int:
+        """The epoch (Spark batch id)."""
+
+    @property
+    def state(self) -> _RecordStateName:
+        """Where the transaction is, or how it ended."""
+
+    @property
+    def events_written(self) -> int:
+        """Events written in this transaction."""
+
+    @property
+    def bytes_written(self) -> int:
+        """Payload bytes written in this transaction."""
+
+    @property
+    def opened_at_us(self) -> int:
+        """When ``begin`` was called."""
+
+    @property
+    def commit_started_at_us(self) -> int | None:
+        """When the commit was sent, if it was."""
+
+    @property
+    def completed_at_us(self) -> int | None:
+        """When the transaction was committed or aborted, if it was."""
+
+    @property
+    def commit_latency_us(self) -> int | None:
+        """Commit sent → confirmed by ``commit_ok``; ``None`` otherwise."""
+
+    @property
+    def resolved_by_recovery(self) -> bool:
+        """Whether the outcome came from recovery's ``resolve`` (not ``commit_ok``/``abort_ok``)."""
+
+    @property
+    def is_completed(self) -> bool:
+        """Whether the transaction ended (committed or aborted)."""
+
+    def to_dict(self) -> dict[str, int | str | bool | None]:
+        """The record as a plain dict (attribute name → value)."""
+
+    def __eq__(self, value: object, /) -> bool: ...
+
+class _MetricsFields(TypedDict, total=False):
+    commits: int
+    aborts: int
+    events_written: int
+    bytes_written: int
+    commit_failures: int
+    avg_commit_latency_us: float
+    max_commit_latency_us: int
+    p50_commit_latency_us: int
+    p99_commit_latency_us: int
+    events_committed: int
+    bytes_committed: int
+    abort_failures: int
+    replays_skipped: int
+
+@final
+class TransactionalSinkMetrics:
+    """A snapshot of one sink's transaction counters (F-E2E-002) and commit latencies.
+
+    Commit latency is measured from ``commit_started`` to ``commit_ok``, in microseconds; the
+    latency fields are 0 before the first commit, p50/p99 are within 1% of a recorded value.
+    Equal by value; picklable.
+    """
+
+    def __new__(cls, **fields: Unpack[_MetricsFields]) -> Self:
+        """Builds a snapshot (every field defaults to 0); mostly for tests and unpickling."""
+
+    @property
+    def commits(self) -> int:
+        """Transactions committed (including those recovery resolved as committed)."""
+
+    @property
+    def aborts(self) -> int:
+        """Transactions aborted (including those recovery resolved as aborted)."""
+
+    @property
+    def events_written(self) -> int:
+        """Events written across all transactions, committed or not."""
+
+    @property
+    def bytes_written(self) -> int:
+        """Payload bytes written across all transactions, committed or not."""
+
+    @property
+    def commit_failures(self) -> int:
+        """Commits whose outcome was unknown (``commit_failed``)."""
+
+    @property
+    def avg_commit_latency_us(self) -> float:
+        """Mean commit latency."""
+
+    @property
+    def max_commit_latency_us(self) -> int:
+        """Largest commit latency."""
+
+    @property
+    def p50_commit_latency_us(self) -> int:
+        """Median commit latency."""
+
+    @property
+    def p99_commit_latency_us(self) -> int:
+        """99th-percentile commit latency."""
+
+    @property
+    def events_committed(self) -> int:
+        """Events of committed transactions (what consumers see)."""
+
+    @property
+    def bytes_committed(self) -> int:
+        """Payload bytes of committed transactions."""
+
+    @property
+    def abort_failures(self) -> int:
+        """Aborts whose outcome was unknown (``abort_failed``)."""
+
+    @property
+    def replays_skipped(self) -> int:
+        """Epochs skipped by ``begin`` because they were already committed (Spark replays)."""
+
+    def to_dict(self) -> dict[str, int | float]:
+        """The metrics as a plain dict (field name → value)."""
+
+    def __getnewargs_ex__(self) -> tuple[tuple[()], dict[str, int | float]]: ...
+    def __eq__(self, value: object, /) -> bool: ...
+
+@final
+class EpochTracker:
+    """Drives one sink's transaction state machine and remembers what happened to each epoch.
+
+    Every sink reports its lifecycle here, one call per protocol step::
+
+        if not tracker.begin(epoch):        # False: epoch already committed (a replay): skip it
+            return
+        tracker.record_write(events, nbytes)
+        tracker.prepare()                   # optional (two-phase sinks)
+        tracker.commit_started()
+        ...                                 # the commit I/O
+        tracker.commit_ok()                 # or commit_failed(): outcome unknown → Failed
+
+    A call that is not legal in the current state raises ``laminar.errors.IllegalStateError``
+    (naming the state, the call and the legal calls) and changes nothing. Methods taking
+    ``epoch=`` also check that it is the open epoch. ``now_us`` is a time in microseconds; when
+    omitted, ``time.monotonic_ns() // 1000`` is used. Keeps the last ``history_limit`` epoch
+    records. Not thread-safe: one tracker per sink, driven by one thread.
+    """
+
+    def __new__(
+        cls,
+        sink_id: str | None = None,
+        *,
+        last_committed_epoch: int | None = None,
+        history_limit: int = 1024,
+    ) -> Self:
+        """An idle tracker; ``last_committed_epoch`` is what recovery read back (``None``: none)."""
+
+    def begin(self, epoch: int, now_us: int | None = None) -> bool:
+        """Opens the transaction of ``epoch`` (Idle → Active) and returns True.
+
+        Returns False, changing nothing, when ``epoch <= last_committed_epoch``: the epoch was
+        already committed (Spark replays a batch after a restart) and must not be written again.
+        Raises ``IllegalStateError`` while a transaction is open or for a negative epoch.
+        """
+
+    def record_write(self, events: int, bytes: int = 0) -> None:
+        """Counts events and payload bytes written in the open transaction (Active only)."""
+
+    def prepare(self, *, epoch: int | None = None) -> None:
+        """Everything is flushed; ready to commit (Active → Prepared)."""
+
+    def commit_started(self, now_us: int | None = None, *, epoch: int | None = None) -> None:
+        """The commit is being sent (Active or Prepared → Committing); starts the latency clock."""
+
+    def commit_ok(self, now_us: int | None = None) -> None:
+        """The commit is confirmed (Committing → Idle); the epoch becomes the last committed."""
+
+    def commit_failed(self) -> None:
+        """The commit's outcome is unknown (Committing → Failed); never abort it blindly."""
+
+    def abort_started(self, *, epoch: int | None = None) -> None:
+        """The abort is being sent (Active or Prepared → Aborting)."""
+
+    def abort_ok(self, now_us: int | None = None) -> None:
+        """The abort is confirmed (Aborting → Idle)."""
+
+    def abort_failed(self) -> None:
+        """The abort's outcome is unknown (Aborting → Failed)."""
+
+    def resolve(
+        self, committed: bool, now_us: int | None = None, *, epoch: int | None = None
+    ) -> None:
+        """Recovery decided the failed transaction's outcome (Failed → Idle)."""
+
+    @property
+    def state(self) -> TransactionState:
+        """The sink's transaction state."""
+
+    @property
+    def current_epoch(self) -> int | None:
+        """The epoch of the open transaction; ``None`` when idle."""
+
+    @property
+    def last_committed_epoch(self) -> int | None:
+        """The last epoch known to be committed; settable while idle (start-up, recovery)."""
+
+    @last_committed_epoch.setter
+    def last_committed_epoch(self, epoch: int | None) -> None: ...
+    @property
+    def sink_id(self) -> str | None:
+        """The sink this tracker belongs to (named in its errors)."""
+
+    @property
+    def history_limit(self) -> int:
+        """How many epoch records are kept."""
+
+    def records(self) -> list[EpochRecord]:
+        """The kept epoch records, oldest first."""
+
+    def record(self, epoch: int) -> EpochRecord | None:
+        """The most recent record of ``epoch``, if still kept."""
+
+    def metrics(self) -> TransactionalSinkMetrics:
+        """A snapshot of the counters and commit-latency statistics."""
+
+# --- persisted prepared-transaction state (core: prepared.rs) -------------------------------------
+
+__all__ += ["PreparedTxnState"]
+
+class _PreparedFields(TypedDict, total=False):
+    transactional_id: str | None
+    epoch: int
+    attempt: int
+    producer_id: int
+    producer_epoch: int
+    record_count: int
+    created_at_ms: int
+    tagged_fields: dict[int, bytes] | None
+
+@final
+class PreparedTxnState:
+    """The persisted state of one prepared transaction (an immutable value).
+
+    ``str(state)`` is the text form ``"lm1." + base64url`` (at most 223 characters for a
+    transactional id of up to 100 bytes, so it fits ``VARCHAR(255)``); ``to_bytes()`` the binary
+    form. Both are canonical: parsing then re-encoding gives back the same text/bytes. Tagged fields
+    this laminar does not know are kept and written back. Malformed input raises
+    ``laminar.errors.InvalidStateEncoding`` (a ``ValueError``) saying what is wrong. Equal and
+    hashable by value; picklable.
+    """
+
+    def __new__(
+        cls,
+        transactional_id: str | None,
+        epoch: int,
+        attempt: int = 0,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        record_count: int = 0,
+        created_at_ms: int = 0,
+        tagged_fields: dict[int, bytes] | None = None,
+    ) -> Self:
+        """Builds a state; -1 means unknown for ``producer_id`` and ``producer_epoch``."""
+
+    @staticmethod
+    def parse(text: str) -> PreparedTxnState:
+        """Decodes the text form (``"lm1." + base64url`` without padding)."""
+
+    @staticmethod
+    def from_bytes(data: bytes) -> PreparedTxnState:
+        """Decodes the binary form."""
+
+    def to_bytes(self) -> bytes:
+        """The canonical binary form."""
+
+    def replace(self, **changes: Unpack[_PreparedFields]) -> PreparedTxnState:
+        """A copy with the given fields changed."""
+
+    @property
+    def transactional_id(self) -> str | None:
+        """The Kafka ``transactional.id`` (or participant id); ``None`` when there is none."""
+
+    @property
+    def epoch(self) -> int:
+        """The epoch (Spark batch id) of the transaction."""
+
+    @property
+    def attempt(self) -> int:
+        """How many times this epoch was attempted before (0 for the first attempt)."""
+
+    @property
+    def producer_id(self) -> int:
+        """The producer id the client reported, or -1 if unknown."""
+
+    @property
+    def producer_epoch(self) -> int:
+        """The producer epoch the client reported, or -1 if unknown."""
+
+    @property
+    def record_count(self) -> int:
+        """Records written in the transaction."""
+
+    @property
+    def created_at_ms(self) -> int:
+        """When the state was built, in milliseconds since the Unix epoch."""
+
+    @property
+    def tagged_fields(self) -> dict[int, bytes]:
+        """Tagged fields by tag, including unknown ones (a new dict each time)."""
+
+    def __reduce__(self) -> tuple[object, tuple[bytes]]: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...

@@ -2,8 +2,8 @@
 
 The flags mirror librdkafka's ``KafkaError``: ``retriable`` (the same call may succeed if repeated),
 ``requires_abort`` (the epoch's transaction must be aborted, then the epoch can be retried) and
-``fatal`` (close the sink and stop). Each error carries the sink id and epoch it concerns when known,
-and the root cause stays in ``__cause__`` (errors are wrapped at most once).
+``fatal`` (close the sink and stop). Each error carries the sink id and epoch it concerns when
+known, and the root cause stays in ``__cause__`` (errors are wrapped at most once).
 
     LaminarError
     ├── AbortableError           abort the epoch, then retry it
@@ -113,5 +113,5 @@ class IllegalStateError(LaminarError):
     """A lifecycle call that is not legal in the current state: a bug in the caller."""
 
 
-class InvalidStateEncoding(LaminarError, ValueError):
+class InvalidStateEncoding(LaminarError, ValueError):  # noqa: N818 (the public name in DESIGN.md)
     """A persisted state string or blob that does not decode (corrupt, truncated or too new)."""

@@ -3,10 +3,18 @@
 
 use pyo3::prelude::*;
 
+pub mod epoch;
 pub mod errors;
+pub mod metrics;
+pub mod prepared;
+pub mod state;
 
 /// Registers every class, function and exception of `laminar._core`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    state::register(m)?;
+    epoch::register(m)?;
+    metrics::register(m)?;
+    prepared::register(m)?;
     Ok(())
 }
