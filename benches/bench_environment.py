@@ -13,9 +13,9 @@ from typing import Any
 import psycopg
 import pytest
 from confluent_kafka import Producer
-from tests.fixtures import ExternalBroker
 
 from laminar.embedded import TansuBroker
+from tests.fixtures import ExternalBroker
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -106,6 +107,7 @@ class Servers:
     _spark: SparkConnectServer | None = None
     _spark_remote: str | None = None
     _errors: dict[str, str] = field(default_factory=dict)
+    startup_seconds: dict[str, float] = field(default_factory=dict)
     _owned: list[Any] = field(default_factory=list)
 
     @property
@@ -119,8 +121,11 @@ class Servers:
     def _start(self, kind: str, start: Callable[[], Any]) -> Any:
         if kind in self._errors:
             unavailable(self._errors[kind])
+        started = time.monotonic()
         try:
-            return start()
+            server = start()
+            self.startup_seconds[kind] = time.monotonic() - started
+            return server
         except EmbeddedServerError as e:
             self._errors[kind] = f"embedded {kind} could not be started: {e}"
             unavailable(self._errors[kind])
@@ -221,6 +226,20 @@ def pytest_report_collectionfinish(
     except Exception as e:  # reported again by the tests that need the broker
         servers._errors.setdefault("Tansu broker", f"broker probe failed: {e}")
         return [f"broker capabilities: probe failed: {e}"]
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    servers = config.stash.get(_SERVERS, None)
+    if servers is None or not (servers.startup_seconds or servers._capabilities):
+        return
+    started = ", ".join(f"{kind} {secs:.1f} s" for kind, secs in servers.startup_seconds.items())
+    terminalreporter.write_sep("-", "laminar servers")
+    if started:
+        terminalreporter.write_line(f"start-up times: {started}")
+    if servers._capabilities is not None:
+        missing = ", ".join(servers._capabilities.missing()) or "none"
+        terminalreporter.write_line(f"broker capabilities missing: {missing}")
+    terminalreporter.write_line(f"server logs: {servers.log_dir}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from tests.fixtures import ExternalBroker
 
 from laminar.embedded import EmbeddedServerError, EphemeralPostgres, TansuBroker
+from tests.fixtures import ExternalBroker
 
 
 def read_values(

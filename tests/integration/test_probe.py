@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from tests.fixtures import ExternalBroker
 
 from laminar.embedded import BrokerCapabilities, TansuBroker
+from tests.fixtures import ExternalBroker
 
 
 @pytest.fixture
