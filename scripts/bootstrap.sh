@@ -73,17 +73,22 @@ if [ ! -x "$LAMINAR_VENV/bin/python" ]; then
     "$LAMINAR_VENV/bin/python" -m pip install --quiet --upgrade pip
 fi
 
-# What the installed environment was built from: the packaging (dependencies) and the Rust
+# What the installed environment was built from: the packaging (pyproject's [build-system],
+# [project*] and [tool.maturin] tables; tool settings such as ruff's do not count) and the Rust
 # sources (the extension). Either changing triggers the matching reinstall.
-fingerprint() {
-    (cd "$LAMINAR_ROOT" && find "$@" -type f \( -name '*.rs' -o -name '*.toml' -o -name 'Cargo.lock' \) \
-        -not -path './target/*' -print0 2>/dev/null | LC_ALL=C sort -z | xargs -0 sha256sum) |
-        sha256sum | cut -d' ' -f1
+packaging() {
+    awk '/^\[/ { keep = ($0 ~ /^\[(build-system|project|project\..*|tool\.maturin)\]$/) } keep' \
+        "$LAMINAR_ROOT/pyproject.toml"
+}
+rust_sources() {
+    (cd "$LAMINAR_ROOT" && find Cargo.toml Cargo.lock rust -type f \
+        \( -name '*.rs' -o -name '*.toml' -o -name 'Cargo.lock' \) -print0 |
+        LC_ALL=C sort -z | xargs -0 sha256sum)
 }
 deps_stamp="$LAMINAR_VENV/.laminar-deps"
 ext_stamp="$LAMINAR_VENV/.laminar-ext"
-deps_now="$(fingerprint pyproject.toml)"
-ext_now="$(fingerprint pyproject.toml Cargo.toml Cargo.lock rust)"
+deps_now="$(packaging | sha256sum | cut -d' ' -f1)"
+ext_now="$( (packaging; rust_sources) | sha256sum | cut -d' ' -f1)"
 deps_was="$(cat "$deps_stamp" 2>/dev/null || true)"
 ext_was="$(cat "$ext_stamp" 2>/dev/null || true)"
 extension_imports() {
