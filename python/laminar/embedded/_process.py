@@ -193,8 +193,8 @@ def run_checked(
 class ServerProcess:
     """One long-running child process in its own process group, its output going to a log file.
 
-    The process group lets `kill` take down helpers the server spawned (PostgreSQL backends,
-    Spark's Python workers) together with it, as a machine crash would.
+    `kill` takes down every helper the server spawned (PostgreSQL backends, Spark's Python
+    workers) together with it, as a machine crash would.
     """
 
     def __init__(
@@ -263,29 +263,103 @@ class ServerProcess:
             os.killpg(self._popen.pid, sig)
 
     def terminate(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 20.0) -> int | None:
-        """Ask the server to stop with ``sig``; SIGKILL the group if it is still running after
-        ``timeout`` seconds. Returns the exit code."""
+        """Ask the server to stop with ``sig``; SIGKILL it if it is still running after
+        ``timeout`` seconds. Helpers it leaves behind are killed. Returns the exit code."""
+        tree = process_tree(self._popen.pid) if self.alive() else {}
         if self.alive():
             with contextlib.suppress(ProcessLookupError):
                 self._popen.send_signal(sig)
             try:
                 self._popen.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                self.signal_group(signal.SIGKILL)
-                self._popen.wait(timeout=30)
-        self._sweep()
+                self.kill()
+        self._sweep(tree)
         return self._popen.returncode
 
     def kill(self) -> int | None:
-        """SIGKILL the server and everything in its process group, as a crash would."""
+        """SIGKILL the server and every process it started, as a crash would.
+
+        Helpers may sit in process groups of their own (Spark's Python daemon makes one for its
+        workers), so the whole process tree is frozen with SIGSTOP first — nothing can fork
+        away — then killed together with the server's group.
+        """
+        frozen: dict[int, int] = {}
+        for _ in range(20):
+            if not self.alive():
+                break
+            new = {pid: t for pid, t in process_tree(self._popen.pid).items() if pid not in frozen}
+            if not new:
+                break
+            for pid, started in new.items():
+                _signal_if_same(pid, started, signal.SIGSTOP)
+            frozen.update(new)
         self.signal_group(signal.SIGKILL)
+        self._sweep(frozen)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._popen.wait(timeout=30)
-        self._sweep()
         return self._popen.returncode
 
-    def _sweep(self) -> None:
-        # Kill whatever the server left in its group (workers whose parent went away), once, right
-        # after the leader ended: later the group id may belong to an unrelated process.
+    def _sweep(self, tree: Mapping[int, int]) -> None:
+        # Kill what the server left behind: its group, once, right after the leader ended (later
+        # the group id may belong to an unrelated process), and the processes of its tree as
+        # recorded before (each only if it is still the same process).
         self.signal_group(signal.SIGKILL)
         self._swept = True
+        for pid, started in tree.items():
+            if pid != self._popen.pid:
+                _signal_if_same(pid, started, signal.SIGKILL)
+
+
+def _process_table() -> dict[int, tuple[int, int]]:
+    """pid → (parent pid, start time) of every process, from /proc ({} where there is none)."""
+    table: dict[int, tuple[int, int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return table
+    for entry in entries:
+        if entry.isdigit():
+            stat = _read_stat(int(entry))
+            if stat is not None:
+                table[int(entry)] = stat
+    return table
+
+
+def _read_stat(pid: int) -> tuple[int, int] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # "pid (comm) state ppid ... starttime(22nd field)"; comm may hold spaces and parentheses.
+    fields = data[data.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[1]), int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def process_tree(root: int) -> dict[int, int]:
+    """``root`` and all its descendants: pid → start time (Linux; ``{}`` elsewhere)."""
+    table = _process_table()
+    if root not in table:
+        return {}
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    tree: dict[int, int] = {}
+    stack = [root]
+    while stack:
+        pid = stack.pop()
+        if pid in table and pid not in tree:
+            tree[pid] = table[pid][1]
+            stack.extend(children.get(pid, ()))
+    return tree
+
+
+def _signal_if_same(pid: int, started: int, sig: signal.Signals) -> None:
+    # The start time tells a recorded process from a new one that reused its pid.
+    stat = _read_stat(pid)
+    if stat is not None and stat[1] == started:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
