@@ -114,7 +114,7 @@ class ExactlyOnceWriter:
                     return EpochResult(epoch, committed=False, attempts=attempt)
                 try:
                     sink.write(batch)
-                    sink.prepare_transaction()
+                    # One sink needs no vote: commit in one phase (Active -> Committing).
                     sink.commit_transaction(epoch)
                 except AbortableError:
                     _abort_quietly(sink, epoch)

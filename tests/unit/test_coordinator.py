@@ -107,7 +107,7 @@ def test_abortable_error_aborts_and_retries_the_epoch() -> None:
 
 def test_abortable_error_gives_up_after_retries() -> None:
     sink = MemorySink()
-    sink.fail["prepare"] = [AbortableError("x") for _ in range(3)]
+    sink.fail["write"] = [AbortableError("x") for _ in range(3)]
     writer = laminar.exactly_once(sink, retries=2, retry_backoff_s=0)
     with pytest.raises(AbortableError):
         writer.write_epoch(1, "b")
