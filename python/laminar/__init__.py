@@ -9,6 +9,7 @@ from laminar._core import (
     TransactionState,
     __version__,
 )
+from laminar.coordinator import EpochResult, ExactlyOnceWriter, exactly_once
 from laminar.errors import (
     AbortableError,
     AuthorizationError,
@@ -21,6 +22,7 @@ from laminar.errors import (
     InvalidStateEncoding,
     LaminarError,
 )
+from laminar.sinks.base import TransactionalSink
 
 __all__ = [
     "AbortableError",
@@ -28,7 +30,9 @@ __all__ = [
     "ConfigError",
     "DataError",
     "EpochRecord",
+    "EpochResult",
     "EpochTracker",
+    "ExactlyOnceWriter",
     "FatalError",
     "FencedError",
     "IllegalStateError",
@@ -37,6 +41,8 @@ __all__ = [
     "LaminarError",
     "PreparedTxnState",
     "TransactionState",
+    "TransactionalSink",
     "TransactionalSinkMetrics",
     "__version__",
+    "exactly_once",
 ]

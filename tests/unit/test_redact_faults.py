@@ -1,0 +1,79 @@
+"""Secret redaction and the crash-injection hook."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from laminar._redact import redact_config, redact_dsn, redact_text
+
+
+@pytest.mark.parametrize(
+    ("dsn", "expected"),
+    [
+        ("postgresql://app:s3cr3t@db:5432/x", "postgresql://app:***@db:5432/x"),
+        ("postgres://app:p%40ss@db/x?sslmode=require", "postgres://app:***@db/x?sslmode=require"),
+        ("host=db user=app password=s3cr3t dbname=x", "host=db user=app password=*** dbname=x"),
+        ("host=db password='a b\\'c' dbname=x", "host=db password=*** dbname=x"),
+        ("host=db sslpassword=k dbname=x", "host=db sslpassword=*** dbname=x"),
+        ("postgresql://app@db/x", "postgresql://app@db/x"),
+    ],
+)
+def test_dsn_passwords_are_redacted(dsn: str, expected: str) -> None:
+    assert redact_dsn(dsn) == expected
+
+
+def test_config_secrets_are_redacted() -> None:
+    config = {
+        "bootstrap.servers": "k:9092",
+        "sasl.username": "alice",
+        "sasl.password": "hunter2",
+        "ssl.key.password": "pw",
+        "sasl.oauthbearer.client.secret": "cs",
+        "sasl.jaas.config": "x",
+    }
+    out = redact_config(config)
+    assert out["bootstrap.servers"] == "k:9092"
+    assert out["sasl.username"] == "alice"
+    for key in ("sasl.password", "ssl.key.password", "sasl.oauthbearer.client.secret"):
+        assert out[key] == "***"
+    assert out["sasl.jaas.config"] == "***"
+    assert config["sasl.password"] == "hunter2"  # the input is not modified
+
+
+def test_known_secret_values_are_redacted_from_text() -> None:
+    text = "failed: connection to postgresql://u:pw1@h/d refused; token hunter2 rejected"
+    assert redact_text(text, ["hunter2"]) == (
+        "failed: connection to postgresql://u:***@h/d refused; token *** rejected"
+    )
+
+
+def _run_with_crash(spec: str) -> subprocess.CompletedProcess[str]:
+    code = (
+        "from laminar._faults import crash_point\n"
+        "for i in range(3):\n"
+        "    print('before', i, flush=True)\n"
+        "    crash_point('demo.step')\n"
+        "print('survived', flush=True)\n"
+    )
+    env = {**os.environ, "LAMINAR_CRASH_AT": spec}
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+    )
+
+
+def test_crash_point_kills_on_the_nth_hit() -> None:
+    result = _run_with_crash("other.step, demo.step@2")
+    assert result.returncode == -signal.SIGKILL
+    assert result.stdout.split("\n")[:2] == ["before 0", "before 1"]
+    assert "survived" not in result.stdout
+
+
+def test_crash_point_is_inert_when_not_armed() -> None:
+    result = _run_with_crash("")
+    assert result.returncode == 0
+    assert "survived" in result.stdout
