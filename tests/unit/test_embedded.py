@@ -19,7 +19,7 @@ from laminar.embedded import (
     find_tansu_binary,
     free_port,
 )
-from laminar.embedded._process import redact, wait_until
+from laminar.embedded._process import log_tail, wait_until
 from laminar.errors import LaminarError
 
 
@@ -75,9 +75,11 @@ def test_embedded_server_error_is_a_laminar_error() -> None:
     assert issubclass(EmbeddedServerError, LaminarError)
 
 
-def test_redact_masks_url_passwords_only() -> None:
-    text = "postgres://user:pa55@host/db s3://bucket/ http://a@b"
-    assert redact(text) == "postgres://user:***@host/db s3://bucket/ http://a@b"
+def test_log_tail_masks_url_passwords(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("".join(f"line {i}\n" for i in range(50)) + "storage: postgres://u:pa55@h/db\n")
+    tail = log_tail(log, lines=3)
+    assert tail.splitlines() == ["line 48", "line 49", "storage: postgres://u:***@h/db"]
 
 
 def test_bad_tansu_override_is_a_clear_error(

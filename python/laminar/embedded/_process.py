@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
-import re
 import shutil
 import signal
 import socket
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from laminar._redact import redact_text
 from laminar.errors import LaminarError
 
 __all__ = [
@@ -137,14 +137,6 @@ def chown_tree(path: Path, user: UnprivilegedUser) -> None:
             os.chown(os.path.join(root, name), user.uid, user.gid, follow_symlinks=False)
 
 
-_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*):[^@\s]*@", re.IGNORECASE)
-
-
-def redact(text: str) -> str:
-    """``text`` with the passwords of URLs (``scheme://user:password@host``) masked."""
-    return _URL_PASSWORD.sub(r"\1:***@", text)
-
-
 def log_tail(path: Path, lines: int = 30) -> str:
     """The last ``lines`` lines of a log file, for error messages ("" if there is none), with
     URL passwords masked (servers such as Tansu log their storage URL)."""
@@ -156,7 +148,7 @@ def log_tail(path: Path, lines: int = 30) -> str:
             text = f.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-    return redact("\n".join(text.splitlines()[-lines:]))
+    return redact_text("\n".join(text.splitlines()[-lines:]))
 
 
 def run_checked(
