@@ -1,11 +1,119 @@
 #!/usr/bin/env bash
-# Idempotent developer/CI set-up: a virtualenv in .venv with laminar (editable) and its dev extras.
+# Idempotent set-up of everything the tests, benchmarks and `laminar demo` need, on Debian 12
+# with a Rust toolchain and Python >= 3.10:
+#   1. system packages, with apt-get, only when missing (no apt-get update otherwise):
+#      PostgreSQL 15 server, a Java 17 runtime (Spark), the PostgreSQL JDBC driver (Spark JDBC
+#      benchmarks), a C linker for Rust, Python's venv module;
+#   2. a virtualenv ($LAMINAR_VENV, default .venv) with laminar installed editable with its dev
+#      extras; the Rust extension is built in release by maturin. It is rebuilt only when the
+#      Rust sources or the packaging changed since the last run.
+# The pip cache (~/.cache/pip) and the cargo target dir (see scripts/common.sh) stay in their
+# usual places on the machine; a clean machine works too, just slower.
+# Works from any working directory; safe to run concurrently (a lock serialises runs).
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$root"
-venv="${LAMINAR_VENV:-$root/.venv}"
-if [ ! -x "$venv/bin/python" ]; then
-    python3 -m venv "$venv"
+# shellcheck source=scripts/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+cd "$LAMINAR_ROOT"
+
+python="${LAMINAR_PYTHON:-python3}"
+
+# -- 1. system packages ---------------------------------------------------------------------------
+
+missing=()
+pg_bindir_ok() {
+    local dir="${LAMINAR_PG_BINDIR:-/usr/lib/postgresql/15/bin}"
+    [ -x "$dir/initdb" ] && [ -x "$dir/postgres" ]
+}
+pg_bindir_ok || missing+=(postgresql-15)
+command -v java >/dev/null 2>&1 || [ -x "${JAVA_HOME:-/nonexistent}/bin/java" ] ||
+    missing+=(openjdk-17-jre-headless)
+[ -f /usr/share/java/postgresql.jar ] || missing+=(libpostgresql-jdbc-java)
+command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
+command -v useradd >/dev/null 2>&1 || [ -x /usr/sbin/useradd ] || missing+=(passwd)
+"$python" -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+
+if [ ${#missing[@]} -gt 0 ]; then
+    laminar_note "installing system packages: ${missing[*]}"
+    sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null 2>&1; then
+            sudo=(sudo)
+        else
+            echo "bootstrap: missing system packages (${missing[*]}) and not root; install them with apt-get" >&2
+            exit 1
+        fi
+    fi
+    # The Debian postgresql package would otherwise create and start a "main" cluster on
+    # port 5432; Laminar starts its own clusters on free ports.
+    "${sudo[@]}" mkdir -p /etc/postgresql-common/createcluster.d
+    echo "create_main_cluster = false" |
+        "${sudo[@]}" tee /etc/postgresql-common/createcluster.d/laminar-no-main-cluster.conf >/dev/null
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo[@]}" apt-get update -qq
+    "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+    laminar_note "system packages present (PostgreSQL 15, Java, JDBC driver, C linker)"
 fi
-"$venv/bin/python" -m pip install --quiet --upgrade pip
-"$venv/bin/python" -m pip install --quiet -e ".[dev]"
+
+# -- 2. the virtualenv ----------------------------------------------------------------------------
+
+"$python" - <<'EOF'
+import sys
+if sys.version_info < (3, 10):
+    sys.exit(f"bootstrap: Python >= 3.10 needed, {sys.executable} is {sys.version.split()[0]}")
+EOF
+
+mkdir -p "$(dirname "$LAMINAR_VENV")"
+exec 9>"$LAMINAR_VENV.lock"
+flock 9
+
+if [ ! -x "$LAMINAR_VENV/bin/python" ]; then
+    laminar_note "creating $LAMINAR_VENV"
+    "$python" -m venv "$LAMINAR_VENV"
+    "$LAMINAR_VENV/bin/python" -m pip install --quiet --upgrade pip
+fi
+
+# What the installed environment was built from: the packaging (pyproject's [build-system],
+# [project*] and [tool.maturin] tables; tool settings such as ruff's do not count) and the Rust
+# sources (the extension). Either changing triggers the matching reinstall.
+packaging() {
+    awk '/^\[/ { keep = ($0 ~ /^\[(build-system|project|project\..*|tool\.maturin)\]$/) } keep' \
+        "$LAMINAR_ROOT/pyproject.toml"
+}
+rust_sources() {
+    (cd "$LAMINAR_ROOT" && find Cargo.toml Cargo.lock rust -type f \
+        \( -name '*.rs' -o -name '*.toml' -o -name 'Cargo.lock' \) -print0 |
+        LC_ALL=C sort -z | xargs -0 sha256sum)
+}
+deps_stamp="$LAMINAR_VENV/.laminar-deps"
+ext_stamp="$LAMINAR_VENV/.laminar-ext"
+deps_now="$(packaging | sha256sum | cut -d' ' -f1)"
+ext_now="$( (packaging; rust_sources) | sha256sum | cut -d' ' -f1)"
+deps_was="$(cat "$deps_stamp" 2>/dev/null || true)"
+ext_was="$(cat "$ext_stamp" 2>/dev/null || true)"
+extension_imports() {
+    "$LAMINAR_VENV/bin/python" -c 'import laminar._core' >/dev/null 2>&1
+}
+
+if [ "$deps_now" != "$deps_was" ]; then
+    laminar_note "installing laminar (editable, dev extras; builds the Rust extension in release)"
+    "$LAMINAR_VENV/bin/python" -m pip install --quiet -e ".[dev]"
+    echo "$deps_now" >"$deps_stamp"
+    echo "$ext_now" >"$ext_stamp"
+elif [ "$ext_now" != "$ext_was" ] || ! extension_imports; then
+    laminar_note "rebuilding the Rust extension (release)"
+    "$LAMINAR_VENV/bin/python" -m pip install --quiet --no-deps -e .
+    echo "$ext_now" >"$ext_stamp"
+else
+    laminar_note "virtualenv up to date ($LAMINAR_VENV)"
+fi
+
+"$LAMINAR_VENV/bin/python" - <<'EOF'
+import laminar
+from laminar.embedded import find_pg_bindir, find_tansu_binary
+from laminar.embedded.spark import find_spark_home
+import pyspark
+
+print(f"[laminar] laminar {laminar.__version__}; PostgreSQL: {find_pg_bindir()}; "
+      f"Tansu: {find_tansu_binary()}; pyspark {pyspark.__version__}: {find_spark_home()}")
+EOF

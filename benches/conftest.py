@@ -1,0 +1,7 @@
+"""Benchmark wiring: the same server fixtures as the tests (`tests.fixtures`).
+
+``./dev test`` runs this directory in a quick mode (few rounds, JSON to .benchmarks/latest.json);
+``./dev bench`` runs it fully.
+"""
+
+pytest_plugins = ["tests.fixtures"]

@@ -1,0 +1,32 @@
+"""Real servers on free loopback ports, started and torn down from Python.
+
+Used by Laminar's own tests and benchmarks, and by ``laminar demo``:
+
+- `EphemeralPostgres` — a throw-away PostgreSQL cluster (``max_prepared_transactions`` > 0).
+- `TansuBroker` — a Kafka-protocol broker (Tansu), in memory or on durable storage.
+- `S3Server` — a local S3-compatible object store, the durable storage for `TansuBroker`.
+- `SparkConnectServer` — a Spark Connect server in its own JVM, ``local[2]``.
+- `probe_broker` — measures which exactly-once features a broker really provides.
+
+Every server runs as a child process in its own process group, logs to a file, and offers
+``stop()`` (clean), ``kill()`` (SIGKILL, as a crash) and ``restart()``.
+"""
+
+from laminar.embedded._process import EmbeddedServerError, free_port
+from laminar.embedded.broker import S3Server, TansuBroker, find_tansu_binary
+from laminar.embedded.postgres import EphemeralPostgres, find_pg_bindir
+from laminar.embedded.probe import BrokerCapabilities, probe_broker
+from laminar.embedded.spark import SparkConnectServer
+
+__all__ = [
+    "BrokerCapabilities",
+    "EmbeddedServerError",
+    "EphemeralPostgres",
+    "S3Server",
+    "SparkConnectServer",
+    "TansuBroker",
+    "find_pg_bindir",
+    "find_tansu_binary",
+    "free_port",
+    "probe_broker",
+]

@@ -1,0 +1,309 @@
+"""A Spark Connect server in its own JVM, from the installed ``pyspark`` (4.x ships its jars)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from laminar.embedded._process import (
+    EmbeddedServerError,
+    ServerProcess,
+    free_port,
+    log_tail,
+    port_accepts,
+    wait_until,
+)
+
+__all__ = ["SparkConnectServer", "find_spark_home"]
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+
+
+def find_spark_home() -> Path:
+    """``$SPARK_HOME`` if set, else the installed ``pyspark`` package (pip installs ship
+    ``bin/spark-submit`` and ``jars/``, the Spark Connect server's included)."""
+    env = os.environ.get("SPARK_HOME")
+    if env:
+        home = Path(env)
+    else:
+        try:
+            import pyspark
+        except ImportError as e:
+            raise EmbeddedServerError(
+                "Spark Connect needs pyspark: pip install 'pyspark[connect]>=4' (laminar's "
+                "`spark`, `demo` and `dev` extras)"
+            ) from e
+        home = Path(pyspark.__file__).parent
+    if not (home / "bin" / "spark-submit").is_file():
+        raise EmbeddedServerError(f"{home} has no bin/spark-submit; set SPARK_HOME to a Spark 4")
+    if not any((home / "jars").glob("spark-connect_*.jar")):
+        raise EmbeddedServerError(
+            f"{home}/jars has no spark-connect jar: Spark 4 (pyspark>=4) ships it; older Spark "
+            "needs --packages, which this environment cannot download"
+        )
+    return home
+
+
+class SparkConnectServer:
+    """A Spark Connect server (``local[N]``) on a free port of 127.0.0.1, in its own JVM.
+
+    Server-side Python (the ``foreachBatch`` function, UDFs) runs with ``python`` — by default
+    this interpreter — so whatever is importable here (``laminar`` included) is importable
+    there. `kill` SIGKILLs the JVM together with its Python workers, as a crash would; `start`
+    brings a fresh server up on the same port.
+
+        with SparkConnectServer() as server:
+            spark = SparkSession.builder.remote(server.remote_url).getOrCreate()
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        master: str = "local[2]",
+        python: str | os.PathLike[str] | None = None,
+        driver_memory: str = "1g",
+        conf: Mapping[str, str] | None = None,
+        jars: Sequence[str | os.PathLike[str]] = (),
+        env: Mapping[str, str] | None = None,
+        spark_home: str | os.PathLike[str] | None = None,
+        log_path: str | os.PathLike[str] | None = None,
+        startup_timeout: float = 180.0,
+    ) -> None:
+        """Configure the server; nothing runs until `start`.
+
+        ``conf`` adds Spark settings (``--conf k=v``), ``jars`` adds jars to the driver's class
+        path (e.g. a JDBC driver), ``env`` adds environment variables for the server and its
+        Python workers.
+        """
+        self.host = "127.0.0.1"
+        self._requested_port = port
+        self.port = port or 0
+        self.master = master
+        self.python = str(python) if python is not None else sys.executable
+        self.driver_memory = driver_memory
+        self._conf = dict(conf or {})
+        self._jars = [str(j) for j in jars]
+        self._env = dict(env or {})
+        self._spark_home = Path(spark_home) if spark_home is not None else None
+        self._log_path_arg = Path(log_path) if log_path is not None else None
+        self.startup_timeout = startup_timeout
+        self._dir: Path | None = None
+        self._process: ServerProcess | None = None
+        self._dir_finalizer: weakref.finalize[..., Any] | None = None
+        self._process_finalizer: weakref.finalize[..., Any] | None = None
+        #: Seconds the last `start` took until a client query succeeded.
+        self.startup_seconds: float | None = None
+
+    @property
+    def remote_url(self) -> str:
+        """The Spark Connect URL for ``SparkSession.builder.remote(...)``."""
+        if not self.port:
+            raise EmbeddedServerError("the Spark Connect server has not been started")
+        return f"sc://{self.host}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        """The server's log (driver stdout/stderr, Python worker output included)."""
+        if self._log_path_arg is not None:
+            return self._log_path_arg
+        if self._dir is None:
+            raise EmbeddedServerError("the Spark Connect server has not been started")
+        return self._dir / "spark-connect.log"
+
+    @property
+    def work_dir(self) -> Path:
+        """The server's scratch directory (spark.local.dir, warehouse), removed by `stop`."""
+        if self._dir is None:
+            raise EmbeddedServerError("the Spark Connect server has not been started")
+        return self._dir
+
+    @property
+    def pid(self) -> int | None:
+        """The JVM's process id while it runs."""
+        return self._process.pid if self._process is not None and self._process.alive() else None
+
+    def is_running(self) -> bool:
+        """Whether the JVM is running."""
+        return self._process is not None and self._process.alive()
+
+    def start(self) -> SparkConnectServer:
+        """Start the server and wait until a client query succeeds; return ``self``."""
+        if self.is_running():
+            return self
+        home = self._spark_home or find_spark_home()
+        self._spark_home = home
+        if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+            raise EmbeddedServerError(
+                "Spark needs Java 17+: install it (Debian: apt-get install "
+                "openjdk-17-jre-headless, or run scripts/bootstrap.sh) or set JAVA_HOME"
+            )
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix="laminar-spark-"))
+            self._dir_finalizer = weakref.finalize(self, shutil.rmtree, self._dir, True)
+        if not self.port:
+            self.port = free_port(self.host)
+        started = time.monotonic()
+        process = ServerProcess(
+            self._argv(home, self._dir),
+            log_path=self.log_path,
+            name="Spark Connect server",
+            cwd=self._dir,
+            env=self._child_env(home),
+        )
+        self._process = process
+        if self._process_finalizer is not None:
+            self._process_finalizer.detach()
+        self._process_finalizer = weakref.finalize(self, _terminate, process)
+        what = f"Spark Connect server on {self.host}:{self.port}"
+        try:
+            wait_until(
+                lambda: port_accepts(self.host, self.port),
+                timeout=self.startup_timeout,
+                what=what,
+                interval=0.25,
+                abort=process.exit_reason,
+            )
+            remaining = max(10.0, self.startup_timeout - (time.monotonic() - started))
+            wait_until(
+                self._answers_query,
+                timeout=remaining,
+                what=what,
+                interval=0.5,
+                abort=process.exit_reason,
+            )
+        except EmbeddedServerError as e:
+            process.kill()
+            self._process = None
+            raise EmbeddedServerError(
+                f"{e.message}\nlog {self.log_path}:\n{log_tail(self.log_path, 40)}"
+            ) from None
+        self.startup_seconds = time.monotonic() - started
+        return self
+
+    def stop(self, *, keep_dir: bool = False, timeout: float = 30.0) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after ``timeout``) and, unless ``keep_dir``,
+        remove its scratch directory and forget its port."""
+        if self._process is not None:
+            self._process.terminate(signal.SIGTERM, timeout=timeout)
+            self._process = None
+        if self._process_finalizer is not None:
+            self._process_finalizer.detach()
+            self._process_finalizer = None
+        if not keep_dir:
+            if self._dir_finalizer is not None:
+                self._dir_finalizer()
+                self._dir_finalizer = None
+            self._dir = None
+            self.port = self._requested_port or 0
+
+    def kill(self) -> None:
+        """SIGKILL the JVM and its Python workers (a crash mid-batch); `start` restarts it on
+        the same port."""
+        if self._process is not None:
+            self._process.kill()
+            self._process = None
+
+    def restart(self) -> None:
+        """Stop the server and start a fresh one on the same port (sessions are lost)."""
+        self.stop(keep_dir=True)
+        self.start()
+
+    def __enter__(self) -> SparkConnectServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.is_running() else "stopped"
+        return f"SparkConnectServer({self.host}:{self.port}, master={self.master!r}, {state})"
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _argv(self, home: Path, work: Path) -> list[str]:
+        conf = {
+            "spark.connect.grpc.binding.address": self.host,
+            "spark.connect.grpc.binding.port": str(self.port),
+            "spark.driver.host": self.host,
+            "spark.driver.bindAddress": self.host,
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.sql.catalogImplementation": "in-memory",
+            "spark.local.dir": str(work / "local"),
+            "spark.sql.warehouse.dir": str(work / "warehouse"),
+            "spark.pyspark.python": self.python,
+            "spark.pyspark.driver.python": self.python,
+            "spark.python.worker.faulthandler.enabled": "true",
+        }
+        conf.update(self._conf)
+        argv = [
+            str(home / "bin" / "spark-submit"),
+            "--class",
+            SERVER_CLASS,
+            "--name",
+            "laminar-spark-connect",
+            "--master",
+            self.master,
+            "--driver-memory",
+            self.driver_memory,
+        ]
+        if self._jars:
+            argv += ["--jars", ",".join(self._jars)]
+        for key, value in conf.items():
+            argv += ["--conf", f"{key}={value}"]
+        return argv
+
+    def _child_env(self, home: Path) -> dict[str, str]:
+        env = dict(os.environ)
+        # A client-side setting here would make the server try to be a client.
+        for name in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "PYSPARK_SUBMIT_ARGS"):
+            env.pop(name, None)
+        env.update(
+            {
+                "SPARK_HOME": str(home),
+                "PYSPARK_PYTHON": self.python,
+                "PYSPARK_DRIVER_PYTHON": self.python,
+                "SPARK_LOCAL_IP": self.host,
+                "SPARK_CONNECT_MODE": "0",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        env.update(self._env)
+        return env
+
+    def _answers_query(self) -> bool:
+        from pyspark.sql import SparkSession
+
+        try:
+            session = SparkSession.builder.remote(self.remote_url).create()
+        except Exception:
+            return False
+        try:
+            return session.range(1).count() == 1
+        except Exception:
+            return False
+        finally:
+            # The readiness answer stands even if closing the probe session fails.
+            with contextlib.suppress(Exception):
+                session.stop()
+
+
+def _terminate(process: ServerProcess) -> None:
+    process.terminate(signal.SIGTERM, timeout=30)

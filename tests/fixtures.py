@@ -1,0 +1,408 @@
+"""Pytest plugin shared by tests/ and benches/: real servers, started lazily, once per session.
+
+- ``postgres`` / ``pg_dsn``: an `EphemeralPostgres`, or the server at ``$LAMINAR_PG_DSN``.
+- ``kafka_broker`` / ``kafka_bootstrap``: a Tansu broker, or the cluster at
+  ``$LAMINAR_KAFKA_BOOTSTRAP`` (e.g. a real Apache Kafka).
+- ``broker_capabilities``: what that broker really does (`laminar.embedded.probe_broker`), run
+  once; the collection report prints it.
+- ``spark_remote`` / ``spark_server`` / ``spark``: a Spark Connect server (or
+  ``$LAMINAR_SPARK_REMOTE``) and a client session on it.
+- Factories for tests that stop, kill or restart a server (they get their own instance), unique
+  topic/table names, and ``clean_prepared_xacts`` for two-phase-commit tests.
+
+A server that cannot be started skips the tests that need it, with the reason; under ``CI=true``
+it fails them instead. Nothing is started for tests that do not ask for it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from laminar.embedded import (
+    BrokerCapabilities,
+    EmbeddedServerError,
+    EphemeralPostgres,
+    S3Server,
+    SparkConnectServer,
+    TansuBroker,
+    probe_broker,
+)
+from laminar.embedded.broker import create_topic
+
+IN_CI = os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+BROKER_FIXTURES = frozenset({"kafka_broker", "kafka_bootstrap", "broker_capabilities"})
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip with ``reason`` locally; fail under CI, where every server must be there."""
+    if IN_CI:
+        pytest.fail(f"{reason} (CI=true: a missing server is a failure)", pytrace=False)
+    pytest.skip(reason)
+
+
+# -- external servers (given by environment variables) ------------------------------------------
+
+
+@dataclass
+class ExternalPostgres:
+    """A PostgreSQL server given by ``$LAMINAR_PG_DSN``: used as is, never stopped."""
+
+    dsn: str
+
+    def dsn_for(self, database: str) -> str:
+        return make_conninfo(self.dsn, dbname=database)
+
+    def create_database(self, name: str) -> str:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        return self.dsn_for(name)
+
+    def restart(self, *args: Any, **kwargs: Any) -> NoReturn:
+        pytest.skip("LAMINAR_PG_DSN is an external server: this test restarts its own server")
+
+    stop = kill = restart
+
+
+@dataclass
+class ExternalBroker:
+    """A Kafka cluster given by ``$LAMINAR_KAFKA_BOOTSTRAP``: used as is, never stopped."""
+
+    bootstrap_servers: str
+
+    def create_topic(self, name: str, partitions: int = 1, **kwargs: Any) -> None:
+        create_topic(self.bootstrap_servers, name, partitions, **kwargs)
+
+    def restart(self, *args: Any, **kwargs: Any) -> NoReturn:
+        pytest.skip("LAMINAR_KAFKA_BOOTSTRAP is an external cluster: this test restarts a broker")
+
+    stop = kill = start = restart
+
+
+# -- the session's servers ----------------------------------------------------------------------
+
+
+@dataclass
+class Servers:
+    """The session-wide servers, each started on first use; a start failure is remembered, so
+    every later test that needs the server skips or fails at once with the same reason."""
+
+    config: pytest.Config
+    _log_dir: Path | None = None
+    _postgres: EphemeralPostgres | ExternalPostgres | None = None
+    _broker: TansuBroker | ExternalBroker | None = None
+    _capabilities: BrokerCapabilities | None = None
+    _spark: SparkConnectServer | None = None
+    _spark_remote: str | None = None
+    _errors: dict[str, str] = field(default_factory=dict)
+    startup_seconds: dict[str, float] = field(default_factory=dict)
+    _owned: list[Any] = field(default_factory=list)
+
+    @property
+    def log_dir(self) -> Path:
+        """Where the servers log (kept by pytest with its last few temporary directories)."""
+        if self._log_dir is None:
+            factory = self.config._tmp_path_factory  # type: ignore[attr-defined]
+            self._log_dir = Path(factory.mktemp("server-logs", numbered=False))
+        return self._log_dir
+
+    def _start(self, kind: str, start: Callable[[], Any]) -> Any:
+        if kind in self._errors:
+            unavailable(self._errors[kind])
+        started = time.monotonic()
+        try:
+            server = start()
+            self.startup_seconds[kind] = time.monotonic() - started
+            return server
+        except EmbeddedServerError as e:
+            self._errors[kind] = f"embedded {kind} could not be started: {e}"
+            unavailable(self._errors[kind])
+
+    def postgres(self) -> EphemeralPostgres | ExternalPostgres:
+        if self._postgres is None:
+            dsn = os.environ.get("LAMINAR_PG_DSN")
+            if dsn:
+                self._postgres = ExternalPostgres(dsn)
+            else:
+                server = EphemeralPostgres(log_path=self.log_dir / "postgres.log")
+                self._owned.append(server)
+                self._postgres = self._start("PostgreSQL", server.start)
+        return self._postgres
+
+    def broker(self) -> TansuBroker | ExternalBroker:
+        if self._broker is None:
+            bootstrap = os.environ.get("LAMINAR_KAFKA_BOOTSTRAP")
+            if bootstrap:
+                self._broker = ExternalBroker(bootstrap)
+            else:
+                broker = TansuBroker(log_path=self.log_dir / "tansu.log")
+                self._owned.append(broker)
+                self._broker = self._start("Tansu broker", broker.start)
+        return self._broker
+
+    def capabilities(self) -> BrokerCapabilities:
+        if self._capabilities is None:
+            self._capabilities = probe_broker(self.broker().bootstrap_servers)
+        return self._capabilities
+
+    def spark_remote(self) -> str:
+        if self._spark_remote is None:
+            remote = os.environ.get("LAMINAR_SPARK_REMOTE")
+            if remote:
+                self._spark_remote = remote
+            else:
+                self._spark_remote = self.spark_server().remote_url
+        return self._spark_remote
+
+    def spark_server(self) -> SparkConnectServer:
+        if self._spark is None:
+            if os.environ.get("LAMINAR_SPARK_REMOTE"):
+                pytest.skip("LAMINAR_SPARK_REMOTE is an external server: this test needs its own")
+            server = SparkConnectServer(log_path=self.log_dir / "spark-connect.log")
+            self._owned.append(server)
+            self._spark = self._start("Spark Connect server", server.start)
+        return self._spark
+
+    def close(self) -> None:
+        for server in reversed(self._owned):
+            try:
+                server.stop()
+            except Exception as e:  # keep stopping the others
+                print(f"laminar: could not stop {server!r}: {e}")
+        self._owned.clear()
+
+
+_SERVERS = pytest.StashKey[Servers]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_SERVERS] = Servers(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    servers = config.stash.get(_SERVERS, None)
+    if servers is not None:
+        servers.close()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    def where(var: str, embedded: str) -> str:
+        value = os.environ.get(var)
+        return f"external (${var})" if value else embedded
+
+    return [
+        "laminar servers (started on first use): "
+        f"postgres={where('LAMINAR_PG_DSN', 'embedded')}, "
+        f"kafka={where('LAMINAR_KAFKA_BOOTSTRAP', 'embedded Tansu')}, "
+        f"spark={where('LAMINAR_SPARK_REMOTE', 'embedded Spark Connect')}; "
+        f"CI={'true: a missing server fails' if IN_CI else 'false: a missing server skips'}",
+    ]
+
+
+def pytest_report_collectionfinish(
+    config: pytest.Config, start_path: Path, items: list[pytest.Item]
+) -> list[str]:
+    """Probe the broker before the first test, when any collected test needs it."""
+    if not any(BROKER_FIXTURES & set(getattr(item, "fixturenames", ())) for item in items):
+        return []
+    servers = config.stash[_SERVERS]
+    try:
+        lines = [f"laminar server logs: {servers.log_dir}"]
+        return lines + servers.capabilities().summary().splitlines()
+    except (pytest.skip.Exception, pytest.fail.Exception) as e:
+        return [f"broker capabilities: not probed ({e.msg})"]
+    except Exception as e:  # reported again by the tests that need the broker
+        servers._errors.setdefault("Tansu broker", f"broker probe failed: {e}")
+        return [f"broker capabilities: probe failed: {e}"]
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    servers = config.stash.get(_SERVERS, None)
+    if servers is None or not (servers.startup_seconds or servers._capabilities):
+        return
+    started = ", ".join(f"{kind} {secs:.1f} s" for kind, secs in servers.startup_seconds.items())
+    terminalreporter.write_sep("-", "laminar servers")
+    if started:
+        terminalreporter.write_line(f"start-up times: {started}")
+    if servers._capabilities is not None:
+        missing = ", ".join(servers._capabilities.missing()) or "none"
+        terminalreporter.write_line(f"broker capabilities missing: {missing}")
+    terminalreporter.write_line(f"server logs: {servers.log_dir}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(str(item.path)).parts
+        if "integration" in parts:
+            item.add_marker(pytest.mark.integration)
+        if "e2e" in parts:
+            item.add_marker(pytest.mark.e2e)
+
+
+# -- fixtures -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def laminar_servers(request: pytest.FixtureRequest) -> Servers:
+    """The session's lazily started servers."""
+    return request.config.stash[_SERVERS]
+
+
+@pytest.fixture(scope="session")
+def postgres(laminar_servers: Servers) -> EphemeralPostgres | ExternalPostgres:
+    """The session's PostgreSQL server (``max_prepared_transactions`` > 0 when embedded)."""
+    return laminar_servers.postgres()
+
+
+@pytest.fixture(scope="session")
+def pg_dsn(postgres: EphemeralPostgres | ExternalPostgres) -> str:
+    """DSN of the session's test database."""
+    return postgres.dsn
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(laminar_servers: Servers) -> TansuBroker | ExternalBroker:
+    """The session's Kafka-protocol broker."""
+    return laminar_servers.broker()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker: TansuBroker | ExternalBroker) -> str:
+    """``bootstrap.servers`` of the session's broker."""
+    return kafka_broker.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def broker_capabilities(laminar_servers: Servers) -> BrokerCapabilities:
+    """What the session's broker really does (probed once). Tests whose assertion depends on a
+    capability check it and say which one, e.g.
+    ``if not broker_capabilities.hides_aborted_records: ...``."""
+    return laminar_servers.capabilities()
+
+
+@pytest.fixture(scope="session")
+def spark_remote(laminar_servers: Servers) -> str:
+    """``sc://host:port`` of the session's Spark Connect server."""
+    return laminar_servers.spark_remote()
+
+
+@pytest.fixture(scope="session")
+def spark_server(laminar_servers: Servers) -> SparkConnectServer:
+    """The session's embedded Spark Connect server (for tests that need its pid or log)."""
+    return laminar_servers.spark_server()
+
+
+@pytest.fixture(scope="session")
+def spark(spark_remote: str) -> Iterator[Any]:
+    """A Spark Connect client session on the session's server."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.builder.remote(spark_remote).create()
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """``unique_name(prefix)`` → a fresh lowercase name, valid as a Kafka topic, a Postgres
+    identifier and a transactional id, unique per call (parallel runs never collide)."""
+    test = re.sub(r"[^a-z0-9]+", "_", request.node.name.lower()).strip("_")[:24]
+
+    def make(prefix: str = "t") -> str:
+        return f"{prefix}_{test}_{uuid.uuid4().hex[:10]}"
+
+    return make
+
+
+@pytest.fixture
+def topic_name(unique_name: Callable[[str], str]) -> str:
+    """A topic name no other test uses."""
+    return unique_name("topic")
+
+
+@pytest.fixture
+def table_name(unique_name: Callable[[str], str]) -> str:
+    """A table name no other test uses."""
+    return unique_name("tbl")
+
+
+@pytest.fixture
+def clean_prepared_xacts(pg_dsn: str) -> Iterator[str]:
+    """For two-phase-commit tests: rolls back every prepared transaction left in the test
+    database, before and after the test, and yields the DSN. (Against an external server, use a
+    database of its own: this touches every prepared transaction in it.)"""
+    _rollback_prepared(pg_dsn)
+    yield pg_dsn
+    _rollback_prepared(pg_dsn)
+
+
+def _rollback_prepared(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        gids = [
+            row[0]
+            for row in conn.execute(
+                "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"
+            )
+        ]
+        for gid in gids:
+            conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+
+
+@pytest.fixture
+def postgres_factory(laminar_servers: Servers) -> Iterator[Callable[..., EphemeralPostgres]]:
+    """Makes private `EphemeralPostgres` servers (for tests that stop, kill or restart one);
+    all are stopped after the test."""
+    made: list[EphemeralPostgres] = []
+
+    def make(**kwargs: Any) -> EphemeralPostgres:
+        kwargs.setdefault(
+            "log_path", laminar_servers.log_dir / f"postgres-{uuid.uuid4().hex[:8]}.log"
+        )
+        server = EphemeralPostgres(**kwargs)
+        made.append(server)
+        try:
+            return server.start()
+        except EmbeddedServerError as e:
+            unavailable(f"embedded PostgreSQL could not be started: {e}")
+
+    yield make
+    for server in made:
+        server.stop()
+
+
+@pytest.fixture
+def broker_factory(laminar_servers: Servers) -> Iterator[Callable[..., TansuBroker]]:
+    """Makes private `TansuBroker` servers (for tests that stop, kill or restart one);
+    ``make(durable=True)`` backs one with a local S3 store so its data survives restarts.
+    All are stopped after the test."""
+    made: list[TansuBroker | S3Server] = []
+
+    def make(*, durable: bool = False, **kwargs: Any) -> TansuBroker:
+        tag = uuid.uuid4().hex[:8]
+        kwargs.setdefault("log_path", laminar_servers.log_dir / f"tansu-{tag}.log")
+        if durable:
+            s3 = S3Server(log_path=laminar_servers.log_dir / f"s3-{tag}.log")
+            made.append(s3)
+            kwargs["s3"] = s3
+        broker = TansuBroker(**kwargs)
+        made.append(broker)
+        try:
+            return broker.start()
+        except EmbeddedServerError as e:
+            unavailable(f"embedded Tansu broker could not be started: {e}")
+
+    yield make
+    for server in reversed(made):
+        server.stop()
