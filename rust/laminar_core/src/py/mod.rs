@@ -4,9 +4,11 @@
 use pyo3::prelude::*;
 
 pub mod errors;
+pub mod serialize;
 
 /// Registers every class, function and exception of `laminar._core`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    serialize::register(m)?;
     Ok(())
 }
