@@ -1,6 +1,14 @@
 """Laminar: exactly-once transactional sinks from Spark Structured Streaming to Kafka and PostgreSQL."""
 
-from laminar._core import __version__
+from laminar._core import (
+    KafkaRecords,
+    PgCopyBuffer,
+    __version__,
+    check_kafka_schema,
+    check_pg_copy_schema,
+    encode_kafka,
+    encode_pg_copy,
+)
 from laminar.errors import (
     AbortableError,
     AuthorizationError,
@@ -24,6 +32,12 @@ __all__ = [
     "IllegalStateError",
     "InDoubtError",
     "InvalidStateEncoding",
+    "KafkaRecords",
     "LaminarError",
+    "PgCopyBuffer",
     "__version__",
+    "check_kafka_schema",
+    "check_pg_copy_schema",
+    "encode_kafka",
+    "encode_pg_copy",
 ]

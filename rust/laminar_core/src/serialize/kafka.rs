@@ -235,6 +235,9 @@ pub struct KafkaRecords {
     pub key_bytes: usize,
 }
 
+/// One record's `(key, value)`; `None` = null / no key.
+pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
 /// Target size of a chunk's value buffer.
 pub const CHUNK_BYTES: usize = 1 << 20;
 
@@ -426,7 +429,7 @@ impl KafkaRecords {
     }
 
     /// Row `i`'s `(key, value)`, for tests and small batches (`None` = null / no key).
-    pub fn get(&self, mut i: usize) -> Option<(Option<&[u8]>, Option<&[u8]>)> {
+    pub fn get(&self, mut i: usize) -> Option<KeyValue<'_>> {
         for chunk in &self.chunks {
             if i < chunk.values.len() {
                 let key = chunk.keys.as_ref().and_then(|k| k.get(i));
