@@ -85,52 +85,12 @@ fn kafka_options(
     })
 }
 
-/// Yields the payloads of all chunks as `bytes` (or `None` for null), dropping each chunk as soon
-/// as it has been copied so that the peak extra memory stays near the output size.
-struct PayloadObjects<'py> {
-    py: Python<'py>,
-    chunks: std::vec::IntoIter<Payloads>,
-    current: Payloads,
-    pos: usize,
-    remaining: usize,
-}
-
-impl<'py> Iterator for PayloadObjects<'py> {
-    type Item = Bound<'py, PyAny>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        while self.pos >= self.current.len() {
-            self.current = self.chunks.next()?;
-            self.pos = 0;
-        }
-        let item = match self.current.get(self.pos) {
-            Some(bytes) => PyBytes::new(self.py, bytes).into_any(),
-            None => self.py.None().into_bound(self.py),
-        };
-        self.pos += 1;
-        self.remaining = self.remaining.saturating_sub(1);
-        Some(item)
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        (self.remaining, Some(self.remaining))
-    }
-}
-
-impl ExactSizeIterator for PayloadObjects<'_> {}
-
-fn payload_list<'py>(py: Python<'py>, chunks: Vec<Payloads>) -> PyResult<Bound<'py, PyList>> {
-    let remaining = chunks.iter().map(Payloads::len).sum();
-    PyList::new(
-        py,
-        PayloadObjects {
-            py,
-            chunks: chunks.into_iter(),
-            current: Payloads::default(),
-            pos: 0,
-            remaining,
-        },
-    )
+/// Appends the chunk's payloads to `out` as `bytes` (or `None` for null).
+fn push_payloads<'py>(py: Python<'py>, payloads: &Payloads, out: &mut Vec<Bound<'py, PyAny>>) {
+    out.extend((0..payloads.len()).map(|i| match payloads.get(i) {
+        Some(bytes) => PyBytes::new(py, bytes).into_any(),
+        None => py.None().into_bound(py),
+    }));
 }
 
 /// The Kafka payloads of one batch: `values[i]` and `keys[i]` feed
@@ -208,32 +168,34 @@ fn encode_kafka(
 ) -> PyResult<PyKafkaRecords> {
     let options = kafka_options(value_format, key, value_column).py_err(py)?;
     let (schema, batches) = import_batches(py, data)?;
-    let records = run_detached(py, move || {
+    let plan = run_detached(py, || {
         let plan = kafka::plan_kafka(&schema, &options)?;
         for batch in &batches {
             check_batch(batch)?;
         }
-        kafka::encode_kafka(&plan, &batches)
+        Ok(plan)
     })?;
-    let num_rows = records.num_rows;
-    let (value_bytes, key_bytes) = (records.value_bytes, records.key_bytes);
-    let mut value_chunks = Vec::with_capacity(records.chunks.len());
-    let mut key_chunks = Vec::with_capacity(records.chunks.len());
-    let keyed = records.chunks.iter().any(|c| c.keys.is_some());
-    for chunk in records.chunks {
-        value_chunks.push(chunk.values);
-        if let Some(keys) = chunk.keys {
-            key_chunks.push(keys);
+    let num_rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    let mut encoder = kafka::KafkaEncoder::new(&plan, &batches);
+    let mut chunk = encoder.new_chunk();
+    let mut values = Vec::with_capacity(num_rows);
+    let mut keys = plan.has_key().then(|| Vec::with_capacity(num_rows));
+    let (mut value_bytes, mut key_bytes) = (0, 0);
+    // Encode one chunk without the GIL, turn it into `bytes` with the GIL, reuse the buffer.
+    while run_detached(py, || encoder.next_chunk(&mut chunk))? {
+        value_bytes += chunk.values.data.len();
+        push_payloads(py, &chunk.values, &mut values);
+        if let (Some(out), Some(chunk_keys)) = (keys.as_mut(), chunk.keys.as_ref()) {
+            key_bytes += chunk_keys.data.len();
+            push_payloads(py, chunk_keys, out);
         }
     }
-    let values = payload_list(py, value_chunks)?.unbind();
-    let keys = if keyed {
-        Some(payload_list(py, key_chunks)?.unbind())
-    } else {
-        None
+    let keys = match keys {
+        Some(k) => Some(PyList::new(py, k)?.unbind()),
+        None => None,
     };
     Ok(PyKafkaRecords {
-        values,
+        values: PyList::new(py, values)?.unbind(),
         keys,
         num_rows,
         value_bytes,
@@ -332,27 +294,32 @@ fn encode_pg_copy(
 ) -> PyResult<PyPgCopyBuffer> {
     let targets = pg_columns(columns);
     let (schema, batches) = import_batches(py, data)?;
-    let (plan, copy) = run_detached(py, move || {
+    let plan = run_detached(py, || {
         let plan = pgcopy::plan_pg_copy(&schema, &targets, source_columns.as_deref())?;
         for batch in &batches {
             check_batch(batch)?;
         }
-        let copy = pgcopy::encode_pg_copy(&plan, &batches)?;
-        Ok((plan, copy))
+        Ok(plan)
     })?;
-    let list = PyList::empty(py);
-    for chunk in copy.chunks {
-        list.append(PyBytes::new(py, &chunk))?;
+    let mut encoder = pgcopy::CopyEncoder::new(&plan, &batches);
+    let mut out = Vec::with_capacity(pgcopy::CHUNK_BYTES + pgcopy::CHUNK_BYTES / 8);
+    let chunks = PyList::empty(py);
+    let mut total_bytes = 0;
+    // Encode one chunk without the GIL, copy it into `bytes` with the GIL, reuse the buffer. An
+    // error in any row fails the whole call, so a partial stream never reaches the caller.
+    while run_detached(py, || encoder.next_chunk(&mut out))? {
+        total_bytes += out.len();
+        chunks.append(PyBytes::new(py, &out))?;
     }
     Ok(PyPgCopyBuffer {
-        chunks: list.unbind(),
+        chunks: chunks.unbind(),
         columns: plan
             .target_columns()
             .into_iter()
             .map(String::from)
             .collect(),
-        num_rows: copy.num_rows,
-        total_bytes: copy.total_bytes,
+        num_rows: batches.iter().map(RecordBatch::num_rows).sum(),
+        total_bytes,
     })
 }
 

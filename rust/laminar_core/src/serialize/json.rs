@@ -34,8 +34,9 @@ use arrow_schema::{DataType, IntervalUnit, Schema, TimeUnit};
 use base64::Engine as _;
 
 use super::text::{
-    unit_scale, write_date, write_decimal_i128, write_decimal_i256, write_duration, write_int,
-    write_json_f32, write_json_f64, write_json_str, write_time_of_day, write_timestamp,
+    DateCache, unit_scale, write_date, write_decimal_i128, write_decimal_i256, write_duration,
+    write_int, write_json_f32, write_json_f64, write_json_str, write_time_of_day,
+    write_timestamp_cached,
 };
 use crate::error::{CoreError, CoreResult};
 
@@ -107,7 +108,7 @@ fn unsupported_json_part(dt: &DataType) -> Option<String> {
 }
 
 /// Writes one non-null value of a column as JSON.
-trait JsonValue: Send + Sync {
+trait JsonValue: Send {
     fn write(&self, idx: usize, out: &mut Vec<u8>);
 }
 
@@ -220,19 +221,19 @@ fn build_dyn(array: &dyn Array) -> Option<JsonColumn> {
         D::Decimal128(_, s) => Box::new(DecimalValue(prim::<Decimal128Type>(array)?, *s)),
         D::Decimal256(_, s) => Box::new(Decimal256Value(prim::<Decimal256Type>(array)?, *s)),
         D::Timestamp(unit, tz) => {
-            let values = match unit {
-                TimeUnit::Second => prim::<TimestampSecondType>(array)?,
-                TimeUnit::Millisecond => prim::<TimestampMillisecondType>(array)?,
-                TimeUnit::Microsecond => prim::<TimestampMicrosecondType>(array)?,
-                TimeUnit::Nanosecond => prim::<TimestampNanosecondType>(array)?,
-            };
-            let (per_second, digits) = unit_scale(*unit);
-            Box::new(TimestampValue {
-                values,
-                per_second,
-                digits,
-                utc: tz.is_some(),
-            })
+            let utc = tz.is_some();
+            match unit {
+                TimeUnit::Second => timestamp::<1, 0>(prim::<TimestampSecondType>(array)?, utc),
+                TimeUnit::Millisecond => {
+                    timestamp::<1_000, 3>(prim::<TimestampMillisecondType>(array)?, utc)
+                }
+                TimeUnit::Microsecond => {
+                    timestamp::<1_000_000, 6>(prim::<TimestampMicrosecondType>(array)?, utc)
+                }
+                TimeUnit::Nanosecond => {
+                    timestamp::<1_000_000_000, 9>(prim::<TimestampNanosecondType>(array)?, utc)
+                }
+            }
         }
         D::Date32 => Box::new(Date32Value(prim::<Date32Type>(array)?)),
         D::Date64 => Box::new(Date64Value(prim::<Date64Type>(array)?)),
@@ -372,7 +373,7 @@ impl JsonValue for BoolValue {
 }
 
 struct IntValue<N: ArrowNativeType>(ScalarBuffer<N>);
-impl<N: ArrowNativeType + itoa::Integer + Send + Sync> JsonValue for IntValue<N> {
+impl<N: ArrowNativeType + itoa::Integer> JsonValue for IntValue<N> {
     #[inline]
     fn write(&self, idx: usize, out: &mut Vec<u8>) {
         write_int(out, self.0[idx]);
@@ -403,7 +404,7 @@ impl JsonValue for F64Value {
 }
 
 struct DecimalValue<N: ArrowNativeType>(ScalarBuffer<N>, i8);
-impl<N: ArrowNativeType + Into<i128> + Send + Sync> JsonValue for DecimalValue<N> {
+impl<N: ArrowNativeType + Into<i128>> JsonValue for DecimalValue<N> {
     #[inline]
     fn write(&self, idx: usize, out: &mut Vec<u8>) {
         write_decimal_i128(out, self.0[idx].into(), self.1);
@@ -417,24 +418,31 @@ impl JsonValue for Decimal256Value {
     }
 }
 
-struct TimestampValue {
+/// Timestamps, specialised per unit so that the divisions are by constants.
+struct TimestampValue<const PER_SECOND: i64, const DIGITS: u32, const UTC: bool> {
     values: ScalarBuffer<i64>,
-    per_second: i64,
-    digits: u32,
-    utc: bool,
+    days: DateCache,
 }
-impl JsonValue for TimestampValue {
+impl<const PER_SECOND: i64, const DIGITS: u32, const UTC: bool> JsonValue
+    for TimestampValue<PER_SECOND, DIGITS, UTC>
+{
     #[inline]
     fn write(&self, idx: usize, out: &mut Vec<u8>) {
         out.push(b'"');
-        write_timestamp(
-            out,
-            self.values[idx],
-            self.per_second,
-            self.digits,
-            self.utc,
-        );
+        write_timestamp_cached(out, self.values[idx], PER_SECOND, DIGITS, UTC, &self.days);
         out.push(b'"');
+    }
+}
+
+fn timestamp<const PER_SECOND: i64, const DIGITS: u32>(
+    values: ScalarBuffer<i64>,
+    utc: bool,
+) -> Box<dyn JsonValue> {
+    let days = DateCache::default();
+    if utc {
+        Box::new(TimestampValue::<PER_SECOND, DIGITS, true> { values, days })
+    } else {
+        Box::new(TimestampValue::<PER_SECOND, DIGITS, false> { values, days })
     }
 }
 
@@ -461,7 +469,7 @@ struct TimeValue<N: ArrowNativeType> {
     per_second: i64,
     digits: u32,
 }
-impl<N: ArrowNativeType + Into<i64> + Send + Sync> JsonValue for TimeValue<N> {
+impl<N: ArrowNativeType + Into<i64>> JsonValue for TimeValue<N> {
     fn write(&self, idx: usize, out: &mut Vec<u8>) {
         let v: i64 = self.values[idx].into();
         let secs = v.div_euclid(self.per_second);

@@ -338,20 +338,35 @@ pub struct CopyData {
     pub total_bytes: usize,
 }
 
-/// Encodes every row of `batches` as one complete COPY BINARY stream following `plan`.
-/// Any value that does not fit its column fails the whole call (`CoreError::Data` naming the
-/// column and the row) so that nothing is sent for a batch that cannot be written.
-pub fn encode_pg_copy(plan: &CopyPlan, batches: &[RecordBatch]) -> CoreResult<CopyData> {
-    let total_rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    let mut data = CopyData {
-        num_rows: total_rows,
-        ..CopyData::default()
-    };
-    let mut out = Vec::with_capacity(CHUNK_BYTES + CHUNK_BYTES / 8);
-    out.extend_from_slice(COPY_HEADER);
-    let field_count = (plan.columns.len() as i16).to_be_bytes();
-    let mut row_base = 0usize;
-    for batch in batches {
+/// Encodes the rows of `batches` as one COPY BINARY stream, one chunk at a time into a caller-owned,
+/// reused buffer (hot in cache, pages touched once).
+pub struct CopyEncoder<'a> {
+    plan: &'a CopyPlan,
+    batches: &'a [RecordBatch],
+    batch: usize,
+    row: usize,
+    row_base: usize,
+    started: bool,
+    finished: bool,
+    writers: Option<Vec<ColumnWriter>>,
+}
+
+impl<'a> CopyEncoder<'a> {
+    /// Starts before the header of the stream for `batches` (following `plan`).
+    pub fn new(plan: &'a CopyPlan, batches: &'a [RecordBatch]) -> Self {
+        Self {
+            plan,
+            batches,
+            batch: 0,
+            row: 0,
+            row_base: 0,
+            started: false,
+            finished: false,
+            writers: None,
+        }
+    }
+
+    fn writers_for(plan: &CopyPlan, batch: &RecordBatch) -> CoreResult<Vec<ColumnWriter>> {
         let mut writers = Vec::with_capacity(plan.columns.len());
         for column in &plan.columns {
             let array = batch.columns().get(column.source).ok_or_else(|| {
@@ -362,34 +377,77 @@ pub fn encode_pg_copy(plan: &CopyPlan, batches: &[RecordBatch]) -> CoreResult<Co
             })?;
             writers.push(ColumnWriter::try_new(column, array)?);
         }
-        for row in 0..batch.num_rows() {
-            out.extend_from_slice(&field_count);
-            for (writer, column) in writers.iter().zip(&plan.columns) {
-                if let Err(reason) = writer.write(row, &mut out) {
-                    return Err(CoreError::Data(format!(
-                        "column '{}' row {}: {reason}",
-                        column.target,
-                        row_base + row
-                    )));
+        Ok(writers)
+    }
+
+    /// Clears `out` and fills it with the next part of the stream (header first, trailer last),
+    /// about [`CHUNK_BYTES`] at row boundaries. Returns `false` (and leaves `out` empty) at the end.
+    /// A value that does not fit its column is `CoreError::Data` naming the column and the row.
+    pub fn next_chunk(&mut self, out: &mut Vec<u8>) -> CoreResult<bool> {
+        out.clear();
+        if self.finished {
+            return Ok(false);
+        }
+        if !self.started {
+            out.extend_from_slice(COPY_HEADER);
+            self.started = true;
+        }
+        let field_count = (self.plan.columns.len() as i16).to_be_bytes();
+        while let Some(batch) = self.batches.get(self.batch) {
+            if self.writers.is_none() {
+                self.writers = Some(Self::writers_for(self.plan, batch)?);
+            }
+            let Some(writers) = self.writers.as_ref() else {
+                break;
+            };
+            while self.row < batch.num_rows() {
+                let row = self.row;
+                out.extend_from_slice(&field_count);
+                for (writer, column) in writers.iter().zip(&self.plan.columns) {
+                    if let Err(reason) = writer.write(row, out) {
+                        return Err(CoreError::Data(format!(
+                            "column '{}' row {}: {reason}",
+                            column.target,
+                            self.row_base + row
+                        )));
+                    }
+                }
+                self.row += 1;
+                if out.len() >= CHUNK_BYTES {
+                    return Ok(true);
                 }
             }
-            if out.len() >= CHUNK_BYTES {
-                data.total_bytes += out.len();
-                let next = Vec::with_capacity(CHUNK_BYTES + CHUNK_BYTES / 8);
-                data.chunks.push(std::mem::replace(&mut out, next));
-            }
+            self.row_base += batch.num_rows();
+            self.batch += 1;
+            self.row = 0;
+            self.writers = None;
         }
-        row_base += batch.num_rows();
+        out.extend_from_slice(COPY_TRAILER);
+        self.finished = true;
+        Ok(true)
     }
-    out.extend_from_slice(COPY_TRAILER);
-    data.total_bytes += out.len();
-    data.chunks.push(out);
+}
+
+/// Encodes every row of `batches` as one complete COPY BINARY stream following `plan`.
+/// Any value that does not fit its column fails the whole call (`CoreError::Data` naming the
+/// column and the row) so that nothing is sent for a batch that cannot be written.
+pub fn encode_pg_copy(plan: &CopyPlan, batches: &[RecordBatch]) -> CoreResult<CopyData> {
+    let mut data = CopyData {
+        num_rows: batches.iter().map(RecordBatch::num_rows).sum(),
+        ..CopyData::default()
+    };
+    let mut encoder = CopyEncoder::new(plan, batches);
+    let mut out = Vec::with_capacity(CHUNK_BYTES + CHUNK_BYTES / 8);
+    while encoder.next_chunk(&mut out)? {
+        data.total_bytes += out.len();
+        data.chunks.push(out.clone());
+    }
     Ok(data)
 }
 
 /// Writes one field: the `i32` length and the value, or −1 for NULL. The error is the reason a
 /// value cannot be written (the caller adds column and row).
-trait PgValue: Send + Sync {
+trait PgValue: Send {
     fn write(&self, idx: usize, out: &mut Vec<u8>) -> Result<(), String>;
 }
 
@@ -506,7 +564,7 @@ struct FixedValue<T: ArrowPrimitiveType, const N: usize, F> {
 impl<T, const N: usize, F> PgValue for FixedValue<T, N, F>
 where
     T: ArrowPrimitiveType,
-    F: Fn(T::Native) -> Result<[u8; N], String> + Send + Sync,
+    F: Fn(T::Native) -> Result<[u8; N], String> + Send,
 {
     #[inline]
     fn write(&self, idx: usize, out: &mut Vec<u8>) -> Result<(), String> {
@@ -522,7 +580,7 @@ fn fixed<T, const N: usize, F>(
 ) -> CoreResult<Box<dyn PgValue>>
 where
     T: ArrowPrimitiveType,
-    F: Fn(T::Native) -> Result<[u8; N], String> + Send + Sync + 'static,
+    F: Fn(T::Native) -> Result<[u8; N], String> + Send + 'static,
 {
     let values = array
         .as_primitive_opt::<T>()
@@ -1011,15 +1069,15 @@ impl PgValue for ArrayValue {
 /// rounds extra fraction digits itself).
 fn check_numeric_fits(
     typmod: Option<(i32, i32)>,
-    digits: &[u8],
+    digit_count: usize,
     scale: i32,
     text: impl FnOnce() -> String,
 ) -> Result<(), String> {
     if let Some((precision, target_scale)) = typmod {
-        let int_digits = if digits == b"0" {
+        let int_digits = if digit_count == 0 {
             0
         } else {
-            digits.len() as i64 - i64::from(scale)
+            digit_count as i64 - i64::from(scale)
         };
         if int_digits > i64::from(precision - target_scale) {
             return Err(format!(
@@ -1029,6 +1087,45 @@ fn check_numeric_fits(
         }
     }
     Ok(())
+}
+
+/// Number of significant digits of an ASCII digit string (0 for zero).
+fn significant(digits: &[u8]) -> usize {
+    digits.len() - digits.iter().take_while(|&&d| d == b'0').count()
+}
+
+/// [`write_numeric`] for magnitudes below 10^16 and scales ≥ 0, with integer arithmetic only.
+#[inline]
+fn write_numeric_u64(out: &mut Vec<u8>, negative: bool, magnitude: u64, scale: u32) {
+    if magnitude == 0 {
+        put(out, numeric_header(0, 0, false, scale as usize));
+        return;
+    }
+    // Align the decimal point on a base-10000 group boundary.
+    let pad = (4 - scale % 4) % 4;
+    let mut m = magnitude * 10u64.pow(pad);
+    let frac_groups = ((scale + pad) / 4) as i32;
+    // Groups from the least significant; at most 5 for m < 10^19.
+    let mut groups = [0i16; 5];
+    let mut n = 0;
+    while m > 0 && n < groups.len() {
+        groups[n] = (m % 10_000) as i16;
+        m /= 10_000;
+        n += 1;
+    }
+    let lowest = groups[..n].iter().take_while(|&&g| g == 0).count();
+    let ndigits = n - lowest;
+    let weight = (n as i32 - 1) - frac_groups;
+    out.extend_from_slice(&((8 + 2 * ndigits) as i32).to_be_bytes());
+    out.extend_from_slice(&numeric_header(
+        ndigits as i16,
+        weight as i16,
+        negative,
+        scale as usize,
+    ));
+    for g in groups[lowest..n].iter().rev() {
+        out.extend_from_slice(&g.to_be_bytes());
+    }
 }
 
 /// Writes a `numeric` field for `±digits × 10^-scale` (`digits` ASCII, no leading zeros unless "0").
@@ -1120,10 +1217,24 @@ impl<N: ArrowNativeType + Into<i128>> PgValue for NumericDecimal<N> {
     #[inline]
     fn write(&self, idx: usize, out: &mut Vec<u8>) -> Result<(), String> {
         let v: i128 = self.values[idx].into();
+        let scale = i32::from(self.scale);
+        if let Ok(magnitude) = u64::try_from(v.unsigned_abs()) {
+            if magnitude < 10u64.pow(16) && scale >= 0 {
+                if let Some(typmod) = self.typmod {
+                    let digit_count = magnitude.checked_ilog10().map_or(0, |d| d as usize + 1);
+                    check_numeric_fits(Some(typmod), digit_count, scale, || {
+                        let mut t = Vec::new();
+                        super::text::write_decimal_i128(&mut t, v, self.scale);
+                        String::from_utf8_lossy(&t).into_owned()
+                    })?;
+                }
+                write_numeric_u64(out, v < 0, magnitude, scale as u32);
+                return Ok(());
+            }
+        }
         let mut buf = itoa::Buffer::new();
         let digits = buf.format(v.unsigned_abs()).as_bytes();
-        let scale = i32::from(self.scale);
-        check_numeric_fits(self.typmod, digits, scale, || {
+        check_numeric_fits(self.typmod, significant(digits), scale, || {
             let mut t = Vec::new();
             super::text::write_decimal_i128(&mut t, v, self.scale);
             String::from_utf8_lossy(&t).into_owned()
@@ -1146,7 +1257,7 @@ impl PgValue for NumericDecimal256 {
             None => (false, text.as_str()),
         };
         let scale = i32::from(self.scale);
-        check_numeric_fits(self.typmod, digits.as_bytes(), scale, || {
+        check_numeric_fits(self.typmod, significant(digits.as_bytes()), scale, || {
             let mut t = Vec::new();
             super::text::write_decimal_i256(&mut t, self.values[idx], self.scale);
             String::from_utf8_lossy(&t).into_owned()
@@ -1166,7 +1277,7 @@ impl<N: ArrowNativeType + itoa::Integer + Into<i128>> PgValue for NumericInt<N> 
         let v: i128 = self.values[idx].into();
         let mut buf = itoa::Buffer::new();
         let digits = buf.format(v.unsigned_abs()).as_bytes();
-        check_numeric_fits(self.typmod, digits, 0, || v.to_string())?;
+        check_numeric_fits(self.typmod, significant(digits), 0, || v.to_string())?;
         write_numeric(out, v < 0, digits, 0);
         Ok(())
     }
@@ -1185,16 +1296,18 @@ impl PgValue for NumericFloat {
             write_numeric_non_finite(out, v);
             return Ok(());
         }
-        let mut buf = ryu::Buffer::new();
+        let mut buf = zmij::Buffer::new();
         let text = buf.format_finite(v);
         let (digits, scale) = float_digits(text);
-        check_numeric_fits(self.typmod, &digits, scale, || text.to_string())?;
+        check_numeric_fits(self.typmod, significant(&digits), scale, || {
+            text.to_string()
+        })?;
         write_numeric(out, v.is_sign_negative() && v != 0.0, &digits, scale);
         Ok(())
     }
 }
 
-/// Splits ryu's text (`-1.25e-7`, `123.0`, `1e21`) into significant digits and a decimal scale.
+/// Splits zmij's text (`-1.25e-7`, `123.0`, `1e+21`) into significant digits and a decimal scale.
 fn float_digits(text: &str) -> (Vec<u8>, i32) {
     let text = text.trim_start_matches('-');
     let (mantissa, exponent) = match text.split_once(['e', 'E']) {
@@ -1314,10 +1427,12 @@ impl PgValue for NumericFloat32 {
             write_numeric_non_finite(out, f64::from(v));
             return Ok(());
         }
-        let mut buf = ryu::Buffer::new();
+        let mut buf = zmij::Buffer::new();
         let text = buf.format_finite(v);
         let (digits, scale) = float_digits(text);
-        check_numeric_fits(self.typmod, &digits, scale, || text.to_string())?;
+        check_numeric_fits(self.typmod, significant(&digits), scale, || {
+            text.to_string()
+        })?;
         write_numeric(out, v.is_sign_negative() && v != 0.0, &digits, scale);
         Ok(())
     }

@@ -93,7 +93,7 @@ fn json_scalars_exact_text() {
         vec![
             "0.1",
             "-0.0",
-            "1e300",
+            "1e+300",
             "\"NaN\"",
             "\"Infinity\"",
             "\"-Infinity\""

@@ -3,6 +3,8 @@
 //! Everything appends to a caller-owned `Vec<u8>` so the per-value path never allocates once the
 //! output buffer has grown to its working size.
 
+use std::cell::Cell;
+
 /// How a byte is written inside a JSON string: 0 = as is, `b'u'` = `\u00XX`, other = `\` + byte.
 static JSON_ESCAPE: [u8; 256] = {
     let mut table = [0u8; 256];
@@ -57,12 +59,12 @@ pub fn write_int<I: itoa::Integer>(out: &mut Vec<u8>, v: I) {
     out.extend_from_slice(buf.format(v).as_bytes());
 }
 
-/// Appends a float as a JSON value: the shortest text that reads back to the same value, or the
-/// strings `"NaN"`, `"Infinity"`, `"-Infinity"` (what Spark's `to_json` writes).
+/// Appends a float as a JSON value: the shortest text that reads back to the same value (`0.1`,
+/// `1e+300`), or the strings `"NaN"`, `"Infinity"`, `"-Infinity"` (what Spark's `to_json` writes).
 #[inline]
 pub fn write_json_f64(out: &mut Vec<u8>, v: f64) {
     if v.is_finite() {
-        let mut buf = ryu::Buffer::new();
+        let mut buf = zmij::Buffer::new();
         out.extend_from_slice(buf.format_finite(v).as_bytes());
     } else {
         write_non_finite(out, v.is_nan(), v > 0.0);
@@ -73,7 +75,7 @@ pub fn write_json_f64(out: &mut Vec<u8>, v: f64) {
 #[inline]
 pub fn write_json_f32(out: &mut Vec<u8>, v: f32) {
     if v.is_finite() {
-        let mut buf = ryu::Buffer::new();
+        let mut buf = zmij::Buffer::new();
         out.extend_from_slice(buf.format_finite(v).as_bytes());
     } else {
         write_non_finite(out, v.is_nan(), v > 0.0);
@@ -119,7 +121,12 @@ pub fn write_decimal_digits(out: &mut Vec<u8>, negative: bool, digits: &[u8], sc
 #[inline]
 pub fn write_decimal_i128(out: &mut Vec<u8>, v: i128, scale: i8) {
     let mut buf = itoa::Buffer::new();
-    let digits = buf.format(v.unsigned_abs()).as_bytes();
+    let abs = v.unsigned_abs();
+    // 64-bit formatting is several times faster than 128-bit; most decimals fit.
+    let digits = match u64::try_from(abs) {
+        Ok(small) => buf.format(small).as_bytes(),
+        Err(_) => buf.format(abs).as_bytes(),
+    };
     write_decimal_digits(out, v < 0, digits, i32::from(scale));
 }
 
@@ -155,17 +162,32 @@ fn push2(out: &mut Vec<u8>, v: u32) {
 /// Appends `frac` as exactly `digits` decimal digits (zero padded on the left).
 #[inline]
 fn push_fraction(out: &mut Vec<u8>, frac: u32, digits: u32) {
-    if digits == 0 {
-        return;
+    match digits {
+        0 => {}
+        3 => {
+            let f = frac % 1000;
+            out.push(b'.');
+            out.push(b'0' + (f / 100) as u8);
+            push2(out, f % 100);
+        }
+        6 => {
+            let f = frac % 1_000_000;
+            out.push(b'.');
+            push2(out, f / 10_000);
+            push2(out, f / 100 % 100);
+            push2(out, f % 100);
+        }
+        _ => {
+            out.push(b'.');
+            let mut buf = [b'0'; 9];
+            let mut v = frac;
+            for slot in buf[..digits.min(9) as usize].iter_mut().rev() {
+                *slot = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+            out.extend_from_slice(&buf[..digits.min(9) as usize]);
+        }
     }
-    out.push(b'.');
-    let mut buf = [b'0'; 9];
-    let mut v = frac;
-    for slot in buf[..digits as usize].iter_mut().rev() {
-        *slot = b'0' + (v % 10) as u8;
-        v /= 10;
-    }
-    out.extend_from_slice(&buf[..digits as usize]);
 }
 
 /// Civil date (proleptic Gregorian) of a day count since 1970-01-01 (H. Hinnant's algorithm).
@@ -236,6 +258,47 @@ pub fn unit_scale(unit: arrow_schema::TimeUnit) -> (i64, u32) {
     }
 }
 
+/// Remembers the text of the last date written: rows of a batch mostly share a few days, so the
+/// calendar arithmetic runs once per day instead of once per value.
+#[derive(Debug)]
+pub struct DateCache {
+    day: Cell<i64>,
+    text: Cell<[u8; 24]>,
+    len: Cell<u8>,
+}
+
+impl Default for DateCache {
+    fn default() -> Self {
+        Self {
+            day: Cell::new(i64::MIN),
+            text: Cell::new([0; 24]),
+            len: Cell::new(0),
+        }
+    }
+}
+
+impl DateCache {
+    /// Appends `YYYY-MM-DD` for `days` since 1970-01-01 (see [`write_date`]).
+    #[inline]
+    pub fn write(&self, out: &mut Vec<u8>, days: i64) {
+        if self.day.get() == days {
+            let text = self.text.get();
+            out.extend_from_slice(&text[..self.len.get() as usize]);
+            return;
+        }
+        let start = out.len();
+        write_date(out, days);
+        let written = &out[start..];
+        let mut text = [0u8; 24];
+        if written.len() <= text.len() {
+            text[..written.len()].copy_from_slice(written);
+            self.text.set(text);
+            self.len.set(written.len() as u8);
+            self.day.set(days);
+        }
+    }
+}
+
 /// Appends `YYYY-MM-DDTHH:MM:SS[.f…]` (+ `Z` when `utc`) for `value` units since the Unix epoch;
 /// the fraction has exactly the unit's digits (3 for ms, 6 for µs, 9 for ns, none for s).
 #[inline]
@@ -246,11 +309,31 @@ pub fn write_timestamp(
     frac_digits: u32,
     utc: bool,
 ) {
+    write_timestamp_cached(
+        out,
+        value,
+        per_second,
+        frac_digits,
+        utc,
+        &DateCache::default(),
+    );
+}
+
+/// [`write_timestamp`] with a per-column [`DateCache`].
+#[inline]
+pub fn write_timestamp_cached(
+    out: &mut Vec<u8>,
+    value: i64,
+    per_second: i64,
+    frac_digits: u32,
+    utc: bool,
+    cache: &DateCache,
+) {
     let secs = value.div_euclid(per_second);
     let frac = value.rem_euclid(per_second) as u32;
     let days = secs.div_euclid(86_400);
     let secs_of_day = secs.rem_euclid(86_400) as u32;
-    write_date(out, days);
+    cache.write(out, days);
     out.push(b'T');
     write_time_of_day(out, secs_of_day, frac, frac_digits);
     if utc {
