@@ -66,7 +66,12 @@ def summary(pytestconfig: pytest.Config) -> Iterator[None]:
     ratio("json: laminar vs to_pylist+json.dumps", "json_naive", "json_laminar")
     ratio("copy e2e: laminar vs write_row loop", "copy_e2e_write_row", "copy_e2e_laminar")
     ratio("copy encode vs json encode", "json_laminar", "copy_encode_laminar")
-    for variant in ("produce_laminar_lists", "produce_laminar_keyed", "produce_buffer_slices"):
+    for variant in (
+        "produce_laminar_lists",
+        "produce_laminar_keyed",
+        "produce_laminar_stream_keyed",
+        "produce_buffer_slices",
+    ):
         ratio(f"produce: pre-encoded vs {variant}", "produce_preencoded", variant)
     reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
     for line in lines:
@@ -302,6 +307,20 @@ def test_produce_laminar_keyed(benchmark: Any, producer: Any, kafka_batch: pa.Ta
 
     benchmark.pedantic(run, rounds=3)
     record("produce_laminar_keyed", benchmark, KAFKA_ROWS)
+
+
+@pytest.mark.benchmark(group="kafka-produce")
+def test_produce_laminar_stream(benchmark: Any, producer: Any, kafka_batch: pa.Table) -> None:
+    """Encode chunk by chunk while producing (iter_kafka): one chunk buffered at a time."""
+
+    def run() -> None:
+        produce = producer.produce
+        for key, value in laminar.iter_kafka(kafka_batch, key="id"):
+            produce("laminar-bench", value, key)
+        producer.flush(60)
+
+    benchmark.pedantic(run, rounds=3)
+    record("produce_laminar_stream_keyed", benchmark, KAFKA_ROWS)
 
 
 @pytest.mark.benchmark(group="kafka-produce")

@@ -8,7 +8,7 @@ Python objects, allocator slack: everything the process touched), and RSS(after)
 what the result holds. Per-event overhead = (held - payload bytes) / rows.
 
     python benches/memory_serialize.py ROWS            # all cases, one JSON report on stdout
-    python benches/memory_serialize.py ROWS CASE   # one of kafka_json, kafka_json_keyed, pg_copy
+    python benches/memory_serialize.py ROWS CASE   # one case of CASES below
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-CASES = ("kafka_json", "kafka_json_keyed", "pg_copy")
+CASES = ("kafka_json", "kafka_json_keyed", "kafka_stream_keyed", "pg_copy")
 
 
 def _status(field: str) -> int:
@@ -37,6 +37,13 @@ def _reset_peak() -> None:
         f.write("5")
 
 
+class StreamResult:
+    """Bytes streamed by a consumed KafkaRecordStream (it holds nothing afterwards)."""
+
+    def __init__(self, total_bytes: int) -> None:
+        self.total_bytes = total_bytes
+
+
 def run_case(rows: int, case: str) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).parent))
     import laminar
@@ -49,6 +56,14 @@ def run_case(rows: int, case: str) -> dict[str, Any]:
             return laminar.encode_kafka(t)
         if case == "kafka_json_keyed":
             return laminar.encode_kafka(t, key="id")
+        if case == "kafka_stream_keyed":
+            # What a produce loop over iter_kafka holds: the pair in hand; bytes are counted as
+            # they are consumed (and dropped, as produce copies them).
+            stream = laminar.iter_kafka(t, key="id")
+            total = 0
+            for key, value in stream:
+                total += len(key or b"") + len(value or b"")
+            return StreamResult(total)
         return laminar.encode_pg_copy(t, PG_COLUMNS)
 
     encode(table.slice(0, 10_000))  # warm up code paths and allocator arenas

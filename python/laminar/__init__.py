@@ -2,12 +2,14 @@
 
 from laminar._core import (
     KafkaRecords,
+    KafkaRecordStream,
     PgCopyBuffer,
     __version__,
     check_kafka_schema,
     check_pg_copy_schema,
     encode_kafka,
     encode_pg_copy,
+    iter_kafka,
 )
 from laminar.errors import (
     AbortableError,
@@ -32,6 +34,7 @@ __all__ = [
     "IllegalStateError",
     "InDoubtError",
     "InvalidStateEncoding",
+    "KafkaRecordStream",
     "KafkaRecords",
     "LaminarError",
     "PgCopyBuffer",
@@ -40,4 +43,5 @@ __all__ = [
     "check_pg_copy_schema",
     "encode_kafka",
     "encode_pg_copy",
+    "iter_kafka",
 ]

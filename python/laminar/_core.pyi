@@ -11,12 +11,14 @@ __version__: str
 # --- serialization (Arrow → Kafka payloads, PostgreSQL COPY BINARY) --------------------------
 
 __all__ += [
+    "KafkaRecordStream",
     "KafkaRecords",
     "PgCopyBuffer",
     "check_kafka_schema",
     "check_pg_copy_schema",
     "encode_kafka",
     "encode_pg_copy",
+    "iter_kafka",
 ]
 
 _ValueFormat = Literal["json", "raw"]
@@ -48,6 +50,23 @@ class KafkaRecords:
     def key_bytes(self) -> int:
         """Bytes of all keys."""
     def __len__(self) -> int: ...
+
+@final
+class KafkaRecordStream:
+    """``(key, value)`` pairs of a batch, encoded one chunk (about 1 MiB) at a time as they are
+    consumed: whatever the batch size, only one chunk is buffered besides the pair in hand.
+
+    ``for key, value in stream: producer.produce(topic, value=value, key=key)``. ``key`` is
+    ``None`` without a key column or for a null key; ``value`` is ``None`` only for a null raw
+    value. Iterate it from one thread.
+    """
+
+    @property
+    def num_rows(self) -> int:
+        """Number of records in the whole stream."""
+    def __iter__(self) -> KafkaRecordStream: ...
+    def __next__(self) -> tuple[bytes | None, bytes | None]: ...
+    def __length_hint__(self) -> int: ...
 
 @final
 class PgCopyBuffer:
@@ -99,6 +118,20 @@ def check_kafka_schema(
 
     ``schema`` is a pyarrow ``Schema`` (or anything with ``__arrow_c_schema__`` or ``.schema``).
     Raises ``ConfigError`` naming the column and its type.
+    """
+
+def iter_kafka(
+    data: Any,
+    *,
+    value_format: _ValueFormat = "json",
+    key: str | None = None,
+    value_column: str | None = None,
+) -> KafkaRecordStream:
+    """Like :func:`encode_kafka`, but streams the ``(key, value)`` pairs as they are consumed.
+
+    The schema and the data are checked before this returns (same errors as ``encode_kafka``);
+    encoding then runs chunk by chunk, with the GIL released, as the stream is iterated. Use it for
+    large batches: the memory held per record is the record in hand, not the whole batch.
     """
 
 def encode_pg_copy(

@@ -197,7 +197,7 @@ def test_raw_format() -> None:
     assert single.values == ["é".encode(), b"x"]
     with pytest.raises(ConfigError, match="value_column"):
         encode_kafka(table, value_format="raw")
-    with pytest.raises(ConfigError, match=r"column 'k' has Arrow type int64"):
+    with pytest.raises(ConfigError, match=r"column 'k' has Arrow type Int64"):
         encode_kafka(pa.table({"k": [1]}), value_format="raw")
     with pytest.raises(ConfigError, match="value_format"):
         encode_kafka(table, value_format="avro")  # type: ignore[arg-type]
@@ -278,3 +278,29 @@ def test_any_float_round_trips(values: list[float]) -> None:
     floats = [float(v) for v in values]
     records = encode_kafka(pa.table({"c": pa.array(floats, pa.float64())}))
     assert [json.loads(v)["c"] for v in records.values] == floats
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"key": "k"}, {"value_format": "raw", "value_column": "v", "key": "k"}],
+)
+def test_stream_yields_the_same_pairs_as_the_lists(options: dict[str, Any]) -> None:
+    n = 30_000  # several chunks
+    table = pa.table(
+        {
+            "k": pa.array([None if i % 7 == 0 else i for i in range(n)], pa.int64()),
+            "v": pa.array([None if i % 5 == 0 else f"{i:064d}".encode() for i in range(n)]),
+        }
+    )
+    batches = pa.Table.from_batches(table.to_batches(max_chunksize=4_000))
+    records = laminar.encode_kafka(batches, **options)
+    stream = laminar.iter_kafka(batches, **options)
+    assert stream.num_rows == n
+    keys = records.keys if records.keys is not None else [None] * n
+    assert list(stream) == list(zip(keys, records.values, strict=True))
+    assert list(stream) == []  # exhausted
+
+
+def test_stream_checks_before_encoding() -> None:
+    with pytest.raises(ConfigError, match="column 'bad'"):
+        laminar.iter_kafka(pa.table({"bad": pa.array([pa.MonthDayNano([1, 2, 3])])}))

@@ -3,9 +3,11 @@
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
-use pyo3::exceptions::PyTypeError;
+use std::sync::Mutex;
+
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList};
+use pyo3::types::{PyBytes, PyList, PyTuple};
 use pyo3_arrow::PySchema;
 use pyo3_arrow::input::AnyRecordBatch;
 
@@ -176,10 +178,11 @@ fn encode_kafka(
         Ok(plan)
     })?;
     let num_rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    let mut encoder = kafka::KafkaEncoder::new(&plan, &batches);
+    let keyed = plan.has_key();
+    let mut encoder = kafka::KafkaEncoder::new(plan, batches);
     let mut chunk = encoder.new_chunk();
     let mut values = Vec::with_capacity(num_rows);
-    let mut keys = plan.has_key().then(|| Vec::with_capacity(num_rows));
+    let mut keys = keyed.then(|| Vec::with_capacity(num_rows));
     let (mut value_bytes, mut key_bytes) = (0, 0);
     // Encode one chunk without the GIL, turn it into `bytes` with the GIL, reuse the buffer.
     while run_detached(py, || encoder.next_chunk(&mut chunk))? {
@@ -200,6 +203,97 @@ fn encode_kafka(
         num_rows,
         value_bytes,
         key_bytes,
+    })
+}
+
+struct StreamState {
+    encoder: kafka::KafkaEncoder,
+    chunk: kafka::RecordChunk,
+    pos: usize,
+    remaining: usize,
+}
+
+/// `(key, value)` pairs of a batch, encoded one chunk at a time as they are consumed: only one
+/// chunk (about 1 MiB) is ever buffered, whatever the batch size.
+#[pyclass(module = "laminar._core", name = "KafkaRecordStream")]
+pub struct PyKafkaRecordStream {
+    state: Mutex<StreamState>,
+    num_rows: usize,
+}
+
+#[pymethods]
+impl PyKafkaRecordStream {
+    /// Number of records in the whole stream.
+    #[getter]
+    fn num_rows(&self) -> usize {
+        self.num_rows
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __length_hint__(&self) -> usize {
+        self.state.try_lock().map_or(0, |s| s.remaining)
+    }
+
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        // `try_lock`: a second thread blocking here while holding the GIL would deadlock with the
+        // first one waiting for the GIL after its detached encode.
+        let mut guard = self.state.try_lock().map_err(|_| {
+            PyRuntimeError::new_err("a KafkaRecordStream cannot be iterated from two threads")
+        })?;
+        let state = &mut *guard;
+        if state.pos >= state.chunk.values.len() {
+            let StreamState { encoder, chunk, .. } = state;
+            if !run_detached(py, || encoder.next_chunk(chunk))? {
+                return Ok(None);
+            }
+            state.pos = 0;
+        }
+        let i = state.pos;
+        state.pos += 1;
+        state.remaining = state.remaining.saturating_sub(1);
+        let object = |payload: Option<&[u8]>| match payload {
+            Some(bytes) => PyBytes::new(py, bytes).into_any(),
+            None => py.None().into_bound(py),
+        };
+        let key = object(state.chunk.keys.as_ref().and_then(|k| k.get(i)));
+        let value = object(state.chunk.values.get(i));
+        Ok(Some(PyTuple::new(py, [key, value])?))
+    }
+}
+
+/// Streams every row of `data` as `(key, value)` pairs, encoding as they are consumed.
+#[pyfunction]
+#[pyo3(signature = (data, *, value_format = "json", key = None, value_column = None))]
+fn iter_kafka(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    value_format: &str,
+    key: Option<String>,
+    value_column: Option<String>,
+) -> PyResult<PyKafkaRecordStream> {
+    let options = kafka_options(value_format, key, value_column).py_err(py)?;
+    let (schema, batches) = import_batches(py, data)?;
+    let plan = run_detached(py, || {
+        let plan = kafka::plan_kafka(&schema, &options)?;
+        for batch in &batches {
+            check_batch(batch)?;
+        }
+        Ok(plan)
+    })?;
+    let encoder = kafka::KafkaEncoder::new(plan, batches);
+    let num_rows = encoder.num_rows();
+    let chunk = encoder.new_chunk();
+    Ok(PyKafkaRecordStream {
+        state: Mutex::new(StreamState {
+            encoder,
+            chunk,
+            pos: 0,
+            remaining: num_rows,
+        }),
+        num_rows,
     })
 }
 
@@ -341,8 +435,10 @@ fn check_pg_copy_schema(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyKafkaRecords>()?;
     m.add_class::<PyPgCopyBuffer>()?;
+    m.add_class::<PyKafkaRecordStream>()?;
     m.add_function(wrap_pyfunction!(encode_kafka, m)?)?;
     m.add_function(wrap_pyfunction!(check_kafka_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(iter_kafka, m)?)?;
     m.add_function(wrap_pyfunction!(encode_pg_copy, m)?)?;
     m.add_function(wrap_pyfunction!(check_pg_copy_schema, m)?)?;
     Ok(())

@@ -356,17 +356,18 @@ enum KeyWriter {
 
 /// Encodes the rows of `batches` one chunk at a time into a caller-owned, reused [`RecordChunk`]:
 /// the buffer stays hot in cache and its pages are touched once, not once per chunk.
-pub struct KafkaEncoder<'a> {
-    plan: &'a KafkaPlan,
-    batches: &'a [RecordBatch],
+pub struct KafkaEncoder {
+    plan: KafkaPlan,
+    batches: Vec<RecordBatch>,
     batch: usize,
     row: usize,
     writers: Option<(ValueWriter, Option<KeyWriter>)>,
 }
 
-impl<'a> KafkaEncoder<'a> {
+impl KafkaEncoder {
     /// Starts at the first row of `batches` (encoded following `plan`, from [`plan_kafka`]).
-    pub fn new(plan: &'a KafkaPlan, batches: &'a [RecordBatch]) -> Self {
+    /// The batches share their buffers with the caller's (no copy).
+    pub fn new(plan: KafkaPlan, batches: Vec<RecordBatch>) -> Self {
         Self {
             plan,
             batches,
@@ -376,10 +377,15 @@ impl<'a> KafkaEncoder<'a> {
         }
     }
 
+    /// Rows in all batches.
+    pub fn num_rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+
     /// An empty chunk with buffers sized for this plan.
     pub fn new_chunk(&self) -> RecordChunk {
         let rows: usize = self.batches.iter().map(RecordBatch::num_rows).sum();
-        new_chunk(self.plan, rows)
+        new_chunk(&self.plan, rows)
     }
 
     fn writers_for(
@@ -412,7 +418,7 @@ impl<'a> KafkaEncoder<'a> {
         chunk.clear();
         while let Some(batch) = self.batches.get(self.batch) {
             if self.writers.is_none() {
-                self.writers = Some(Self::writers_for(self.plan, batch)?);
+                self.writers = Some(Self::writers_for(&self.plan, batch)?);
             }
             let Some((value, key)) = self.writers.as_ref() else {
                 break;
@@ -453,7 +459,7 @@ impl<'a> KafkaEncoder<'a> {
 
 /// Encodes every row of `batches` following `plan` (from [`plan_kafka`] on the same schema).
 pub fn encode_kafka(plan: &KafkaPlan, batches: &[RecordBatch]) -> CoreResult<KafkaRecords> {
-    let mut encoder = KafkaEncoder::new(plan, batches);
+    let mut encoder = KafkaEncoder::new(plan.clone(), batches.to_vec());
     let mut records = KafkaRecords::default();
     let mut chunk = encoder.new_chunk();
     while encoder.next_chunk(&mut chunk)? {
