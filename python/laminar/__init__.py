@@ -4,10 +4,18 @@ PostgreSQL."""
 from laminar._core import (
     EpochRecord,
     EpochTracker,
+    KafkaRecords,
+    KafkaRecordStream,
+    PgCopyBuffer,
     PreparedTxnState,
     TransactionalSinkMetrics,
     TransactionState,
     __version__,
+    check_kafka_schema,
+    check_pg_copy_schema,
+    encode_kafka,
+    encode_pg_copy,
+    iter_kafka,
 )
 from laminar.coordinator import EpochResult, ExactlyOnceWriter, exactly_once
 from laminar.errors import (
@@ -38,11 +46,19 @@ __all__ = [
     "IllegalStateError",
     "InDoubtError",
     "InvalidStateEncoding",
+    "KafkaRecordStream",
+    "KafkaRecords",
     "LaminarError",
+    "PgCopyBuffer",
     "PreparedTxnState",
     "TransactionState",
     "TransactionalSink",
     "TransactionalSinkMetrics",
     "__version__",
+    "check_kafka_schema",
+    "check_pg_copy_schema",
+    "encode_kafka",
+    "encode_pg_copy",
     "exactly_once",
+    "iter_kafka",
 ]

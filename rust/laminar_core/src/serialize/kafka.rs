@@ -1,0 +1,520 @@
+//! Arrow rows → Kafka `(key, value)` payloads.
+//!
+//! The payloads of a batch are written into a few large buffers ("chunks", about 1 MiB each) plus
+//! per-row end offsets, so encoding allocates per chunk, not per record. The binding turns each
+//! chunk into Python `bytes` objects and frees it before the next, which keeps the peak extra memory
+//! close to the output size.
+
+use arrow_array::cast::AsArray;
+use arrow_array::{
+    Array, ArrayRef, BinaryArray, BinaryViewArray, FixedSizeBinaryArray, LargeBinaryArray,
+    LargeStringArray, RecordBatch, StringArray, StringViewArray,
+};
+use arrow_schema::{DataType, Schema};
+
+use super::json::{JsonColumn, JsonRowEncoder, check_json_schema, check_json_type};
+use crate::error::{CoreError, CoreResult};
+
+/// How record values are produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueFormat {
+    /// One JSON object per row, fields in column order.
+    Json,
+    /// The bytes of one string/binary column, as is.
+    Raw,
+}
+
+impl ValueFormat {
+    /// Parses the user-facing name (`"json"` or `"raw"`).
+    pub fn parse(name: &str) -> CoreResult<Self> {
+        match name {
+            "json" => Ok(Self::Json),
+            "raw" => Ok(Self::Raw),
+            other => Err(CoreError::Config(format!(
+                "value_format {other:?} is not supported; use \"json\" or \"raw\""
+            ))),
+        }
+    }
+}
+
+/// What the user asked for: value format, optional value column (raw) and optional key column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaOptions {
+    /// How values are produced.
+    pub value_format: ValueFormat,
+    /// The column whose bytes are the value (`Raw` only; default: the only column).
+    pub value_column: Option<String>,
+    /// The column whose value becomes the record key (default: no key).
+    pub key_column: Option<String>,
+}
+
+/// Options resolved against a schema: the validated plan that encoding follows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaPlan {
+    value: ValuePlan,
+    key: Option<(usize, KeyKind)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ValuePlan {
+    Json,
+    Raw(usize),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyKind {
+    /// Strings as UTF-8, binary as is.
+    Bytes,
+    /// The value's JSON text (integers are their decimal text).
+    Json,
+}
+
+fn is_byte_type(dt: &DataType) -> bool {
+    match dt {
+        DataType::Utf8
+        | DataType::LargeUtf8
+        | DataType::Utf8View
+        | DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => true,
+        DataType::Dictionary(k, v) => k.is_dictionary_key_type() && is_byte_type(v),
+        _ => false,
+    }
+}
+
+fn column_index(schema: &Schema, name: &str, role: &str) -> CoreResult<usize> {
+    schema.index_of(name).map_err(|_| {
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        CoreError::Config(format!(
+            "{role} column '{name}' is not in the batch (columns: {names:?})"
+        ))
+    })
+}
+
+impl KafkaPlan {
+    /// Whether records get a key.
+    pub fn has_key(&self) -> bool {
+        self.key.is_some()
+    }
+}
+
+/// Validates `options` against `schema` before anything is produced: the key and value columns
+/// exist and every type can be encoded. Errors name the column and its type.
+pub fn plan_kafka(schema: &Schema, options: &KafkaOptions) -> CoreResult<KafkaPlan> {
+    let value = match options.value_format {
+        ValueFormat::Json => {
+            if options.value_column.is_some() {
+                return Err(CoreError::Config(
+                    "value_column applies to value_format=\"raw\" only; with \"json\" every \
+                     column is written"
+                        .into(),
+                ));
+            }
+            check_json_schema(schema)?;
+            ValuePlan::Json
+        }
+        ValueFormat::Raw => {
+            let idx = match &options.value_column {
+                Some(name) => column_index(schema, name, "value")?,
+                None if schema.fields().len() == 1 => 0,
+                None => {
+                    return Err(CoreError::Config(format!(
+                        "value_format=\"raw\" needs value_column when the batch has {} columns",
+                        schema.fields().len()
+                    )));
+                }
+            };
+            let field = schema.field(idx);
+            if !is_byte_type(field.data_type()) {
+                return Err(CoreError::Config(format!(
+                    "value_format=\"raw\" needs a string or binary column; column '{}' has \
+                     Arrow type {}; cast it to binary or use value_format=\"json\"",
+                    field.name(),
+                    field.data_type()
+                )));
+            }
+            ValuePlan::Raw(idx)
+        }
+    };
+    let key = match &options.key_column {
+        None => None,
+        Some(name) => {
+            let idx = column_index(schema, name, "key")?;
+            let field = schema.field(idx);
+            let kind = if is_byte_type(field.data_type()) {
+                KeyKind::Bytes
+            } else {
+                check_json_type(field.name(), field.data_type())?;
+                KeyKind::Json
+            };
+            Some((idx, kind))
+        }
+    };
+    Ok(KafkaPlan { value, key })
+}
+
+/// The payloads of some rows: bytes back to back, per-row end offsets and (when any is null)
+/// per-row presence.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Payloads {
+    /// All payloads back to back.
+    pub data: Vec<u8>,
+    /// End offset of each row's payload in `data` (row `i` is `ends[i-1]..ends[i]`).
+    pub ends: Vec<u32>,
+    /// Per row: `false` when the payload is null (`None` in Python). Empty means all present.
+    pub present: Vec<bool>,
+}
+
+impl Payloads {
+    fn with_capacity(bytes: usize, rows: usize) -> Self {
+        Self {
+            data: Vec::with_capacity(bytes),
+            ends: Vec::with_capacity(rows),
+            present: Vec::new(),
+        }
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Empties the payloads, keeping the buffers' capacity.
+    pub fn clear(&mut self) {
+        self.data.clear();
+        self.ends.clear();
+        self.present.clear();
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Row `i`'s payload, `None` when null.
+    pub fn get(&self, i: usize) -> Option<&[u8]> {
+        if !self.present.is_empty() && !self.present.get(i).copied().unwrap_or(false) {
+            return None;
+        }
+        let end = *self.ends.get(i)? as usize;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        self.data.get(start..end)
+    }
+
+    #[inline]
+    fn finish_row(&mut self) -> CoreResult<()> {
+        let end = u32::try_from(self.data.len()).map_err(|_| {
+            CoreError::Data("a single Kafka payload exceeds 4 GiB; split the row".into())
+        })?;
+        self.ends.push(end);
+        if !self.present.is_empty() {
+            self.present.push(true);
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn push_null(&mut self) -> CoreResult<()> {
+        if self.present.is_empty() {
+            self.present = vec![true; self.ends.len()];
+        }
+        self.finish_row()?;
+        if let Some(last) = self.present.last_mut() {
+            *last = false;
+        }
+        Ok(())
+    }
+}
+
+/// One chunk of encoded records (about [`CHUNK_BYTES`] of values).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RecordChunk {
+    /// The values of the chunk's rows.
+    pub values: Payloads,
+    /// The keys of the chunk's rows, when a key column was given.
+    pub keys: Option<Payloads>,
+}
+
+impl RecordChunk {
+    /// Empties the chunk, keeping its buffers' capacity.
+    pub fn clear(&mut self) {
+        self.values.clear();
+        if let Some(keys) = self.keys.as_mut() {
+            keys.clear();
+        }
+    }
+}
+
+/// All payloads of a batch.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct KafkaRecords {
+    /// The chunks, in row order.
+    pub chunks: Vec<RecordChunk>,
+    /// Number of records.
+    pub num_rows: usize,
+    /// Bytes of all values.
+    pub value_bytes: usize,
+    /// Bytes of all keys.
+    pub key_bytes: usize,
+}
+
+/// One record's `(key, value)`; `None` = null / no key.
+pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
+/// Target size of a chunk's value buffer.
+pub const CHUNK_BYTES: usize = 1 << 20;
+
+/// A string/binary column read as bytes.
+enum ByteColumn {
+    Str(StringArray),
+    LargeStr(LargeStringArray),
+    StrView(StringViewArray),
+    Bin(BinaryArray),
+    LargeBin(LargeBinaryArray),
+    BinView(BinaryViewArray),
+    Fixed(FixedSizeBinaryArray),
+}
+
+impl ByteColumn {
+    fn try_new(column: &str, array: &ArrayRef) -> CoreResult<Self> {
+        let malformed = || {
+            CoreError::Config(format!(
+                "column '{column}': Arrow type {} does not match its data",
+                array.data_type()
+            ))
+        };
+        Ok(match array.data_type() {
+            DataType::Utf8 => Self::Str(array.as_string_opt().ok_or_else(malformed)?.clone()),
+            DataType::LargeUtf8 => {
+                Self::LargeStr(array.as_string_opt().ok_or_else(malformed)?.clone())
+            }
+            DataType::Utf8View => {
+                Self::StrView(array.as_string_view_opt().ok_or_else(malformed)?.clone())
+            }
+            DataType::Binary => Self::Bin(array.as_binary_opt().ok_or_else(malformed)?.clone()),
+            DataType::LargeBinary => {
+                Self::LargeBin(array.as_binary_opt().ok_or_else(malformed)?.clone())
+            }
+            DataType::BinaryView => {
+                Self::BinView(array.as_binary_view_opt().ok_or_else(malformed)?.clone())
+            }
+            DataType::FixedSizeBinary(_) => Self::Fixed(
+                array
+                    .as_fixed_size_binary_opt()
+                    .ok_or_else(malformed)?
+                    .clone(),
+            ),
+            DataType::Dictionary(_, value) => {
+                let decoded = arrow_cast::cast(array, value)
+                    .map_err(|e| CoreError::Config(format!("column '{column}': {e}")))?;
+                return Self::try_new(column, &decoded);
+            }
+            other => {
+                return Err(CoreError::Config(format!(
+                    "column '{column}' has Arrow type {other}, not a string or binary type"
+                )));
+            }
+        })
+    }
+
+    #[inline]
+    fn value(&self, i: usize) -> &[u8] {
+        match self {
+            Self::Str(a) => a.value(i).as_bytes(),
+            Self::LargeStr(a) => a.value(i).as_bytes(),
+            Self::StrView(a) => a.value(i).as_bytes(),
+            Self::Bin(a) => a.value(i),
+            Self::LargeBin(a) => a.value(i),
+            Self::BinView(a) => a.value(i),
+            Self::Fixed(a) => a.value(i),
+        }
+    }
+
+    fn array(&self) -> &dyn Array {
+        match self {
+            Self::Str(a) => a,
+            Self::LargeStr(a) => a,
+            Self::StrView(a) => a,
+            Self::Bin(a) => a,
+            Self::LargeBin(a) => a,
+            Self::BinView(a) => a,
+            Self::Fixed(a) => a,
+        }
+    }
+}
+
+enum ValueWriter {
+    Json(JsonRowEncoder),
+    Raw(ByteColumn),
+}
+
+enum KeyWriter {
+    Bytes(ByteColumn),
+    Json(JsonColumn),
+}
+
+/// Encodes the rows of `batches` one chunk at a time into a caller-owned, reused [`RecordChunk`]:
+/// the buffer stays hot in cache and its pages are touched once, not once per chunk.
+pub struct KafkaEncoder {
+    plan: KafkaPlan,
+    batches: Vec<RecordBatch>,
+    batch: usize,
+    row: usize,
+    writers: Option<(ValueWriter, Option<KeyWriter>)>,
+}
+
+impl KafkaEncoder {
+    /// Starts at the first row of `batches` (encoded following `plan`, from [`plan_kafka`]).
+    /// The batches share their buffers with the caller's (no copy).
+    pub fn new(plan: KafkaPlan, batches: Vec<RecordBatch>) -> Self {
+        Self {
+            plan,
+            batches,
+            batch: 0,
+            row: 0,
+            writers: None,
+        }
+    }
+
+    /// Rows in all batches.
+    pub fn num_rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+
+    /// An empty chunk with buffers sized for this plan.
+    pub fn new_chunk(&self) -> RecordChunk {
+        let rows: usize = self.batches.iter().map(RecordBatch::num_rows).sum();
+        new_chunk(&self.plan, rows)
+    }
+
+    fn writers_for(
+        plan: &KafkaPlan,
+        batch: &RecordBatch,
+    ) -> CoreResult<(ValueWriter, Option<KeyWriter>)> {
+        let schema = batch.schema();
+        let name = |i: usize| schema.field(i).name().clone();
+        let value = match plan.value {
+            ValuePlan::Json => ValueWriter::Json(JsonRowEncoder::try_new(batch)?),
+            ValuePlan::Raw(i) => ValueWriter::Raw(ByteColumn::try_new(&name(i), batch.column(i))?),
+        };
+        let key = match plan.key {
+            None => None,
+            Some((i, KeyKind::Bytes)) => Some(KeyWriter::Bytes(ByteColumn::try_new(
+                &name(i),
+                batch.column(i),
+            )?)),
+            Some((i, KeyKind::Json)) => Some(KeyWriter::Json(JsonColumn::try_new(
+                &name(i),
+                batch.column(i),
+            )?)),
+        };
+        Ok((value, key))
+    }
+
+    /// Clears `chunk` and fills it with the next rows, up to about [`CHUNK_BYTES`] of values.
+    /// Returns `false` (and leaves `chunk` empty) when every row has been encoded.
+    pub fn next_chunk(&mut self, chunk: &mut RecordChunk) -> CoreResult<bool> {
+        chunk.clear();
+        while let Some(batch) = self.batches.get(self.batch) {
+            if self.writers.is_none() {
+                self.writers = Some(Self::writers_for(&self.plan, batch)?);
+            }
+            let Some((value, key)) = self.writers.as_ref() else {
+                break;
+            };
+            while self.row < batch.num_rows() {
+                let row = self.row;
+                match value {
+                    ValueWriter::Json(enc) => {
+                        enc.write_row(row, &mut chunk.values.data);
+                        chunk.values.finish_row()?;
+                    }
+                    ValueWriter::Raw(col) => {
+                        if col.array().is_null(row) {
+                            chunk.values.push_null()?;
+                        } else {
+                            chunk.values.data.extend_from_slice(col.value(row));
+                            chunk.values.finish_row()?;
+                        }
+                    }
+                }
+                if let Some(writer) = key {
+                    if let Some(keys) = chunk.keys.as_mut() {
+                        write_key(writer, row, keys)?;
+                    }
+                }
+                self.row += 1;
+                if chunk.values.data.len() >= CHUNK_BYTES {
+                    return Ok(true);
+                }
+            }
+            self.batch += 1;
+            self.row = 0;
+            self.writers = None;
+        }
+        Ok(!chunk.values.is_empty())
+    }
+}
+
+/// Encodes every row of `batches` following `plan` (from [`plan_kafka`] on the same schema).
+pub fn encode_kafka(plan: &KafkaPlan, batches: &[RecordBatch]) -> CoreResult<KafkaRecords> {
+    let mut encoder = KafkaEncoder::new(plan.clone(), batches.to_vec());
+    let mut records = KafkaRecords::default();
+    let mut chunk = encoder.new_chunk();
+    while encoder.next_chunk(&mut chunk)? {
+        records.num_rows += chunk.values.len();
+        records.push(chunk.clone());
+    }
+    Ok(records)
+}
+
+fn write_key(writer: &KeyWriter, row: usize, keys: &mut Payloads) -> CoreResult<()> {
+    match writer {
+        KeyWriter::Bytes(col) => {
+            if col.array().is_null(row) {
+                keys.push_null()
+            } else {
+                keys.data.extend_from_slice(col.value(row));
+                keys.finish_row()
+            }
+        }
+        KeyWriter::Json(col) => {
+            if col.is_null(row) {
+                keys.push_null()
+            } else {
+                col.write(row, &mut keys.data);
+                keys.finish_row()
+            }
+        }
+    }
+}
+
+fn new_chunk(plan: &KafkaPlan, remaining_rows: usize) -> RecordChunk {
+    // A first guess of the chunk's row count; the buffers grow if rows are larger.
+    let rows = remaining_rows.min(16 * 1024);
+    RecordChunk {
+        values: Payloads::with_capacity(CHUNK_BYTES + CHUNK_BYTES / 8, rows),
+        keys: plan.key.map(|_| Payloads::with_capacity(rows * 16, rows)),
+    }
+}
+
+impl KafkaRecords {
+    fn push(&mut self, chunk: RecordChunk) {
+        self.value_bytes += chunk.values.data.len();
+        self.key_bytes += chunk.keys.as_ref().map_or(0, |k| k.data.len());
+        self.chunks.push(chunk);
+    }
+
+    /// Row `i`'s `(key, value)`, for tests and small batches (`None` = null / no key).
+    pub fn get(&self, mut i: usize) -> Option<KeyValue<'_>> {
+        for chunk in &self.chunks {
+            if i < chunk.values.len() {
+                let key = chunk.keys.as_ref().and_then(|k| k.get(i));
+                return Some((key, chunk.values.get(i)));
+            }
+            i -= chunk.values.len();
+        }
+        None
+    }
+}
