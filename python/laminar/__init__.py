@@ -31,6 +31,7 @@ from laminar.errors import (
     LaminarError,
 )
 from laminar.sinks.base import TransactionalSink
+from laminar.sinks.kafka import KafkaSink
 
 __all__ = [
     "AbortableError",
@@ -48,6 +49,7 @@ __all__ = [
     "InvalidStateEncoding",
     "KafkaRecordStream",
     "KafkaRecords",
+    "KafkaSink",
     "LaminarError",
     "PgCopyBuffer",
     "PreparedTxnState",
