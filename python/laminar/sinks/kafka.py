@@ -951,8 +951,8 @@ class KafkaSink(TransactionalSink):
 
     def _resolve_failed(self, rt: _Runtime, epoch: int | None) -> int | None:
         assert epoch is not None
-        operation = rt.failed_operation
-        if operation == "commit" and rt.producer is not None:
+        unanswered: LaminarError | None = None
+        if rt.failed_operation == "commit" and rt.producer is not None:
             # librdkafka: a commit that timed out may be retried to learn its outcome.
             try:
                 self._retrying(rt, "commit_transaction", epoch, self._commit_timeout_s)
@@ -963,28 +963,36 @@ class KafkaSink(TransactionalSink):
                 self.tracker.resolve(False, epoch=epoch)
                 return self._after_resolution(rt, epoch)
             except LaminarError as err:
-                log.warning(
-                    "sink %s: retried commit of epoch %d still in doubt (%s)",
-                    self.sink_id,
-                    epoch,
-                    err,
-                )
+                unanswered = err
             else:
                 self.tracker.resolve(True, epoch=epoch)
                 return self._after_resolution(rt, epoch)
         last = self._read_marker(rt)
-        if last is not None and last >= epoch:
-            self.tracker.resolve(True, epoch=epoch)
-            return self._after_resolution(rt, epoch, last)
-        if rt.fenced is not None:
-            self.tracker.resolve(False, epoch=epoch)
+        committed = last is not None and last >= epoch
+        if rt.fenced is not None or unanswered is not None:
+            # The brokers answer (the marker was just read) but not this producer's commit:
+            # brokers that drop a fenced producer's requests instead of answering
+            # PRODUCER_FENCED (Tansu) do exactly this. Re-initialising would fence the instance
+            # that took over, so stop here; a restarted writer settles the epoch at its init.
+            if committed:
+                self.tracker.resolve(True, epoch=epoch)
+                self._set_last_committed(last)
+            if rt.fenced is None:
+                rt.fenced = FencedError(
+                    f"the commit of epoch {epoch} got no answer twice ({unanswered}) while the "
+                    f"brokers answer other requests (the marker says epoch {last} is the last "
+                    "committed): another instance has most likely taken over this "
+                    "transactional id; this one stops. If no other writer runs, restart it: "
+                    "init_transactions settles the epoch",
+                    sink_id=self.sink_id,
+                    epoch=epoch,
+                )
             raise rt.fenced
-        # The marker says "not yet": make that final. A new producer fences the old one; the
-        # broker then completes a commit it had accepted, or aborts the transaction.
+        # No commit in flight (an abort failed, or the producer is gone): a new producer fences
+        # the old one and the broker aborts or completes its transaction; the marker is final.
         self._reinit_producer(rt)
         last = self._read_marker(rt)
-        committed = last is not None and last >= epoch
-        self.tracker.resolve(committed, epoch=epoch)
+        self.tracker.resolve(last is not None and last >= epoch, epoch=epoch)
         return self._after_resolution(rt, epoch, last)
 
     def _after_resolution(self, rt: _Runtime, epoch: int, last: int | None = None) -> int | None:
