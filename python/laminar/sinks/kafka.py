@@ -32,6 +32,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
+from itertools import repeat
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -517,39 +518,46 @@ class KafkaSink(TransactionalSink):
         start: int,
         stop: int,
     ) -> None:
+        if start != 0 or stop != len(values):
+            values = values[start:stop]
+            keys = keys[start:stop] if keys is not None else None
+        pairs = zip(keys, values, strict=True) if keys is not None else zip(repeat(None), values)
         producer = rt.producer
         produce = producer.produce
         topic = self._topic
         headers = rt.headers
-        i = start
+        key: bytes | None = None
+        value: bytes | None = None
         try:
             if rt.positional_produce:
                 # produce(topic, value, key, partition, callback, on_delivery, timestamp,
                 # headers) positionally: about a third faster than keywords in confluent-kafka.
                 try:
-                    for i in range(start, stop):
-                        key = keys[i] if keys is not None else None
+                    for key, value in pairs:
                         try:
-                            produce(topic, values[i], key, -1, None, None, 0, headers)
+                            produce(topic, value, key, -1, None, None, 0, headers)
                         except BufferError:
                             self._wait_for_room(rt, epoch)
-                            produce(topic, values[i], key, -1, None, None, 0, headers)
+                            produce(topic, value, key, -1, None, None, 0, headers)
                     return
                 except TypeError:
-                    if i != start:
+                    if len(producer) or value is not values[0]:
                         raise
                     rt.positional_produce = False  # another confluent-kafka argument order
-            for i in range(start, stop):
-                key = keys[i] if keys is not None else None
+                    pairs = (
+                        zip(keys, values, strict=True)
+                        if keys is not None
+                        else zip(repeat(None), values)
+                    )
+            for key, value in pairs:
                 try:
-                    produce(topic, values[i], key, headers=headers)
+                    produce(topic, value, key, headers=headers)
                 except BufferError:
                     self._wait_for_room(rt, epoch)
-                    produce(topic, values[i], key, headers=headers)
+                    produce(topic, value, key, headers=headers)
         except KafkaException as e:
-            key = keys[i] if keys is not None else None
-            value = values[i]
-            raise self._produce_error(e, epoch, first_row + i, key, value, rt) from e
+            row = first_row + start + next((i for i, v in enumerate(values) if v is value), 0)
+            raise self._produce_error(e, epoch, row, key, value, rt) from e
 
     def _wait_for_room(self, rt: _Runtime, epoch: int) -> None:
         """The local queue is full: serve callbacks until the broker acknowledged some."""
