@@ -565,3 +565,24 @@ def test_backend_is_named_after_the_sink(pg_dsn: str, table: str) -> None:
     sink.init_transactions()
     assert backend_pids(pg_dsn, "laminar named-sink")
     sink.close()
+
+
+def test_several_sinks_in_one_coordinator_transaction(pg_dsn: str, table_name: str) -> None:
+    """The atomic coordinator's shared-database case: two sinks and one COMMIT."""
+    orders = create_table(pg_dsn, table_name + "_orders")
+    audit = create_table(pg_dsn, table_name + "_audit")
+    sinks = [PostgresSink(pg_dsn, orders), PostgresSink(pg_dsn, audit)]
+    for sink in sinks:
+        sink.init_transactions()
+    with psycopg.connect(pg_dsn) as conn:
+        assert [s.write_in_transaction(conn, 0, batch(0)) for s in sinks] == [5, 5]
+        conn.rollback()  # the decision: roll back — neither table has anything
+        assert count_by_epoch(pg_dsn, orders) == count_by_epoch(pg_dsn, audit) == {}
+        assert [s.write_in_transaction(conn, 0, batch(0, rows=3)) for s in sinks] == [3, 3]
+        conn.commit()
+        assert count_by_epoch(pg_dsn, orders) == count_by_epoch(pg_dsn, audit) == {0: 3}
+        assert [s.write_in_transaction(conn, 0, batch(0)) for s in sinks] == [None, None]
+        conn.rollback()
+    assert [s.last_committed_epoch() for s in sinks] == [0, 0]
+    for sink in sinks:
+        sink.close()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +71,33 @@ _RELKIND_NAMES = {
 # -- the epoch marker -----------------------------------------------------------------------------
 
 
+# The metadata statements are constant: rendered to bytes once (identifiers quoted by psycopg).
+_CLAIM = (
+    sql.SQL(
+        "INSERT INTO {t} AS e (sink_id, epoch, committed_at, rows, bytes)"
+        " VALUES (%s, %s, now(), 0, 0)"
+        " ON CONFLICT (sink_id) DO UPDATE"
+        " SET epoch = EXCLUDED.epoch, committed_at = EXCLUDED.committed_at, rows = 0, bytes = 0"
+        " WHERE e.epoch < EXCLUDED.epoch"
+        " RETURNING epoch"
+    )
+    .format(t=meta_table("sink_epochs"))
+    .as_bytes(None)
+)
+_TOTALS = (
+    sql.SQL(
+        "UPDATE {t} SET rows = %s, bytes = %s, committed_at = clock_timestamp() WHERE sink_id = %s"
+    )
+    .format(t=meta_table("sink_epochs"))
+    .as_bytes(None)
+)
+_READ_EPOCH = (
+    sql.SQL("SELECT epoch FROM {t} WHERE sink_id = %s")
+    .format(t=meta_table("sink_epochs"))
+    .as_bytes(None)
+)
+
+
 def claim_epoch(conn: psycopg.Connection[Any], sink_id: str, epoch: int) -> bool:
     """Upsert ``laminar.sink_epochs`` to ``epoch``; True if this transaction now owns the epoch.
 
@@ -78,39 +105,19 @@ def claim_epoch(conn: psycopg.Connection[Any], sink_id: str, epoch: int) -> bool
     written in this transaction. The statement takes the row lock, so a concurrent writer of the
     same sink id waits here until this transaction ends, then sees the outcome.
     """
-    row = conn.execute(
-        sql.SQL(
-            "INSERT INTO {t} AS e (sink_id, epoch, committed_at, rows, bytes)"
-            " VALUES (%s, %s, now(), 0, 0)"
-            " ON CONFLICT (sink_id) DO UPDATE"
-            " SET epoch = EXCLUDED.epoch, committed_at = EXCLUDED.committed_at, rows = 0, bytes = 0"
-            " WHERE e.epoch < EXCLUDED.epoch"
-            " RETURNING epoch"
-        ).format(t=meta_table("sink_epochs")),
-        (sink_id, epoch),
-    ).fetchone()
-    return row is not None
+    return conn.execute(_CLAIM, (sink_id, epoch)).fetchone() is not None
 
 
 def record_epoch_totals(
     conn: psycopg.Connection[Any], sink_id: str, rows: int, nbytes: int
 ) -> None:
     """Store the claimed epoch's row and byte counts and commit time (for ``laminar status``)."""
-    conn.execute(
-        sql.SQL(
-            "UPDATE {t} SET rows = %s, bytes = %s, committed_at = clock_timestamp()"
-            " WHERE sink_id = %s"
-        ).format(t=meta_table("sink_epochs")),
-        (rows, nbytes, sink_id),
-    )
+    conn.execute(_TOTALS, (rows, nbytes, sink_id))
 
 
 def committed_epoch(conn: psycopg.Connection[Any], sink_id: str) -> int | None:
     """The last epoch committed by ``sink_id`` (as this transaction sees it), or None."""
-    row = conn.execute(
-        sql.SQL("SELECT epoch FROM {t} WHERE sink_id = %s").format(t=meta_table("sink_epochs")),
-        (sink_id,),
-    ).fetchone()
+    row = conn.execute(_READ_EPOCH, (sink_id,)).fetchone()
     return None if row is None else int(row[0])
 
 
@@ -524,7 +531,6 @@ def copy_batch(
     data: pa.Table | pa.RecordBatch,
     *,
     slice_bytes: int = DEFAULT_SLICE_BYTES,
-    on_chunk: Callable[[], None] | None = None,
 ) -> tuple[int, int]:
     """COPY ``data`` into ``table`` following ``plan``; return (rows, bytes) sent.
 
@@ -551,8 +557,6 @@ def copy_batch(
             for chunk in buffer.chunks:
                 copy.write(chunk)
                 crash_point("postgres.mid_copy")
-                if on_chunk is not None:
-                    on_chunk()
         rows += buffer.num_rows
         nbytes += buffer.total_bytes
     return rows, nbytes

@@ -763,6 +763,41 @@ class PostgresSink(TransactionalSink):
         self._drop_connection()
         self._ready = None
 
+    # -- for a coordinator: this sink's steps inside a transaction it owns ------------------------
+
+    def write_in_transaction(
+        self, conn: psycopg.Connection[Any], epoch: int, batch: ArrowData
+    ) -> int | None:
+        """Claim ``epoch`` and COPY ``batch`` on ``conn``, in its current transaction, without
+        committing; return the rows written, or None if this sink id already committed the epoch
+        (then nothing was written and the caller must not count this sink).
+
+        For a coordinator that puts several Postgres sinks of one database — and its own decision
+        rows — into ONE transaction: it commits (or prepares, or rolls back) ``conn`` itself. The
+        sink's own connection and state are not touched. Run `init_transactions` once first (it
+        creates the metadata schema and registers the sink). Errors are mapped as for `write`.
+        """
+        try:
+            if self._table_info is None:
+                self._table_info = load_table(conn, self._table_name, self._where())
+                self._check_table(self._table_info)
+            if not claim_epoch(conn, self.sink_id, epoch):
+                return None
+            data = as_arrow(batch)
+            rows, nbytes = copy_batch(
+                conn,
+                self._table_info,
+                self._plan_for(data.schema),
+                data,
+                slice_bytes=self._slice_bytes,
+            )
+            record_epoch_totals(conn, self.sink_id, rows, nbytes)
+        except psycopg.Error as e:
+            raise self._err(
+                e, f"writing epoch {epoch} to {self._table_name.display()}", epoch
+            ) from e
+        return rows
+
     # -- two-phase participants: listing and resolving -------------------------------------------
 
     def prepared_transactions(self) -> list[PreparedTransaction]:
