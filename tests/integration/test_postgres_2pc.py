@@ -14,10 +14,18 @@ import psycopg
 import pytest
 
 import laminar
-from laminar import ConfigError, IllegalStateError, PostgresSink, PreparedTxnState, TransactionState
+from laminar import (
+    ConfigError,
+    IllegalStateError,
+    InDoubtError,
+    PostgresSink,
+    PreparedTxnState,
+    TransactionState,
+)
 from laminar.sinks._pg_steps import claim_epoch
 from tests.integration.pg_helpers import (
     REPO,
+    CommitReplyDropper,
     batch,
     count_by_epoch,
     create_table,
@@ -210,4 +218,47 @@ def test_max_prepared_transactions_zero_is_a_clear_config_error(
     assert sink.transaction_state == TransactionState.Idle()
     assert laminar.exactly_once(sink).write_epoch(0, batch(0)).committed
     assert count_by_epoch(server.dsn, table) == {0: 5}
+    sink.close()
+
+
+def test_a_lost_commit_prepared_reply_is_resolved_by_recovery(
+    postgres: Any, pg_dsn: str, table: str
+) -> None:
+    proxy = CommitReplyDropper(postgres.host, postgres.port)
+    try:
+        sink = PostgresSink(proxy.dsn(pg_dsn), table, sink_id="2pc-lost-reply")
+        sink.begin_transaction(0)
+        sink.write(batch(0))
+        sink.prepare_transaction()
+        proxy.arm()
+        with pytest.raises(InDoubtError, match="COMMIT PREPARED"):
+            sink.commit_transaction(0)
+        assert proxy.cuts == 1
+        assert sink.transaction_state == TransactionState.Failed(0)
+        assert prepared_gids(pg_dsn) == []  # it did commit
+        assert sink.recover() == 0
+        assert sink.transaction_state == TransactionState.Idle()
+        assert count_by_epoch(pg_dsn, table) == {0: 5}
+        sink.close()
+    finally:
+        proxy.close()
+
+
+def test_a_commit_prepared_after_a_server_restart_is_completed_by_recovery(
+    postgres_factory: Any, table_name: str
+) -> None:
+    server = postgres_factory()
+    table = create_table(server.dsn, table_name)
+    sink = PostgresSink(server.dsn, table, sink_id="2pc-restart-commit")
+    sink.begin_transaction(0)
+    sink.write(batch(0))
+    sink.prepare_transaction()
+    server.restart()  # the session is gone; the prepared transaction is not
+    with pytest.raises(InDoubtError):
+        sink.commit_transaction(0)
+    assert prepared_gids(server.dsn) == [sink.gid(0)]
+    assert sink.recover() == 0  # completes the decision that was being sent: COMMIT PREPARED
+    assert prepared_gids(server.dsn) == []
+    assert count_by_epoch(server.dsn, table) == {0: 5}
+    assert laminar.exactly_once(sink).write_epoch(0, batch(0)).skipped
     sink.close()

@@ -130,6 +130,12 @@ def test_connection_terminated_mid_epoch_surfaces_as_abortable(pg_dsn: str, tabl
     assert info.value.requires_abort
     assert info.value.epoch == 0
     assert isinstance(info.value.__cause__, psycopg.OperationalError)
+    # no silent reconnect inside the epoch: a new session would hold neither the claim nor rows
+    with pytest.raises(AbortableError, match="connection holding epoch 0's transaction was lost"):
+        sink.write(batch(0))
+    with pytest.raises(AbortableError, match="was lost"):
+        sink.commit_transaction(0)
+    assert count_by_epoch(pg_dsn, table) == {}
     sink.abort_transaction(0)  # the transaction died with the session
     assert sink.begin_transaction(0)  # reconnects
     sink.write(batch(0))

@@ -232,6 +232,20 @@ class PostgresSink(TransactionalSink):
         self._conn = conn
         return conn
 
+    def _epoch_connection(self, epoch: int | None) -> psycopg.Connection[Any]:
+        """The connection holding the open epoch's transaction. Never a new one: a session that
+        was lost took the transaction (and its claim) with it, so writing or committing on a
+        fresh session would land rows outside the epoch's transaction."""
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken:
+            raise AbortableError(
+                f"the connection holding epoch {epoch}'s transaction was lost (the server rolled "
+                "the transaction back): abort the epoch and write it again",
+                sink_id=self.sink_id,
+                epoch=epoch,
+            )
+        return conn
+
     def _drop_connection(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
@@ -429,7 +443,7 @@ class PostgresSink(TransactionalSink):
                 sink_id=self.sink_id,
             )
         epoch = state.epoch
-        conn = self._connection()
+        conn = self._epoch_connection(epoch)
         try:
             data = as_arrow(batch)
             plan = self._plan_for(data.schema)
@@ -475,7 +489,10 @@ class PostgresSink(TransactionalSink):
             return
         try:
             record_epoch_totals(
-                self._connection(), self.sink_id, self._epoch_rows or 0, self._epoch_bytes or 0
+                self._epoch_connection(epoch),
+                self.sink_id,
+                self._epoch_rows or 0,
+                self._epoch_bytes or 0,
             )
         except psycopg.Error as e:
             error = self._err(e, f"recording epoch {epoch} in laminar.sink_epochs", epoch)
@@ -497,9 +514,10 @@ class PostgresSink(TransactionalSink):
         gid = self.gid(epoch)
         self._finish_epoch(epoch)
         crash_point("postgres.before_prepare")
+        conn = self._epoch_connection(epoch)
         self._prepare_sent = gid
         try:
-            prepare_transaction(self._connection(), gid)
+            prepare_transaction(conn, gid)
         except psycopg.Error as e:
             if is_connection_failure(e, self._conn):
                 # The PREPARE may or may not have happened: abort_transaction cleans up the gid.
@@ -542,7 +560,7 @@ class PostgresSink(TransactionalSink):
             )
         self._finish_epoch(epoch)
         crash_point("postgres.before_commit")
-        conn = self._connection()
+        conn = self._epoch_connection(epoch)
         self.tracker.commit_started(epoch=epoch)
         try:
             conn.commit()
@@ -573,13 +591,17 @@ class PostgresSink(TransactionalSink):
         try:
             found = _commit_prepared(self._connection(), gid)
         except (psycopg.Error, LaminarError) as e:
+            # Failed(epoch) with the decision kept: recover() completes the COMMIT PREPARED.
             self.tracker.commit_failed()
             self._pending_decision = "commit"
-            if isinstance(e, psycopg.Error) and is_connection_failure(e, self._conn):
+            lost = isinstance(e, AbortableError) or (
+                isinstance(e, psycopg.Error) and is_connection_failure(e, self._conn)
+            )
+            if lost:
                 self._drop_connection()
                 raise InDoubtError(
-                    f"the connection was lost during COMMIT PREPARED {gid!r}: recover() "
-                    "completes it",
+                    f"COMMIT PREPARED {gid!r} did not complete (the server could not be reached "
+                    "or the connection was lost): recover() completes it",
                     sink_id=self.sink_id,
                     epoch=epoch,
                 ) from e
