@@ -31,6 +31,7 @@ from laminar.errors import (
     LaminarError,
 )
 from laminar.sinks.base import TransactionalSink
+from laminar.sinks.postgres import PostgresSink
 
 __all__ = [
     "AbortableError",
@@ -50,6 +51,7 @@ __all__ = [
     "KafkaRecords",
     "LaminarError",
     "PgCopyBuffer",
+    "PostgresSink",
     "PreparedTxnState",
     "TransactionState",
     "TransactionalSink",
