@@ -32,6 +32,7 @@ from laminar.errors import (
 )
 from laminar.sinks.base import TransactionalSink
 from laminar.sinks.kafka import KafkaSink
+from laminar.sinks.postgres import PostgresSink
 
 __all__ = [
     "AbortableError",
@@ -52,6 +53,7 @@ __all__ = [
     "KafkaSink",
     "LaminarError",
     "PgCopyBuffer",
+    "PostgresSink",
     "PreparedTxnState",
     "TransactionState",
     "TransactionalSink",

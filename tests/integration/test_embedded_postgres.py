@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -166,3 +167,22 @@ def test_context_manager_stops_on_error() -> None:
     assert seen
     assert not seen[0].exists()
     assert not server.is_running()
+
+
+@pytest.mark.e2e
+def test_starts_while_a_spark_connect_client_is_live(
+    spark: Any, postgres_factory: Callable[..., EphemeralPostgres]
+) -> None:
+    """A live Spark Connect client (gRPC threads) in this process must not break PostgreSQL.
+
+    gRPC's fork handlers can abort a plain fork()ed child (SIGABRT) before it execs: seen when the
+    integration tests started a second server after the e2e tests had opened a Spark session, and
+    the demo restarts PostgreSQL while its Spark client is live. The servers are started so that no
+    fork handler runs in the child (privileges dropped by setpriv after exec, not by Popen).
+    """
+    assert spark.range(3).count() == 3
+    for _ in range(3):
+        server = postgres_factory()
+        server.restart()
+        with psycopg.connect(server.dsn) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)

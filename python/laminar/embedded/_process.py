@@ -151,6 +151,26 @@ def log_tail(path: Path, lines: int = 30) -> str:
     return redact_text("\n".join(text.splitlines()[-lines:]))
 
 
+def as_user(argv: Sequence[str], user: UnprivilegedUser | None) -> list[str]:
+    """``argv`` run as ``user`` by ``setpriv`` (util-linux), or unchanged when ``user`` is None.
+
+    Dropping privileges inside the exec'd command, rather than with ``Popen(user=...)``, lets
+    CPython start the child with vfork: a plain fork() in a process that holds gRPC threads (a Spark
+    Connect client, as in the tests and the demo) runs gRPC's fork handlers in the child, which can
+    abort it (SIGABRT) before it ever execs.
+    """
+    if user is None:
+        return list(argv)
+    return [
+        "setpriv",
+        f"--reuid={user.uid}",
+        f"--regid={user.gid}",
+        "--clear-groups",
+        "--",
+        *argv,
+    ]
+
+
 def run_checked(
     argv: Sequence[str],
     *,
@@ -163,16 +183,13 @@ def run_checked(
     """Run a short command to completion; raise `EmbeddedServerError` with its output on failure."""
     try:
         proc = subprocess.run(
-            list(argv),
+            as_user(argv, user),
             cwd=cwd,
             env=dict(env) if env is not None else None,
             capture_output=True,
             text=True,
             timeout=timeout,
             check=False,
-            user=user.uid if user is not None else None,
-            group=user.gid if user is not None else None,
-            extra_groups=[] if user is not None else None,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise EmbeddedServerError(f"{what} failed: {e}") from e
@@ -209,17 +226,13 @@ class ServerProcess:
             log.write(f"--- {name}: {' '.join(self.argv)}\n".encode())
             log.flush()
             self._popen: subprocess.Popen[bytes] = subprocess.Popen(
-                self.argv,
+                as_user(self.argv, user),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=cwd,
                 env=dict(env) if env is not None else None,
-                start_new_session=True,
-                # PostgreSQL refuses to run as root: drop to the unprivileged account.
-                user=user.uid if user is not None else None,
-                group=user.gid if user is not None else None,
-                extra_groups=[] if user is not None else None,
+                start_new_session=True,  # PostgreSQL refuses root: as_user() drops privileges
             )
         except OSError as e:
             raise EmbeddedServerError(f"could not start {name} ({self.argv[0]}): {e}") from e

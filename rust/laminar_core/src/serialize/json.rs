@@ -1,13 +1,14 @@
 //! Arrow → JSON text, one object per row (the Kafka `value_format="json"` payload and the source of
 //! `json`/`jsonb` columns in COPY).
 //!
-//! Hand-written rather than `arrow_json::writer` because the format rules differ from arrow-json's
-//! in four places that users see: timestamps (RFC 3339 with `Z` and the unit's fraction digits;
-//! arrow-json writes chrono's `%:z`-style text), non-finite floats (Spark's `"NaN"`/`"Infinity"`
-//! strings; arrow-json writes `null`), binary (base64; arrow-json writes hex) and durations (ISO 8601;
-//! arrow-json writes chrono's debug text). Overriding all of those through `EncoderFactory` would
-//! leave little of arrow-json in use, and a per-column encoder tree built once per batch lets the
-//! per-value path be a single indirect call that appends to one reused buffer with no allocation.
+//! Hand-written rather than `arrow_json::writer` because arrow-json 59 differs from the format
+//! rules users see in three places: non-finite floats (it writes `null`; we write Spark's
+//! `"NaN"`/`"Infinity"` strings), binary (hex; we write base64, as Spark does) and timestamps (it
+//! formats through arrow-cast's display, not as the UTC instant with `Z` and the unit's fraction
+//! digits). Overriding those through `EncoderFactory` would leave little of arrow-json in use, and
+//! a per-column writer tree built once per batch lets the per-value path be one indirect call that
+//! appends to one reused buffer, with no allocation (itoa, zmij, table-driven escaping, a date
+//! cache).
 //!
 //! Format rules (also in `docs/serialization.md`): field order = column order; nulls are written
 //! (`"a":null`); decimals are JSON numbers with exactly the column's scale; tz-aware timestamps are

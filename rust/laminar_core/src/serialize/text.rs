@@ -258,21 +258,30 @@ pub fn unit_scale(unit: arrow_schema::TimeUnit) -> (i64, u32) {
     }
 }
 
-/// Remembers the text of the last date written: rows of a batch mostly share a few days, so the
-/// calendar arithmetic runs once per day instead of once per value.
+/// Remembers the text of recently written dates in a small direct-mapped table (64 days): rows of
+/// a batch mostly fall within a few weeks, so the calendar arithmetic runs about once per day
+/// instead of once per value.
 #[derive(Debug)]
 pub struct DateCache {
-    day: Cell<i64>,
-    text: Cell<[u8; 24]>,
-    len: Cell<u8>,
+    slots: Box<[Cell<CachedDate>; 64]>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct CachedDate {
+    day: i64,
+    len: u8,
+    text: [u8; 23],
 }
 
 impl Default for DateCache {
     fn default() -> Self {
+        let empty = CachedDate {
+            day: i64::MIN,
+            len: 0,
+            text: [0; 23],
+        };
         Self {
-            day: Cell::new(i64::MIN),
-            text: Cell::new([0; 24]),
-            len: Cell::new(0),
+            slots: Box::new(std::array::from_fn(|_| Cell::new(empty))),
         }
     }
 }
@@ -281,20 +290,23 @@ impl DateCache {
     /// Appends `YYYY-MM-DD` for `days` since 1970-01-01 (see [`write_date`]).
     #[inline]
     pub fn write(&self, out: &mut Vec<u8>, days: i64) {
-        if self.day.get() == days {
-            let text = self.text.get();
-            out.extend_from_slice(&text[..self.len.get() as usize]);
+        let slot = &self.slots[(days & 63) as usize];
+        let cached = slot.get();
+        if cached.day == days {
+            out.extend_from_slice(&cached.text[..cached.len as usize]);
             return;
         }
         let start = out.len();
         write_date(out, days);
         let written = &out[start..];
-        let mut text = [0u8; 24];
+        let mut text = [0u8; 23];
         if written.len() <= text.len() {
             text[..written.len()].copy_from_slice(written);
-            self.text.set(text);
-            self.len.set(written.len() as u8);
-            self.day.set(days);
+            slot.set(CachedDate {
+                day: days,
+                len: written.len() as u8,
+                text,
+            });
         }
     }
 }

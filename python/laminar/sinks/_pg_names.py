@@ -1,0 +1,214 @@
+"""Names on the PostgreSQL side: table names as users write them, and two-phase-commit gids.
+
+Table names follow SQL: ``schema.table`` or ``table`` (found through ``search_path``); a part in
+double quotes is taken literally (``""`` is a quote; dots and spaces are allowed inside), an
+unquoted part that is a plain identifier is folded to lower case as PostgreSQL does
+(``Orders`` → ``orders``). An unquoted part that is not a plain identifier (``order items``) has
+only one possible meaning and is taken verbatim. The parsed parts are only ever used through
+``psycopg.sql.Identifier``.
+
+Prepared-transaction ids (gids), docs/protocol.md §2/§4::
+
+    laminar:<sink>:<epoch>:<part>
+
+``<sink>`` is the sink id, percent-encoded (UTF-8) except for ASCII letters, digits, ``.``,
+``_`` and ``-`` — so a ``:`` in a sink id is ``%3A`` and the gid splits unambiguously on ``:``.
+PostgreSQL limits a gid to 199 bytes: when the whole gid would be longer, ``<sink>`` becomes
+the first bytes of its encoding, ``~`` and 16 hex digits of the SHA-256 of the sink id (``~``
+never occurs in an encoded id, so the two forms cannot be confused). ``<epoch>`` and ``<part>``
+are decimal integers (``part`` is the Spark partition of a scale-out write, 0 otherwise).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
+
+from laminar.errors import ConfigError
+
+__all__ = [
+    "GID_MAX_BYTES",
+    "GID_PREFIX",
+    "ParsedGid",
+    "TableName",
+    "gid_prefix",
+    "make_gid",
+    "parse_gid",
+    "parse_table_name",
+    "render_identifier",
+]
+
+#: PostgreSQL's limit: a gid "must be less than 200 bytes long".
+GID_MAX_BYTES = 199
+#: Every gid laminar prepares starts with this.
+GID_PREFIX = "laminar:"
+
+_IDENT_CHAR = r"A-Za-z0-9_$\u0080-\U0010ffff"
+_PLAIN_IDENTIFIER = re.compile(rf"[A-Za-z_\u0080-\U0010ffff][{_IDENT_CHAR}]*")
+_DIGITS = re.compile(r"[0-9]+")
+_GID_SAFE = "._-"
+_HASH_MARK = "~"
+
+
+@dataclass(frozen=True)
+class TableName:
+    """A table as named by the user: ``schema`` is None when ``search_path`` decides."""
+
+    schema: str | None
+    name: str
+
+    def display(self) -> str:
+        """The name in SQL form, quoted where needed (``public.orders``, ``"My"."T.x"``)."""
+        if self.schema is None:
+            return render_identifier(self.name)
+        return f"{render_identifier(self.schema)}.{render_identifier(self.name)}"
+
+
+def render_identifier(part: str) -> str:
+    """One identifier as SQL text: bare when that reads back the same, double-quoted otherwise."""
+    if part and _bare_start(part[0]) and all(_bare_start(c) or c in "0123456789$" for c in part):
+        return part
+    return '"' + part.replace('"', '""') + '"'
+
+
+def _bare_start(c: str) -> bool:
+    return ("a" <= c <= "z") or c == "_" or (c >= "\u0080" and c.isalpha())
+
+
+def _fold(part: str) -> str:
+    # PostgreSQL folds only ASCII letters of unquoted identifiers (UTF-8 databases).
+    return "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in part)
+
+
+def parse_table_name(text: str) -> TableName:
+    """Parse ``schema.table`` / ``table`` (quoted parts allowed) into a `TableName`.
+
+    Raises `ConfigError` for an empty name, an unterminated or empty quoted part, a stray quote,
+    or more than two parts.
+    """
+    if not isinstance(text, str):
+        raise ConfigError(f"table must be a string like 'schema.table', not {type(text).__name__}")
+    parts: list[str] = []
+    i, n = 0, len(text)
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(
+            f"table name {text!r}: {why}. Write it as schema.table or table; quote a part that "
+            'holds dots, quotes or capitals in double quotes, doubling inner quotes: \'"My.Schema"'
+            '."Ta""ble"\''
+        )
+
+    while True:
+        while i < n and text[i].isspace():
+            i += 1
+        if i < n and text[i] == '"':
+            i += 1
+            chars: list[str] = []
+            while True:
+                if i >= n:
+                    raise bad("unterminated quoted identifier")
+                if text[i] == '"':
+                    if i + 1 < n and text[i + 1] == '"':
+                        chars.append('"')
+                        i += 2
+                        continue
+                    i += 1
+                    break
+                chars.append(text[i])
+                i += 1
+            if not chars:
+                raise bad("empty quoted identifier")
+            parts.append("".join(chars))
+            while i < n and text[i].isspace():
+                i += 1
+        else:
+            start = i
+            while i < n and text[i] not in '."':
+                i += 1
+            if i < n and text[i] == '"':
+                raise bad("a double quote inside an unquoted part")
+            raw = text[start:i].strip()
+            if not raw:
+                raise bad("empty name part")
+            parts.append(_fold(raw) if _PLAIN_IDENTIFIER.fullmatch(raw) else raw)
+        if i >= n:
+            break
+        if text[i] != ".":
+            raise bad(f"unexpected character {text[i]!r} after a quoted part")
+        i += 1
+    if len(parts) > 2:
+        raise bad(f"{len(parts)} parts; the database comes from the DSN, the table is schema.table")
+    if len(parts) == 2:
+        return TableName(parts[0], parts[1])
+    return TableName(None, parts[0])
+
+
+# -- two-phase-commit gids ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParsedGid:
+    """The fields of a laminar gid; ``sink_id`` is None when the gid holds a hashed sink id."""
+
+    sink_part: str
+    sink_id: str | None
+    epoch: int
+    part: int
+
+
+def _encode_sink(sink_id: str) -> str:
+    # quote() always keeps "~" (an RFC 3986 unreserved character); it marks hashed ids here.
+    return quote(sink_id.encode("utf-8"), safe=_GID_SAFE).replace(_HASH_MARK, "%7E")
+
+
+def _sink_part(sink_id: str, budget: int) -> str:
+    encoded = _encode_sink(sink_id)
+    if len(encoded) <= budget:
+        return encoded
+    digest = hashlib.sha256(sink_id.encode("utf-8")).hexdigest()[:16]
+    keep = max(0, budget - len(_HASH_MARK) - len(digest))
+    head = encoded[:keep]
+    # never cut inside a %XX escape
+    cut = head.rfind("%")
+    if cut != -1 and cut > len(head) - 3:
+        head = head[:cut]
+    return f"{head}{_HASH_MARK}{digest}"
+
+
+# Room kept for ":<epoch>:<part>" whatever their values, so a sink's gids share one prefix.
+_TAIL_RESERVE = len(":9223372036854775807:2147483647")
+
+
+def gid_prefix(sink_id: str) -> str:
+    """The prefix every gid of ``sink_id`` starts with (``laminar:<sink>:``)."""
+    budget = GID_MAX_BYTES - len(GID_PREFIX) - _TAIL_RESERVE
+    return f"{GID_PREFIX}{_sink_part(sink_id, budget)}:"
+
+
+def make_gid(sink_id: str, epoch: int, part: int = 0) -> str:
+    """The prepared-transaction id of ``sink_id``'s ``epoch``, partition ``part``."""
+    if epoch < 0 or part < 0:
+        raise ConfigError(f"gid needs a non-negative epoch and part, got {epoch} and {part}")
+    gid = f"{gid_prefix(sink_id)}{epoch}:{part}"
+    if len(gid.encode("utf-8")) > GID_MAX_BYTES:  # only with out-of-range epoch/part values
+        raise ConfigError(f"gid for epoch {epoch}, part {part} exceeds {GID_MAX_BYTES} bytes")
+    return gid
+
+
+def parse_gid(gid: str) -> ParsedGid | None:
+    """The fields of a laminar gid, or None if ``gid`` is not one."""
+    if not gid.startswith(GID_PREFIX):
+        return None
+    fields = gid[len(GID_PREFIX) :].split(":")
+    if len(fields) != 3 or not _DIGITS.fullmatch(fields[1]) or not _DIGITS.fullmatch(fields[2]):
+        return None
+    sink_part = fields[0]
+    if not sink_part:
+        return None
+    try:
+        sink_id = None if _HASH_MARK in sink_part else unquote(sink_part, errors="strict")
+    except UnicodeDecodeError:
+        return None
+    return ParsedGid(sink_part, sink_id, int(fields[1]), int(fields[2]))

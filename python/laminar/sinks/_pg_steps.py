@@ -1,0 +1,643 @@
+"""The Postgres sink's protocol steps, each a function of a given connection (docs/protocol.md §2).
+
+Every step runs in the connection's *current* transaction and never commits, so a coordinator can
+run the steps of several Postgres sinks — and its own decision rows — in ONE database transaction
+when they share a database::
+
+    claimed = claim_epoch(conn, sink_id, epoch)     # first: row lock before any data moves
+    if claimed:
+        rows, nbytes = copy_batch(conn, table, plan, batch)
+        record_epoch_totals(conn, sink_id, rows, nbytes)
+    conn.commit()                                    # or prepare_transaction(conn, gid)
+
+Catalog reads (`load_table`) and column planning (`plan_copy`) check everything that can be
+checked before a row is sent. The two-phase helpers (`prepare_transaction`, `commit_prepared`,
+`rollback_prepared`, `list_prepared`) implement the participant side of §4.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
+from psycopg import sql
+
+from laminar._core import check_pg_copy_schema, encode_pg_copy
+from laminar._faults import crash_point
+from laminar.errors import ConfigError, DataError, LaminarError
+from laminar.metadata import table as meta_table
+from laminar.sinks._pg_names import GID_PREFIX, TableName, parse_gid, render_identifier
+
+__all__ = [
+    "DEFAULT_SLICE_BYTES",
+    "ColumnInfo",
+    "CopyPlan",
+    "PreparedTransaction",
+    "TableInfo",
+    "as_arrow",
+    "claim_epoch",
+    "commit_prepared",
+    "committed_epoch",
+    "copy_batch",
+    "list_prepared",
+    "load_table",
+    "plan_copy",
+    "prepare_transaction",
+    "record_epoch_totals",
+    "rollback_prepared",
+]
+
+#: Arrow bytes encoded (and sent) per COPY statement; bigger batches stream in several.
+DEFAULT_SLICE_BYTES = 64 << 20
+
+_COPYABLE_KINDS = {"r": "table", "p": "partitioned table", "f": "foreign table"}
+_RELKIND_NAMES = {
+    "v": "view",
+    "m": "materialized view",
+    "S": "sequence",
+    "c": "composite type",
+    "i": "index",
+    "I": "partitioned index",
+    "t": "TOAST table",
+}
+
+
+# -- the epoch marker -----------------------------------------------------------------------------
+
+
+# The metadata statements are constant: rendered to bytes once (identifiers quoted by psycopg).
+_CLAIM = (
+    sql.SQL(
+        "INSERT INTO {t} AS e (sink_id, epoch, committed_at, rows, bytes)"
+        " VALUES (%s, %s, now(), 0, 0)"
+        " ON CONFLICT (sink_id) DO UPDATE"
+        " SET epoch = EXCLUDED.epoch, committed_at = EXCLUDED.committed_at, rows = 0, bytes = 0"
+        " WHERE e.epoch < EXCLUDED.epoch"
+        " RETURNING epoch"
+    )
+    .format(t=meta_table("sink_epochs"))
+    .as_bytes(None)
+)
+_TOTALS = (
+    sql.SQL(
+        "UPDATE {t} SET rows = %s, bytes = %s, committed_at = clock_timestamp() WHERE sink_id = %s"
+    )
+    .format(t=meta_table("sink_epochs"))
+    .as_bytes(None)
+)
+_READ_EPOCH = (
+    sql.SQL("SELECT epoch FROM {t} WHERE sink_id = %s")
+    .format(t=meta_table("sink_epochs"))
+    .as_bytes(None)
+)
+
+
+def claim_epoch(conn: psycopg.Connection[Any], sink_id: str, epoch: int) -> bool:
+    """Upsert ``laminar.sink_epochs`` to ``epoch``; True if this transaction now owns the epoch.
+
+    False means the sink id already holds ``epoch`` or a later one (a replay): nothing else may be
+    written in this transaction. The statement takes the row lock, so a concurrent writer of the
+    same sink id waits here until this transaction ends, then sees the outcome.
+    """
+    return conn.execute(_CLAIM, (sink_id, epoch)).fetchone() is not None
+
+
+def record_epoch_totals(
+    conn: psycopg.Connection[Any], sink_id: str, rows: int, nbytes: int
+) -> None:
+    """Store the claimed epoch's row and byte counts and commit time (for ``laminar status``)."""
+    conn.execute(_TOTALS, (rows, nbytes, sink_id))
+
+
+def committed_epoch(conn: psycopg.Connection[Any], sink_id: str) -> int | None:
+    """The last epoch committed by ``sink_id`` (as this transaction sees it), or None."""
+    row = conn.execute(_READ_EPOCH, (sink_id,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+# -- the target table -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ColumnInfo:
+    """One column of the target table, as the catalog describes it (domains resolved)."""
+
+    name: str
+    #: ``pg_type.typname`` of the column's (base) type: ``int4``, ``varchar``, ``_text``…
+    typname: str
+    typmod: int
+    #: The SQL spelling of the declared type, for messages (``character varying(10)``).
+    type_display: str
+    not_null: bool
+    has_default: bool
+    #: ``a`` (GENERATED ALWAYS AS IDENTITY), ``d`` (BY DEFAULT) or empty.
+    identity: str
+    #: ``s`` for a stored generated column, empty otherwise.
+    generated: str
+
+    @property
+    def fills_itself(self) -> bool:
+        """Whether the column gets a value when the batch has none for it."""
+        return self.has_default or bool(self.identity) or bool(self.generated)
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """The resolved target table."""
+
+    oid: int
+    schema: str
+    name: str
+    kind: str
+    columns: tuple[ColumnInfo, ...]
+    database: str
+    can_insert: bool
+
+    @property
+    def identifier(self) -> sql.Identifier:
+        """The schema-qualified, quoted name for SQL."""
+        return sql.Identifier(self.schema, self.name)
+
+    @property
+    def display(self) -> str:
+        """``schema.table`` as SQL text, quoted where needed."""
+        return f"{render_identifier(self.schema)}.{render_identifier(self.name)}"
+
+    def column(self, name: str) -> ColumnInfo | None:
+        """The column called exactly ``name``."""
+        for column in self.columns:
+            if column.name == name:
+                return column
+        return None
+
+
+_COLUMNS_QUERY = """
+SELECT a.attname, t.typname, a.atttypmod, format_type(a.atttypid, a.atttypmod),
+       a.attnotnull, a.atthasdef, a.attidentity::text, a.attgenerated::text,
+       t.typtype::text, t.typbasetype, t.typtypmod, t.typnotnull
+FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum
+"""
+
+
+def load_table(conn: psycopg.Connection[Any], name: TableName, where: str) -> TableInfo:
+    """Resolve ``name`` (through ``search_path`` when unqualified) and read its columns.
+
+    ``where`` describes the database for messages (a redacted DSN). Raises `ConfigError` naming
+    the table and database when it does not exist or is not a table COPY can write.
+    """
+    if name.schema is None:
+        regclass = sql.SQL("to_regclass(quote_ident(%s))")
+        params: tuple[str, ...] = (name.name,)
+    else:
+        regclass = sql.SQL("to_regclass(format('%%I.%%I', %s::text, %s::text))")
+        params = (name.schema, name.name)
+    row = conn.execute(
+        sql.SQL(
+            "SELECT c.oid, n.nspname, c.relname, c.relkind::text,"
+            " has_table_privilege(c.oid, 'INSERT'), current_database()"
+            " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE c.oid = {}"
+        ).format(regclass),
+        params,
+    ).fetchone()
+    if row is None:
+        raise ConfigError(_missing_table_message(conn, name, where))
+    oid, schema, relname, relkind, can_insert, database = row
+    if relkind not in _COPYABLE_KINDS:
+        kind = _RELKIND_NAMES.get(relkind, f"relation of kind {relkind!r}")
+        raise ConfigError(
+            f"{render_identifier(schema)}.{render_identifier(relname)} in {where} is a {kind}, "
+            "not a table: PostgresSink writes rows into a table"
+        )
+    columns = []
+    for (
+        attname,
+        typname,
+        typmod,
+        display,
+        notnull,
+        hasdef,
+        ident,
+        gen,
+        typtype,
+        base,
+        btm,
+        tnn,
+    ) in conn.execute(_COLUMNS_QUERY, (oid,)).fetchall():
+        if typtype == "d":  # a domain: COPY BINARY takes the base type's format
+            typname, typmod, domain_not_null = _domain_base(conn, base, btm)
+            notnull = notnull or tnn or domain_not_null
+        columns.append(
+            ColumnInfo(
+                name=attname,
+                typname=typname,
+                typmod=int(typmod),
+                type_display=display,
+                not_null=bool(notnull),
+                has_default=bool(hasdef),
+                identity=ident or "",
+                generated=gen or "",
+            )
+        )
+    return TableInfo(
+        oid=int(oid),
+        schema=schema,
+        name=relname,
+        kind=relkind,
+        columns=tuple(columns),
+        database=database,
+        can_insert=bool(can_insert),
+    )
+
+
+def _domain_base(conn: psycopg.Connection[Any], base: int, typmod: int) -> tuple[str, int, bool]:
+    not_null = False
+    for _ in range(32):  # domains over domains; PostgreSQL has no cycles here
+        row = conn.execute(
+            "SELECT typname, typtype::text, typbasetype, typtypmod, typnotnull FROM pg_type"
+            " WHERE oid = %s",
+            (base,),
+        ).fetchone()
+        if row is None:
+            break
+        typname, typtype, next_base, next_typmod, typnotnull = row
+        not_null = not_null or bool(typnotnull)
+        if typtype != "d":
+            return typname, typmod, not_null
+        base, typmod = next_base, (typmod if typmod != -1 else next_typmod)
+    raise ConfigError(f"cannot resolve the base type of domain type oid {base}")
+
+
+def _missing_table_message(conn: psycopg.Connection[Any], name: TableName, where: str) -> str:
+    message = f"table {name.display()} does not exist in {where}"
+    if name.schema is None:
+        path = conn.execute("SELECT current_setting('search_path')").fetchone()
+        message += f" (searched search_path: {path[0] if path else '?'})"
+    similar = conn.execute(
+        "SELECT n.nspname, c.relname FROM pg_class c"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE lower(c.relname) = lower(%s) AND c.relkind IN ('r', 'p', 'f')"
+        " AND n.nspname NOT IN ('pg_catalog', 'information_schema')"
+        " ORDER BY 1, 2 LIMIT 5",
+        (name.name,),
+    ).fetchall()
+    if similar:
+        names = ", ".join(f"{render_identifier(s)}.{render_identifier(t)}" for s, t in similar)
+        message += (
+            f"; similar tables: {names} (table names are case-sensitive inside double quotes)"
+        )
+    else:
+        message += "; create it first (PostgresSink does not create tables)"
+    return message
+
+
+# -- mapping Arrow columns onto table columns ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CopyPlan:
+    """How a batch of one Arrow schema is written: which Arrow column feeds which table column."""
+
+    source_columns: tuple[str, ...]
+    targets: tuple[ColumnInfo, ...]
+    statement: sql.Composed
+    #: Arrow columns of type null (Spark's NullType, ``lit(None)``), cast to a type their target
+    #: accepts before encoding: their values are all NULL whatever the type.
+    null_casts: tuple[tuple[str, pa.DataType], ...] = ()
+
+    def cast_nulls(self, data: pa.Table | pa.RecordBatch) -> pa.Table | pa.RecordBatch:
+        """``data`` with its null-typed columns given their target-compatible type."""
+        for name, arrow_type in self.null_casts:
+            index = data.schema.get_field_index(name)
+            data = data.set_column(index, name, pa.nulls(data.num_rows, arrow_type))
+        return data
+
+    @property
+    def core_columns(self) -> list[tuple[str, str, int]]:
+        """The targets as the core's encoder takes them: ``(name, typname, typmod)``."""
+        return [(c.name, c.typname, c.typmod) for c in self.targets]
+
+
+def _type_list(table: TableInfo) -> str:
+    return ", ".join(f"{c.name} ({c.type_display})" for c in table.columns)
+
+
+def _resolve_column(
+    table: TableInfo, wanted: str, source: str, arrow_type: pa.DataType
+) -> ColumnInfo:
+    exact = table.column(wanted)
+    if exact is not None:
+        return exact
+    folded = [c for c in table.columns if c.name.casefold() == wanted.casefold()]
+    if len(folded) == 1:
+        return folded[0]
+    via = "" if wanted == source else f" (mapped from Arrow column {source!r})"
+    if len(folded) > 1:
+        names = ", ".join(repr(c.name) for c in folded)
+        raise ConfigError(
+            f"table {table.display}: column {wanted!r}{via} matches several columns ignoring "
+            f"case ({names}); name the exact column with columns={{...}}"
+        )
+    raise ConfigError(
+        f"table {table.display} has no column {wanted!r} for Arrow column {source!r} of type "
+        f"{arrow_type}{via}; its columns are: {_type_list(table)}. Rename the column, map it "
+        "with columns={arrow_name: column_name} or drop it from the batch"
+    )
+
+
+def plan_copy(
+    table: TableInfo,
+    schema: pa.Schema,
+    columns: Sequence[str] | Mapping[str, str] | None,
+) -> CopyPlan:
+    """Map every Arrow column of ``schema`` onto a column of ``table`` and check the types.
+
+    ``columns``: None (same names), a list (the target column of each Arrow column, in order) or a
+    mapping Arrow name → column name (unmapped Arrow columns keep their name). A name matches
+    exactly or, failing that, ignoring case when only one column does (as Spark's JDBC writer).
+    Raises `ConfigError` naming the table, the column and both types, before any row is sent.
+    """
+    names = list(schema.names)
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(
+            f"table {table.display}: the batch has several Arrow columns named {duplicates}; "
+            "rename them (e.g. with DataFrame.toDF) before writing"
+        )
+    if not names:
+        raise ConfigError(f"table {table.display}: the batch has no columns")
+    if columns is None:
+        wanted = names
+    elif isinstance(columns, Mapping):
+        unknown = sorted(set(columns) - set(names))
+        if unknown:
+            raise ConfigError(
+                f"table {table.display}: columns= maps Arrow columns {unknown} that are not in "
+                f"the batch (its columns: {names})"
+            )
+        wanted = [str(columns.get(n, n)) for n in names]
+    else:
+        if isinstance(columns, str) or len(columns) != len(names):
+            raise ConfigError(
+                f"table {table.display}: columns= lists {len(columns)} target columns for a "
+                f"batch of {len(names)} Arrow columns {names}; give one target per Arrow column, "
+                "in order (or a mapping {arrow_name: column_name})"
+            )
+        wanted = [str(c) for c in columns]
+    targets: list[ColumnInfo] = []
+    seen: dict[str, str] = {}
+    for source, target_name in zip(names, wanted, strict=True):
+        target = _resolve_column(table, target_name, source, schema.field(source).type)
+        if target.name in seen:
+            raise ConfigError(
+                f"table {table.display}: Arrow columns {seen[target.name]!r} and {source!r} "
+                f"both map to column {target.name!r}"
+            )
+        if target.generated:
+            raise ConfigError(
+                f"table {table.display}: column {target.name!r} is a generated column "
+                f"(GENERATED ALWAYS AS … STORED) and cannot be written; drop Arrow column "
+                f"{source!r} from the batch"
+            )
+        seen[target.name] = source
+        targets.append(target)
+    missing = [c for c in table.columns if c.name not in seen and c.not_null and not c.fills_itself]
+    if missing:
+        listed = ", ".join(f"{c.name!r} ({c.type_display})" for c in missing)
+        raise ConfigError(
+            f"table {table.display}: column(s) {listed} are NOT NULL without a default and the "
+            f"batch has no column for them (batch columns: {names})"
+        )
+    null_casts = []
+    for index, (source, target) in enumerate(zip(names, targets, strict=True)):
+        if pa.types.is_null(schema.field(source).type):
+            arrow_type = _arrow_type_for(target.typname)
+            if arrow_type is not None:
+                null_casts.append((source, arrow_type))
+                schema = schema.set(index, pa.field(source, arrow_type))
+    core_columns = [(c.name, c.typname, c.typmod) for c in targets]
+    try:
+        check_pg_copy_schema(schema, core_columns, source_columns=names)
+    except ConfigError as e:
+        hint = "".join(
+            f" (table column {t.name!r} is {t.type_display}; Arrow column {src!r} is "
+            f"{schema.field(src).type})"
+            for src, t in zip(names, targets, strict=True)
+            if f"column '{t.name}'" in e.message
+        )[:1000]
+        raise ConfigError(f"table {table.display}: {e.message}{hint}") from e
+    statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+        table.identifier, sql.SQL(", ").join(sql.Identifier(c.name) for c in targets)
+    )
+    return CopyPlan(tuple(names), tuple(targets), statement, tuple(null_casts))
+
+
+_ARROW_FOR_PG: dict[str, pa.DataType] = {
+    "bool": pa.bool_(),
+    "int2": pa.int16(),
+    "int4": pa.int32(),
+    "int8": pa.int64(),
+    "float4": pa.float32(),
+    "float8": pa.float64(),
+    "numeric": pa.int64(),
+    "text": pa.string(),
+    "varchar": pa.string(),
+    "bpchar": pa.string(),
+    "json": pa.string(),
+    "jsonb": pa.string(),
+    "uuid": pa.string(),
+    "bytea": pa.binary(),
+    "date": pa.date32(),
+    "time": pa.time64("us"),
+    "timestamp": pa.timestamp("us"),
+    "timestamptz": pa.timestamp("us", tz="UTC"),
+}
+
+
+def _arrow_type_for(typname: str) -> pa.DataType | None:
+    """An Arrow type the encoder accepts for PostgreSQL type ``typname`` (None: unsupported)."""
+    if typname.startswith("_"):
+        element = _ARROW_FOR_PG.get(typname[1:])
+        return None if element is None else pa.list_(element)
+    return _ARROW_FOR_PG.get(typname)
+
+
+# -- writing a batch ------------------------------------------------------------------------------
+
+
+def as_arrow(batch: Any) -> pa.Table | pa.RecordBatch:
+    """A pyarrow Table or RecordBatch for any accepted input (readers are read to the end)."""
+    if isinstance(batch, pa.Table | pa.RecordBatch):
+        return batch
+    if isinstance(batch, pa.RecordBatchReader):
+        return batch.read_all()
+    if hasattr(batch, "__arrow_c_stream__"):
+        return pa.table(batch)
+    if hasattr(batch, "__arrow_c_array__"):
+        return pa.record_batch(batch)
+    raise ConfigError(
+        f"a batch must be a pyarrow Table, RecordBatch or RecordBatchReader (or export the Arrow "
+        f"PyCapsule interface), not {type(batch).__name__}; from Spark use DataFrame.toArrow()"
+    )
+
+
+def check_not_null(table: TableInfo, plan: CopyPlan, data: pa.Table | pa.RecordBatch) -> None:
+    """`DataError` naming the column and row of the first null bound for a NOT NULL column."""
+    for source, target in zip(plan.source_columns, plan.targets, strict=True):
+        if not target.not_null:
+            continue
+        column = data.column(source)
+        if column.null_count:
+            row = pc.index(pc.is_null(column), True).as_py()
+            raise DataError(
+                f"table {table.display}: column {target.name!r} is NOT NULL but Arrow column "
+                f"{source!r} is null at row {row}; nothing was written"
+            )
+
+
+_ROW_IN_MESSAGE = re.compile(r"\brow (\d+)")
+
+
+def _shift_row(message: str, offset: int) -> str:
+    """The core counts rows within the slice it encoded; count them over the whole batch."""
+    if not offset:
+        return message
+    return _ROW_IN_MESSAGE.sub(lambda m: f"row {int(m[1]) + offset}", message, count=1)
+
+
+def _slices(data: pa.Table | pa.RecordBatch, slice_bytes: int) -> list[tuple[int, Any]]:
+    rows = data.num_rows
+    if rows == 0:
+        return []
+    per_row = max(1, data.nbytes // rows)
+    step = max(1024, slice_bytes // per_row)
+    if step >= rows:
+        return [(0, data)]
+    return [(start, data.slice(start, step)) for start in range(0, rows, step)]
+
+
+def copy_batch(
+    conn: psycopg.Connection[Any],
+    table: TableInfo,
+    plan: CopyPlan,
+    data: pa.Table | pa.RecordBatch,
+    *,
+    slice_bytes: int = DEFAULT_SLICE_BYTES,
+) -> tuple[int, int]:
+    """COPY ``data`` into ``table`` following ``plan``; return (rows, bytes) sent.
+
+    Rows are encoded by the core (GIL released) and streamed in chunks of about 1 MiB. A batch
+    whose Arrow data is larger than ``slice_bytes`` is encoded and sent slice by slice, one COPY
+    per slice, so memory stays bounded; otherwise every value is checked before the first byte is
+    sent. A value that does not fit is a `DataError` naming the table, column and row (counted
+    over the whole batch).
+    """
+    check_not_null(table, plan, data)
+    data = plan.cast_nulls(data)
+    core_columns = plan.core_columns
+    rows = nbytes = 0
+    for offset, piece in _slices(data, slice_bytes):
+        try:
+            buffer = encode_pg_copy(piece, core_columns, source_columns=plan.source_columns)
+        except DataError as e:
+            message = _shift_row(e.message, offset)
+            sent = "" if offset == 0 else f" ({offset} earlier rows were sent, not committed)"
+            raise DataError(f"table {table.display}: {message}{sent}") from e
+        except ConfigError as e:
+            raise ConfigError(f"table {table.display}: {e.message}") from e
+        with conn.cursor() as cur, cur.copy(plan.statement) as copy:
+            for chunk in buffer.chunks:
+                copy.write(chunk)
+                crash_point("postgres.mid_copy")
+        rows += buffer.num_rows
+        nbytes += buffer.total_bytes
+    return rows, nbytes
+
+
+# -- two-phase commit (participants) ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PreparedTransaction:
+    """A prepared transaction laminar left in ``pg_prepared_xacts`` (gid format: _pg_names)."""
+
+    gid: str
+    #: The sink id, or None when the gid holds a hashed (over-long) sink id.
+    sink_id: str | None
+    epoch: int
+    part: int
+    prepared_at: dt.datetime
+    age_s: float
+    owner: str
+    database: str
+
+
+def prepare_transaction(conn: psycopg.Connection[Any], gid: str) -> None:
+    """End the connection's transaction with ``PREPARE TRANSACTION gid``."""
+    conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
+
+
+def _outside_transaction(conn: psycopg.Connection[Any], statement: sql.Composed) -> bool:
+    """Run a statement that refuses transaction blocks; False if the gid does not exist."""
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        raise LaminarError("COMMIT/ROLLBACK PREPARED needs a connection with no transaction open")
+    previous = conn.autocommit
+    conn.autocommit = True
+    try:
+        conn.execute(statement)
+        return True
+    except psycopg.errors.UndefinedObject:
+        return False
+    finally:
+        if not conn.closed:
+            conn.autocommit = previous
+
+
+def commit_prepared(conn: psycopg.Connection[Any], gid: str) -> bool:
+    """``COMMIT PREPARED gid``; False if no such prepared transaction exists (already resolved)."""
+    return _outside_transaction(conn, sql.SQL("COMMIT PREPARED {}").format(sql.Literal(gid)))
+
+
+def rollback_prepared(conn: psycopg.Connection[Any], gid: str) -> bool:
+    """``ROLLBACK PREPARED gid``; False if no such prepared transaction exists."""
+    return _outside_transaction(conn, sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+
+
+def list_prepared(
+    conn: psycopg.Connection[Any], prefix: str = GID_PREFIX
+) -> list[PreparedTransaction]:
+    """Laminar's prepared transactions in the connection's database whose gid starts with
+    ``prefix`` (default: every laminar gid), oldest first, with their age."""
+    rows = conn.execute(
+        "SELECT gid, prepared, owner, database, extract(epoch FROM clock_timestamp() - prepared)"
+        " FROM pg_prepared_xacts"
+        " WHERE database = current_database() AND starts_with(gid, %s)"
+        " ORDER BY prepared, gid",
+        (prefix,),
+    ).fetchall()
+    found = []
+    for gid, prepared, owner, database, age in rows:
+        parsed = parse_gid(gid)
+        if parsed is None:
+            continue
+        found.append(
+            PreparedTransaction(
+                gid=gid,
+                sink_id=parsed.sink_id,
+                epoch=parsed.epoch,
+                part=parsed.part,
+                prepared_at=prepared,
+                age_s=float(age),
+                owner=owner,
+                database=database,
+            )
+        )
+    return found

@@ -1,0 +1,154 @@
+"""The ``laminar`` metadata schema: created on first use, versioned, idempotent, safe when several
+processes migrate at once, and refusing a database written by a newer laminar."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from laminar import ConfigError, PostgresSink
+from laminar.metadata import MIGRATIONS, SCHEMA_VERSION, Migration, applied_version, ensure_schema
+from tests.integration.pg_helpers import create_table, query
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def fresh_db(postgres: Any, unique_name: Callable[[str], str]) -> str:
+    """A database of its own, without the laminar schema."""
+    return str(postgres.create_database(unique_name("db")))
+
+
+def columns_of(dsn: str, table: str) -> list[tuple[str, str, bool]]:
+    return [
+        (name, typ, nullable == "YES")
+        for name, typ, nullable in query(
+            dsn,
+            "SELECT column_name, data_type, is_nullable FROM information_schema.columns"
+            " WHERE table_schema = 'laminar' AND table_name = %s ORDER BY ordinal_position",
+            (table,),
+        )
+    ]
+
+
+def test_the_v1_schema_as_created(fresh_db: str) -> None:
+    with psycopg.connect(fresh_db) as conn:
+        assert applied_version(conn) is None
+        conn.rollback()
+        assert ensure_schema(conn) == SCHEMA_VERSION == 1
+    assert columns_of(fresh_db, "schema_version") == [
+        ("version", "integer", False),
+        ("applied_at", "timestamp with time zone", False),
+        ("description", "text", False),
+    ]
+    assert columns_of(fresh_db, "sinks") == [
+        ("sink_id", "text", False),
+        ("kind", "text", False),
+        ("owner", "text", True),
+        ("generation", "bigint", False),
+        ("config", "jsonb", False),
+        ("created_at", "timestamp with time zone", False),
+        ("updated_at", "timestamp with time zone", False),
+    ]
+    assert columns_of(fresh_db, "sink_epochs") == [
+        ("sink_id", "text", False),
+        ("epoch", "bigint", False),
+        ("committed_at", "timestamp with time zone", False),
+        ("rows", "bigint", False),
+        ("bytes", "bigint", False),
+    ]
+    assert query(fresh_db, "SELECT version FROM laminar.schema_version") == [(1,)]
+
+
+def test_migrating_twice_changes_nothing(fresh_db: str) -> None:
+    with psycopg.connect(fresh_db) as conn:
+        ensure_schema(conn)
+        ensure_schema(conn)
+    assert query(fresh_db, "SELECT count(*) FROM laminar.schema_version") == [(1,)]
+
+
+def test_concurrent_first_uses_migrate_once(fresh_db: str) -> None:
+    barrier = threading.Barrier(6)
+    errors: list[BaseException] = []
+
+    def migrate() -> None:
+        try:
+            with psycopg.connect(fresh_db) as conn:
+                barrier.wait()
+                ensure_schema(conn)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=migrate) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert query(fresh_db, "SELECT version FROM laminar.schema_version") == [(1,)]
+
+
+def test_an_appended_migration_applies_only_itself(fresh_db: str) -> None:
+    with psycopg.connect(fresh_db) as conn:
+        ensure_schema(conn)
+    v2 = Migration(
+        2,
+        "test: an extra table",
+        (
+            sql.SQL("CREATE TABLE {} (k text PRIMARY KEY)").format(
+                sql.Identifier("laminar", "extra")
+            ),
+        ),
+    )
+    with psycopg.connect(fresh_db) as conn:
+        assert ensure_schema(conn, migrations=(*MIGRATIONS, v2)) == 2
+        assert ensure_schema(conn, migrations=(*MIGRATIONS, v2)) == 2
+    assert query(
+        fresh_db, "SELECT version, description FROM laminar.schema_version ORDER BY 1"
+    ) == [
+        (1, MIGRATIONS[0].description),
+        (2, "test: an extra table"),
+    ]
+    # this laminar (v1) now meets a newer database
+    with psycopg.connect(fresh_db) as conn, pytest.raises(ConfigError, match="newer laminar"):
+        ensure_schema(conn)
+
+
+def test_a_database_from_a_newer_laminar_is_refused(fresh_db: str, table_name: str) -> None:
+    table = create_table(fresh_db, table_name)
+    with psycopg.connect(fresh_db) as conn:
+        ensure_schema(conn)
+        conn.execute(
+            "INSERT INTO laminar.schema_version (version, description) VALUES (99, 'future')"
+        )
+        conn.commit()
+    sink = PostgresSink(fresh_db, table)
+    with pytest.raises(ConfigError, match=r"version 99, written by a newer laminar.*up to 1"):
+        sink.init_transactions()
+
+
+def test_a_sink_creates_the_schema_on_first_use(fresh_db: str, table_name: str) -> None:
+    table = create_table(fresh_db, table_name)
+    sink = PostgresSink(fresh_db, table)
+    sink.init_transactions()
+    assert query(fresh_db, "SELECT sink_id, kind FROM laminar.sinks") == [
+        (sink.sink_id, "postgres")
+    ]
+    sink.close()
+
+
+def test_a_sink_id_of_another_kind_is_refused(fresh_db: str, table_name: str) -> None:
+    table = create_table(fresh_db, table_name)
+    with psycopg.connect(fresh_db) as conn:
+        ensure_schema(conn)
+        conn.execute("INSERT INTO laminar.sinks (sink_id, kind) VALUES ('shared', 'kafka')")
+        conn.commit()
+    with pytest.raises(
+        ConfigError, match=r"already registered in laminar\.sinks as a 'kafka' sink"
+    ):
+        PostgresSink(fresh_db, table, sink_id="shared").init_transactions()

@@ -1,0 +1,37 @@
+"""The metadata migrations as data (no server): numbering, quoting, and the v1 tables."""
+
+from __future__ import annotations
+
+import pytest
+from psycopg import sql
+
+from laminar import metadata
+from laminar.metadata import MIGRATIONS, SCHEMA_VERSION, Migration
+
+
+def test_versions_are_consecutive_from_one() -> None:
+    assert [m.version for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
+    assert MIGRATIONS[-1].version == SCHEMA_VERSION
+
+
+def test_a_gap_in_the_numbering_is_refused() -> None:
+    with pytest.raises(AssertionError, match="numbered 1, 2, 3"):
+        metadata._check_migrations((MIGRATIONS[0], Migration(3, "skips 2", ())))
+
+
+def test_v1_creates_the_tables_of_protocol_section_7_with_quoted_names() -> None:
+    text = " ".join(s.as_string(None) for s in MIGRATIONS[0].statements)
+    for table in ("sinks", "sink_epochs"):
+        assert f'CREATE TABLE IF NOT EXISTS "laminar"."{table}"' in text
+    for column in (
+        "owner text",
+        "generation bigint",
+        "config jsonb",
+        "rows bigint",
+        "bytes bigint",
+    ):
+        assert column in text
+
+
+def test_metadata_table_names_are_identifiers() -> None:
+    assert metadata.table("sink_epochs") == sql.Identifier("laminar", "sink_epochs")
