@@ -35,7 +35,7 @@ from collections.abc import Iterator, Mapping
 from itertools import repeat
 from typing import Any, ClassVar
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from laminar._core import PreparedTxnState, check_kafka_schema, encode_kafka
