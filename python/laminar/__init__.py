@@ -31,6 +31,7 @@ from laminar.errors import (
     LaminarError,
 )
 from laminar.sinks.base import TransactionalSink
+from laminar.sinks.kafka import KafkaSink
 from laminar.sinks.postgres import PostgresSink
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "InvalidStateEncoding",
     "KafkaRecordStream",
     "KafkaRecords",
+    "KafkaSink",
     "LaminarError",
     "PgCopyBuffer",
     "PostgresSink",

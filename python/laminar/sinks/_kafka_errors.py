@@ -1,0 +1,243 @@
+"""One mapping from librdkafka's errors onto Laminar's taxonomy (KIP-691).
+
+``map_kafka_error`` is the only place that decides what a ``KafkaError`` means for an epoch:
+
+- fenced / producer-fenced / invalid-producer-epoch (fatal or not) → `FencedError`
+- authentication and authorization failures → `AuthorizationError`
+- any other ``fatal()`` error → `FatalError`
+- a commit that fails without a definite outcome (timed out, retriable, unknown) → `InDoubtError`
+- ``txn_requires_abort()`` → `AbortableError`
+- ``retriable()`` (once the caller's bounded local retries are spent) → `AbortableError`
+- invalid configuration → `ConfigError`
+- anything else during a transaction → `AbortableError` (abort, then the epoch is retried)
+
+Messages name the operation, the setting to look at, and never carry secrets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+
+from laminar._redact import redact_text
+from laminar.errors import (
+    AbortableError,
+    AuthorizationError,
+    ConfigError,
+    FatalError,
+    FencedError,
+    InDoubtError,
+    LaminarError,
+)
+
+__all__ = [
+    "AUTH_CODES",
+    "FENCED_CODES",
+    "ErrorContext",
+    "as_kafka_error",
+    "describe",
+    "map_kafka_error",
+]
+
+FENCED_CODES = frozenset(
+    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+)
+
+AUTH_CODES = frozenset(
+    {
+        KafkaError._AUTHENTICATION,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    }
+)
+
+_CONFIG_CODES = frozenset({KafkaError._INVALID_ARG, KafkaError.INVALID_CONFIG})
+
+_UNREACHABLE_CODES = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._RESOLVE,
+        KafkaError._TIMED_OUT,
+        KafkaError._MSG_TIMED_OUT,
+    }
+)
+
+_UNKNOWN_TOPIC_CODES = frozenset(
+    {
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError._UNKNOWN_PARTITION,
+    }
+)
+
+_TOO_LARGE_CODES = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
+
+
+@dataclass(frozen=True)
+class ErrorContext:
+    """What an error message names: the sink, epoch, cluster and topic; and what it must hide."""
+
+    sink_id: str
+    bootstrap_servers: str
+    topic: str
+    epoch: int | None = None
+    #: Secret values (SASL passwords, …) scrubbed from any text taken from the client.
+    secrets: tuple[str, ...] = ()
+
+    def at(self, epoch: int | None) -> ErrorContext:
+        """The same context for another epoch."""
+        return ErrorContext(self.sink_id, self.bootstrap_servers, self.topic, epoch, self.secrets)
+
+
+def as_kafka_error(error: BaseException | KafkaError) -> KafkaError | None:
+    """The ``KafkaError`` inside a ``KafkaException`` (or the error itself), if any."""
+    if isinstance(error, KafkaError):
+        return error
+    if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
+        return error.args[0]
+    return None
+
+
+def describe(error: KafkaError, ctx: ErrorContext) -> str:
+    """``NAME: text`` of a client error, secrets scrubbed."""
+    return redact_text(f"{error.name()}: {error.str()}", ctx.secrets)
+
+
+def map_kafka_error(
+    error: BaseException | KafkaError,
+    operation: str,
+    ctx: ErrorContext,
+    *,
+    hint: str | None = None,
+) -> LaminarError:
+    """The Laminar error for a client error raised by ``operation`` (``init_transactions``,
+    ``begin_transaction``, ``produce``, ``send_offsets_to_transaction``, ``flush``,
+    ``commit_transaction``, ``abort_transaction``, ``delivery``, ``metadata``).
+
+    ``hint`` adds a sentence (e.g. which record failed). The caller raises the result ``from``
+    the original exception so the root cause stays in ``__cause__``.
+    """
+    kafka_error = as_kafka_error(error)
+    if kafka_error is None:
+        text = redact_text(f"{type(error).__name__}: {error}", ctx.secrets)
+        return FatalError(_join(f"{operation} failed: {text}", hint), **_where(ctx))
+    code = kafka_error.code()
+    what = describe(kafka_error, ctx)
+
+    if code in FENCED_CODES:
+        return FencedError(
+            _join(
+                f"another producer with transactional.id {ctx.sink_id!r} has taken over "
+                f"({operation}: {what}); this instance is a zombie and must stop — the newer "
+                "instance owns the sink",
+                hint,
+            ),
+            **_where(ctx),
+        )
+    if code in AUTH_CODES:
+        return AuthorizationError(
+            _join(_auth_message(code, operation, what, ctx), hint), **_where(ctx)
+        )
+    if kafka_error.fatal():
+        return FatalError(
+            _join(
+                f"fatal producer error in {operation} ({what}); close the sink and restart",
+                hint,
+            ),
+            **_where(ctx),
+        )
+    if code in _CONFIG_CODES:
+        return ConfigError(
+            _join(f"invalid producer configuration ({what}); fix producer_config", hint),
+            **_where(ctx),
+        )
+    if operation == "commit_transaction" and not kafka_error.txn_requires_abort():
+        return InDoubtError(
+            _join(
+                f"the commit's outcome is unknown ({what}); recovery reads the epoch marker to "
+                "decide, the transaction is never aborted blindly",
+                hint,
+            ),
+            **_where(ctx),
+        )
+    if operation in ("init_transactions", "metadata") and code in _UNREACHABLE_CODES:
+        return FatalError(
+            _join(
+                f"could not reach the Kafka cluster at bootstrap.servers={ctx.bootstrap_servers} "
+                f"({operation}: {what}); check the address, that the brokers run, and the "
+                "security settings (security.protocol, sasl.*, ssl.*)",
+                hint,
+            ),
+            **_where(ctx),
+        )
+    if code in _UNKNOWN_TOPIC_CODES:
+        return AbortableError(
+            _join(
+                f"topic {ctx.topic!r} does not exist on {ctx.bootstrap_servers} ({operation}: "
+                f"{what}); create it (Laminar never creates topics)",
+                hint,
+            ),
+            **_where(ctx),
+        )
+    if code in _TOO_LARGE_CODES:
+        return AbortableError(
+            _join(
+                f"a record is larger than the broker or client accepts ({operation}: {what}); "
+                "raise message.max.bytes in producer_config and the topic's max.message.bytes, "
+                "or write smaller records",
+                hint,
+            ),
+            **_where(ctx),
+        )
+    if code in _UNREACHABLE_CODES:
+        return AbortableError(
+            _join(
+                f"{operation} timed out or lost the connection to {ctx.bootstrap_servers} "
+                f"({what}); the epoch will be aborted and retried",
+                hint,
+            ),
+            **_where(ctx),
+        )
+    kind = (
+        "requires abort"
+        if kafka_error.txn_requires_abort()
+        else "retriable"
+        if kafka_error.retriable()
+        else "error"
+    )
+    return AbortableError(
+        _join(f"{operation} failed ({kind}: {what}); the epoch will be aborted and retried", hint),
+        **_where(ctx),
+    )
+
+
+def _auth_message(code: int, operation: str, what: str, ctx: ErrorContext) -> str:
+    if code in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
+        return (
+            f"the brokers at {ctx.bootstrap_servers} refused the credentials ({operation}: "
+            f"{what}); check sasl.mechanisms, sasl.username and sasl.password (or the ssl.* "
+            "settings) in producer_config"
+        )
+    resource = {
+        KafkaError.TOPIC_AUTHORIZATION_FAILED: f"WRITE on topic {ctx.topic!r}",
+        KafkaError.GROUP_AUTHORIZATION_FAILED: f"READ on group 'laminar.{ctx.sink_id}'",
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: (
+            f"WRITE on transactional id {ctx.sink_id!r}"
+        ),
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED: "IDEMPOTENT_WRITE on the cluster",
+    }.get(code, "the operation")
+    return f"the brokers refused {operation} ({what}); grant the sink's principal {resource} (ACLs)"
+
+
+def _join(message: str, hint: str | None) -> str:
+    return f"{message}. {hint}" if hint else message
+
+
+def _where(ctx: ErrorContext) -> dict[str, Any]:
+    return {"sink_id": ctx.sink_id, "epoch": ctx.epoch}

@@ -1,0 +1,1132 @@
+"""``KafkaSink``: one Kafka transaction per epoch, exactly once across restarts (protocol.md §1).
+
+Per epoch::
+
+    begin_transaction(e)   skip if e <= last committed epoch; producer.begin_transaction()
+    write(batch)           encode in Rust; produce every record with the headers
+                           laminar.sink=<transactional_id> and laminar.epoch=<e>
+    prepare_transaction()  send_offsets_to_transaction({(topic, 0): e}, group laminar.<id>)
+                           (the epoch marker, atomic with the records); flush: every record
+                           acknowledged; the PreparedTxnState (with librdkafka's producer id/epoch)
+    commit_transaction(e)  producer.commit_transaction()
+
+A sink is picklable configuration: the producer (and the consumer that reads the marker group) open
+lazily in the process that writes; ``init_transactions`` there fences any previous instance with the
+same transactional id and reads the last committed epoch back from the marker group — or, if the
+group's offsets have expired, from the ``laminar.epoch`` headers of the committed records at the
+tail of each partition (read with `laminar.kafka_log`, which does not trust the broker's
+``read_committed``).
+
+Errors follow KIP-691 through one mapping (`laminar.sinks._kafka_errors.map_kafka_error`): a
+commit whose outcome is unknown is an `InDoubtError` (state Failed), which `recover()` resolves
+from the marker — re-initialising the producer first when needed, so that the broker completes or
+aborts the pending transaction before the marker is read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+import time
+from collections import deque
+from collections.abc import Iterator, Mapping
+from itertools import repeat
+from typing import Any, ClassVar
+
+import pyarrow as pa  # type: ignore[import-untyped]
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from laminar._core import PreparedTxnState, check_kafka_schema, encode_kafka
+from laminar._faults import crash_point
+from laminar._redact import redact_config, redact_text
+from laminar._types import ArrowData
+from laminar.errors import (
+    AbortableError,
+    ConfigError,
+    DataError,
+    FatalError,
+    FencedError,
+    IllegalStateError,
+    LaminarError,
+)
+from laminar.kafka_log import KafkaLogClient, KafkaLogError
+from laminar.sinks._kafka_config import (
+    DEFAULT_MESSAGE_MAX_BYTES,
+    build_producer_config,
+    consumer_config,
+    marker_group,
+    secret_values,
+    validate_producer_config,
+)
+from laminar.sinks._kafka_errors import (
+    AUTH_CODES,
+    ErrorContext,
+    as_kafka_error,
+    describe,
+    map_kafka_error,
+)
+from laminar.sinks.base import TransactionalSink
+
+__all__ = ["HEADER_EPOCH", "HEADER_SINK", "KafkaSink"]
+
+log = logging.getLogger("laminar.kafka")
+
+#: Header naming the sink (its transactional id) on every record.
+HEADER_SINK = "laminar.sink"
+#: Header carrying the epoch (decimal text) on every record.
+HEADER_EPOCH = "laminar.epoch"
+
+_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_CHUNK_ROWS = 65_536
+_IGNORED_DELIVERY_CODES = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+_CONNECTION_CODES = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._RESOLVE,
+        KafkaError._AUTHENTICATION,
+        KafkaError._SSL,
+    }
+)
+_WITNESS_FIRST_WINDOW = 1_024
+#: How far back (records per partition) the witness looks for this sink's records.
+_WITNESS_MAX_RECORDS = 1_000_000
+
+
+class _Runtime:
+    """The live part of a sink in the process that writes (never pickled)."""
+
+    def __init__(self) -> None:
+        self.producer: Any = None
+        self.consumer: Any = None
+        self.group_metadata: Any = None
+        self.fenced: FencedError | None = None
+        # failures heard through callbacks
+        self.delivery_errors: list[tuple[KafkaError, bytes | None, int]] = []
+        self.delivery_failures = 0
+        self.client_errors: deque[KafkaError] = deque(maxlen=16)
+        # producer identity from librdkafka's statistics
+        self.stats_json: str | None = None
+        self.identity_since_us = 0
+        self.identity: tuple[int, int] | None = None
+        self.identity_warned = False
+        # the open epoch
+        self.headers: list[tuple[str, bytes]] = []
+        self.records = 0
+        self.last_epoch: int | None = None
+        self.attempt = 0
+        self.failed_operation: str | None = None
+        self.positional_produce = True
+
+    # -- callbacks (called by librdkafka from poll/flush, in this thread) ---------------------
+
+    def on_stats(self, stats_json: str) -> None:
+        self.stats_json = stats_json
+
+    def on_error(self, error: KafkaError) -> None:
+        self.client_errors.append(error)
+
+    def on_delivery(self, error: KafkaError | None, message: Any) -> None:
+        if error is None or error.code() in _IGNORED_DELIVERY_CODES:
+            return
+        self.delivery_failures += 1
+        if len(self.delivery_errors) < 8:
+            value = message.value() if message is not None else None
+            key = message.key() if message is not None else None
+            self.delivery_errors.append((error, key, len(value) if value is not None else 0))
+
+    # -- identity -----------------------------------------------------------------------------
+
+    def identity_changed(self) -> None:
+        """The producer id/epoch may have changed (new producer, or an abort that bumps it)."""
+        self.identity = None
+        self.identity_since_us = time.monotonic_ns() // 1000
+
+    def fresh_identity(self) -> tuple[int, int] | None:
+        """The producer id/epoch from a statistics report emitted since the last change."""
+        if self.stats_json is None:
+            return None
+        try:
+            stats = json.loads(self.stats_json)
+            eos = stats.get("eos") or {}
+            emitted_us = int(stats.get("ts", 0))
+        except (ValueError, TypeError, AttributeError):
+            return None
+        if emitted_us < self.identity_since_us or eos.get("idemp_state") != "Assigned":
+            return None
+        try:
+            return int(eos["producer_id"]), int(eos["producer_epoch"])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+class KafkaSink(TransactionalSink):
+    """Writes each epoch to a Kafka topic in one transaction, exactly once across restarts.
+
+    ``key`` names the column that becomes the record key; ``value_format`` is ``"json"`` (one
+    object per row) or ``"raw"`` (the bytes of ``value_column``). ``producer_config`` is passed to
+    librdkafka as given (security, batching, compression, …); Laminar adds ``transactional.id``,
+    ``enable.idempotence``, ``acks=all`` and statistics, and refuses settings that break
+    exactly-once. The topic must exist: Laminar never creates topics.
+
+    Keyword-only tuning: ``transaction_timeout_ms`` (librdkafka's ``transaction.timeout.ms``),
+    ``commit_timeout_s`` (how long a commit may take before its outcome is in doubt),
+    ``init_timeout_s`` (connecting, fencing and reading the marker at start-up),
+    ``flush_timeout_s`` (how long prepare waits for every record to be acknowledged),
+    ``retries`` (local retries of retriable send-offsets/commit/abort errors).
+    """
+
+    kind: ClassVar[str] = "kafka"
+    _runtime_attrs: ClassVar[tuple[str, ...]] = ("_rt",)
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        transactional_id: str,
+        key: str | None = None,
+        value_format: str = "json",
+        producer_config: Mapping[str, Any] | None = None,
+        *,
+        value_column: str | None = None,
+        transaction_timeout_ms: int | None = None,
+        commit_timeout_s: float = 30.0,
+        init_timeout_s: float = 30.0,
+        flush_timeout_s: float = 120.0,
+        retries: int = 3,
+    ) -> None:
+        if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
+            raise ConfigError("KafkaSink needs bootstrap_servers, e.g. 'broker1:9092,broker2:9092'")
+        if not isinstance(topic, str) or not _TOPIC_NAME.match(topic):
+            raise ConfigError(
+                f"KafkaSink topic {topic!r} is not a valid Kafka topic name (1-249 characters "
+                "of a-z A-Z 0-9 . _ -)"
+            )
+        if not isinstance(transactional_id, str) or not transactional_id.strip():
+            raise ConfigError(
+                "KafkaSink needs a transactional_id: a name that stays the same across restarts "
+                "(e.g. 'orders-sink'), unique per writer"
+            )
+        if value_format not in ("json", "raw"):
+            raise ConfigError(f"value_format must be 'json' or 'raw', not {value_format!r}")
+        if key is not None and not isinstance(key, str):
+            raise ConfigError(f"key must be a column name or None, not {type(key).__name__}")
+        if value_column is not None and value_format != "raw":
+            raise ConfigError("value_column is only used with value_format='raw'")
+        for name, value in (
+            ("commit_timeout_s", commit_timeout_s),
+            ("init_timeout_s", init_timeout_s),
+            ("flush_timeout_s", flush_timeout_s),
+        ):
+            if not value > 0:
+                raise ConfigError(f"{name} must be > 0, got {value!r}")
+        if retries < 0:
+            raise ConfigError(f"retries must be >= 0, got {retries}")
+        if transaction_timeout_ms is not None and transaction_timeout_ms <= 0:
+            raise ConfigError(f"transaction_timeout_ms must be > 0, got {transaction_timeout_ms}")
+        config = validate_producer_config(
+            producer_config,
+            bootstrap_servers=bootstrap_servers,
+            transactional_id=transactional_id,
+            transaction_timeout_ms=transaction_timeout_ms,
+        )
+        super().__init__(transactional_id)
+        self._bootstrap_servers = bootstrap_servers
+        self._topic = topic
+        self._key = key
+        self._value_format = value_format
+        self._value_column = value_column
+        self._producer_config = config
+        self._transaction_timeout_ms = transaction_timeout_ms
+        self._commit_timeout_s = float(commit_timeout_s)
+        self._init_timeout_s = float(init_timeout_s)
+        self._flush_timeout_s = float(flush_timeout_s)
+        self._retries = int(retries)
+        self._rt: _Runtime | None = None
+
+    # -- configuration ------------------------------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The cluster's ``bootstrap.servers``."""
+        return self._bootstrap_servers
+
+    @property
+    def topic(self) -> str:
+        """The topic the records go to."""
+        return self._topic
+
+    @property
+    def transactional_id(self) -> str:
+        """The producer's ``transactional.id`` (the sink id)."""
+        return self.sink_id
+
+    @property
+    def key(self) -> str | None:
+        """The key column, if any."""
+        return self._key
+
+    @property
+    def value_format(self) -> str:
+        """``"json"`` or ``"raw"``."""
+        return self._value_format
+
+    @property
+    def marker_group(self) -> str:
+        """The consumer group whose committed offset on (topic, 0) is the last committed epoch."""
+        return marker_group(self.sink_id)
+
+    @property
+    def producer_config(self) -> dict[str, Any]:
+        """The user's producer settings, secrets masked (``***``)."""
+        return redact_config(self._producer_config)
+
+    def __repr__(self) -> str:
+        return (
+            f"KafkaSink(bootstrap_servers={self._bootstrap_servers!r}, topic={self._topic!r}, "
+            f"transactional_id={self.sink_id!r}, key={self._key!r}, "
+            f"value_format={self._value_format!r}, producer_config={self.producer_config!r})"
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def init_transactions(self) -> None:
+        """Open the producer, fence any previous instance, read back the last committed epoch,
+        and settle whatever this instance left open or in doubt."""
+        rt = self._rt or _Runtime()
+        self._rt = rt
+        rt.fenced = None
+        self._open_consumer(rt)
+        self._open_producer(rt)
+        last = self._read_last_committed(rt)
+        self._settle_after_reinit(last)
+
+    def begin_transaction(self, epoch: int) -> bool:
+        """Open the epoch's transaction; False (nothing opened) if the epoch is committed."""
+        rt = self._live()
+        if self.tracker.state.name == "Failed":
+            self.recover()
+        if not self.tracker.begin(epoch):
+            return False
+        try:
+            rt.producer.begin_transaction()
+        except KafkaException as e:
+            self.tracker.abort_started(epoch=epoch)
+            self.tracker.abort_ok()
+            raise self._error(e, "begin_transaction", epoch, rt) from e
+        rt.attempt = rt.attempt + 1 if rt.last_epoch == epoch else 0
+        rt.last_epoch = epoch
+        rt.records = 0
+        rt.delivery_errors.clear()
+        rt.delivery_failures = 0
+        rt.headers = [
+            (HEADER_SINK, self.sink_id.encode()),
+            (HEADER_EPOCH, str(epoch).encode()),
+        ]
+        crash_point("kafka.after_begin")
+        return True
+
+    def write(self, batch: ArrowData) -> None:
+        """Encode ``batch`` (Arrow) and produce every row into the open transaction."""
+        rt = self._live()
+        epoch = self._open_epoch("write")
+        try:
+            schema = _schema_of(batch)
+            if schema is not None:
+                check_kafka_schema(
+                    schema,
+                    value_format=self._value_format,  # type: ignore[arg-type]
+                    key=self._key,
+                    value_column=self._value_column,
+                )
+            first = True
+            row = 0
+            for chunk in _arrow_chunks(batch):
+                records = encode_kafka(
+                    chunk,
+                    value_format=self._value_format,  # type: ignore[arg-type]
+                    key=self._key,
+                    value_column=self._value_column,
+                )
+                count = records.num_rows
+                if count == 0:
+                    continue
+                self._produce(rt, records.values, records.keys, epoch, row, first)
+                first = False
+                row += count
+                rt.records += count
+                self.tracker.record_write(count, records.total_bytes)
+        except (ConfigError, DataError) as err:
+            # The batch cannot be written: abort the epoch so the sink stays usable.
+            err.sink_id, err.epoch = err.sink_id or self.sink_id, epoch
+            self._abort_quietly(rt, epoch)
+            raise
+
+    def prepare_transaction(self) -> PreparedTxnState:
+        """Send the epoch marker and flush: every record acknowledged, nothing visible yet."""
+        rt = self._live()
+        epoch = self._open_epoch("prepare_transaction")
+        self._finish_writes(rt, epoch)
+        producer_id, producer_epoch = self._producer_identity(rt)
+        self.tracker.prepare(epoch=epoch)
+        return PreparedTxnState(
+            self.sink_id,
+            epoch,
+            attempt=rt.attempt,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            record_count=rt.records,
+            created_at_ms=time.time_ns() // 1_000_000,
+        )
+
+    def commit_transaction(self, epoch: int) -> None:
+        """Commit the epoch's records and its marker atomically (from Active: one phase)."""
+        rt = self._live()
+        state = self.tracker.state
+        if state.name in ("Active", "Prepared") and state.epoch != epoch:
+            raise IllegalStateError(
+                f"commit_transaction({epoch}) but the open transaction is epoch {state.epoch}",
+                sink_id=self.sink_id,
+                epoch=epoch,
+            )
+        if state.name == "Active":
+            self._finish_writes(rt, epoch)
+        self.tracker.commit_started(epoch=epoch)
+        try:
+            self._retrying(rt, "commit_transaction", epoch, self._commit_timeout_s)
+        except FencedError as err:
+            self.tracker.commit_failed()
+            rt.failed_operation = "commit"
+            rt.fenced = err
+            raise
+        except AbortableError:
+            # A definite failure: nothing was committed. Abort here (the state machine has no
+            # Committing -> Aborting edge) and let the caller retry the epoch.
+            self.tracker.commit_failed()
+            self._abort_producer_quietly(rt)
+            self.tracker.resolve(False, epoch=epoch)
+            raise
+        except LaminarError:
+            self.tracker.commit_failed()
+            rt.failed_operation = "commit"
+            raise
+        crash_point("kafka.after_commit")
+        self.tracker.commit_ok()
+
+    def abort_transaction(self, epoch: int) -> None:
+        """Discard the epoch's records (and its marker)."""
+        rt = self._live()
+        self.tracker.abort_started(epoch=epoch)
+        try:
+            self._retrying(rt, "abort_transaction", epoch, self._commit_timeout_s)
+        except FencedError as err:
+            self.tracker.abort_failed()
+            rt.failed_operation = "abort"
+            rt.fenced = err
+            raise
+        except LaminarError as err:
+            # An abort never commits; replacing the producer makes it final (the broker aborts
+            # the transaction when the new producer fences the old one).
+            self.tracker.abort_failed()
+            rt.failed_operation = "abort"
+            log.warning(
+                "sink %s: abort of epoch %d failed (%s); re-initialising the producer",
+                self.sink_id,
+                epoch,
+                err,
+            )
+            self._reinit_producer(rt)
+            self.tracker.resolve(False, epoch=epoch)
+            return
+        rt.identity_changed()
+        self.tracker.abort_ok()
+
+    def last_committed_epoch(self) -> int | None:
+        """The last committed epoch, read from the marker group (or the record headers)."""
+        rt = self._rt or _Runtime()
+        self._rt = rt
+        self._open_consumer(rt)
+        return self._read_last_committed(rt)
+
+    def recover(self) -> int | None:
+        """Resolve an in-doubt commit (state Failed) from the durable marker; return the last
+        committed epoch. Raises `FencedError` when the marker shows that another instance
+        committed past this one."""
+        rt = self._rt
+        if rt is None or rt.producer is None:
+            self.init_transactions()  # settles a Failed state from the marker
+            return self.tracker.last_committed_epoch
+        if rt.fenced is not None:
+            raise rt.fenced
+        state = self.tracker.state
+        if state.name == "Failed":
+            return self._resolve_failed(rt, state.epoch)
+        if state.name != "Idle":
+            raise IllegalStateError(
+                f"recover() while a transaction is open ({state!r}); commit or abort it first",
+                sink_id=self.sink_id,
+            )
+        last = self._read_last_committed(rt)
+        self._set_last_committed(last)
+        return self.tracker.last_committed_epoch
+
+    def close(self) -> None:
+        """Abort an open transaction (best effort) and release the clients."""
+        rt = self._rt
+        if rt is None:
+            return
+        state = self.tracker.state
+        if rt.producer is not None and rt.fenced is None and state.name in ("Active", "Prepared"):
+            with contextlib.suppress(LaminarError):
+                assert state.epoch is not None
+                self.abort_transaction(state.epoch)
+        self._close_producer(rt)
+        if rt.consumer is not None:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                rt.consumer.close()
+            rt.consumer = None
+        self._rt = None
+
+    # -- producing ----------------------------------------------------------------------------
+
+    def _produce(
+        self,
+        rt: _Runtime,
+        values: list[bytes | None],
+        keys: list[bytes | None] | None,
+        epoch: int,
+        first_row: int,
+        first_chunk: bool,
+    ) -> None:
+        if first_chunk:
+            half = len(values) // 2
+            self._produce_range(rt, values, keys, epoch, first_row, 0, half)
+            crash_point("kafka.mid_produce")
+            self._produce_range(rt, values, keys, epoch, first_row, half, len(values))
+        else:
+            self._produce_range(rt, values, keys, epoch, first_row, 0, len(values))
+
+    def _produce_range(
+        self,
+        rt: _Runtime,
+        values: list[bytes | None],
+        keys: list[bytes | None] | None,
+        epoch: int,
+        first_row: int,
+        start: int,
+        stop: int,
+    ) -> None:
+        if start != 0 or stop != len(values):
+            values = values[start:stop]
+            keys = keys[start:stop] if keys is not None else None
+        pairs = zip(keys, values, strict=True) if keys is not None else zip(repeat(None), values)
+        producer = rt.producer
+        produce = producer.produce
+        topic = self._topic
+        headers = rt.headers
+        key: bytes | None = None
+        value: bytes | None = None
+        try:
+            if rt.positional_produce:
+                # produce(topic, value, key, partition, callback, on_delivery, timestamp,
+                # headers) positionally: about a third faster than keywords in confluent-kafka.
+                try:
+                    for key, value in pairs:
+                        try:
+                            produce(topic, value, key, -1, None, None, 0, headers)
+                        except BufferError:
+                            self._wait_for_room(rt, epoch)
+                            produce(topic, value, key, -1, None, None, 0, headers)
+                    return
+                except TypeError:
+                    if len(producer) or value is not values[0]:
+                        raise
+                    rt.positional_produce = False  # another confluent-kafka argument order
+                    pairs = (
+                        zip(keys, values, strict=True)
+                        if keys is not None
+                        else zip(repeat(None), values)
+                    )
+            for key, value in pairs:
+                try:
+                    produce(topic, value, key, headers=headers)
+                except BufferError:
+                    self._wait_for_room(rt, epoch)
+                    produce(topic, value, key, headers=headers)
+        except KafkaException as e:
+            row = first_row + start + next((i for i, v in enumerate(values) if v is value), 0)
+            raise self._produce_error(e, epoch, row, key, value, rt) from e
+
+    def _wait_for_room(self, rt: _Runtime, epoch: int) -> None:
+        """The local queue is full: serve callbacks until the broker acknowledged some."""
+        deadline = time.monotonic() + self._flush_timeout_s
+        queued = len(rt.producer)
+        while time.monotonic() < deadline:
+            rt.producer.poll(0.005)
+            if len(rt.producer) < queued:
+                return
+        raise AbortableError(
+            f"the producer's queue stayed full for {self._flush_timeout_s:g} s: the brokers at "
+            f"{self._bootstrap_servers} do not acknowledge records (see flush_timeout_s)",
+            sink_id=self.sink_id,
+            epoch=epoch,
+        )
+
+    def _produce_error(
+        self,
+        e: KafkaException,
+        epoch: int,
+        row: int,
+        key: bytes | None,
+        value: bytes | None,
+        rt: _Runtime,
+    ) -> LaminarError:
+        kafka_error = as_kafka_error(e)
+        if kafka_error is not None and kafka_error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+            size = len(value or b"") + len(key or b"")
+            limit = self._producer_config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES)
+            return DataError(
+                f"row {row} (key {_show_key(key)}) is a record of {size:,} bytes, larger than "
+                f"message.max.bytes={limit}; raise message.max.bytes in producer_config (and the "
+                "topic's max.message.bytes on the broker) or write smaller rows",
+                sink_id=self.sink_id,
+                epoch=epoch,
+            )
+        return self._error(e, "produce", epoch, rt, hint=f"row {row} (key {_show_key(key)})")
+
+    def _finish_writes(self, rt: _Runtime, epoch: int) -> None:
+        """Epoch marker, then flush: after this every record is acknowledged by the brokers."""
+        offsets = [TopicPartition(self._topic, 0, epoch)]
+        self._retrying(rt, "send_offsets_to_transaction", epoch, self._commit_timeout_s, offsets)
+        crash_point("kafka.after_markers")
+        remaining = rt.producer.flush(self._flush_timeout_s)
+        if rt.delivery_errors:
+            error, key, size = rt.delivery_errors[0]
+            hint = (
+                f"{rt.delivery_failures} record(s) failed; the first has key {_show_key(key)} "
+                f"and a {size:,}-byte value"
+            )
+            raise self._error(KafkaException(error), "delivery", epoch, rt, hint=hint)
+        if remaining:
+            raise AbortableError(
+                f"{remaining} record(s) were not acknowledged within flush_timeout_s="
+                f"{self._flush_timeout_s:g} s by the brokers at {self._bootstrap_servers}",
+                sink_id=self.sink_id,
+                epoch=epoch,
+            )
+        crash_point("kafka.after_flush")
+
+    def _retrying(
+        self,
+        rt: _Runtime,
+        operation: str,
+        epoch: int | None,
+        timeout_s: float,
+        offsets: list[TopicPartition] | None = None,
+    ) -> None:
+        """Run a transactional call, retrying retriable errors (as librdkafka documents for
+        send_offsets/commit/abort) a bounded number of times within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        attempt = 0
+        while True:
+            attempt += 1
+            remaining = max(deadline - time.monotonic(), 0.001)
+            try:
+                if operation == "commit_transaction":
+                    rt.producer.commit_transaction(remaining)
+                elif operation == "abort_transaction":
+                    rt.producer.abort_transaction(remaining)
+                elif operation == "send_offsets_to_transaction":
+                    rt.producer.send_offsets_to_transaction(offsets, rt.group_metadata, remaining)
+                elif operation == "init_transactions":
+                    rt.producer.init_transactions(remaining)
+                else:  # pragma: no cover - a bug
+                    raise IllegalStateError(f"unknown operation {operation}")
+                return
+            except KafkaException as e:
+                kafka_error = as_kafka_error(e)
+                retry = (
+                    kafka_error is not None
+                    and kafka_error.retriable()
+                    and not kafka_error.fatal()
+                    and not kafka_error.txn_requires_abort()
+                    and attempt <= self._retries
+                    and time.monotonic() < deadline
+                )
+                if retry:
+                    log.info(
+                        "sink %s: %s: %s; retry %d/%d",
+                        self.sink_id,
+                        operation,
+                        describe(kafka_error, self._context(epoch)) if kafka_error else e,
+                        attempt,
+                        self._retries,
+                    )
+                    continue
+                raise self._error(e, operation, epoch, rt) from e
+
+    def _abort_quietly(self, rt: _Runtime, epoch: int) -> None:
+        if self.tracker.state.name in ("Active", "Prepared"):
+            try:
+                self.abort_transaction(epoch)
+            except LaminarError as err:
+                log.warning("sink %s: abort of epoch %d failed: %s", self.sink_id, epoch, err)
+
+    def _abort_producer_quietly(self, rt: _Runtime) -> None:
+        try:
+            rt.producer.abort_transaction(self._commit_timeout_s)
+            rt.identity_changed()
+        except KafkaException as e:
+            log.warning(
+                "sink %s: abort after a failed commit failed (%s); re-initialising the producer",
+                self.sink_id,
+                self._scrub(str(e)),
+            )
+            with contextlib.suppress(LaminarError):
+                self._reinit_producer(rt)
+
+    # -- producer identity --------------------------------------------------------------------
+
+    def _producer_identity(self, rt: _Runtime) -> tuple[int, int]:
+        """librdkafka's current producer id and epoch (waiting briefly for the first statistics
+        report after an init or abort); (-1, -1) if they do not arrive in time."""
+        if rt.identity is not None:
+            return rt.identity
+        interval_ms = int(self._producer_config.get("statistics.interval.ms", 100))
+        deadline = time.monotonic() + min(5.0, 2 * interval_ms / 1000 + 0.5)
+        while True:
+            identity = rt.fresh_identity()
+            if identity is not None:
+                rt.identity = identity
+                return identity
+            if time.monotonic() >= deadline:
+                if not rt.identity_warned:
+                    log.warning(
+                        "sink %s: librdkafka reported no producer id/epoch in time; the "
+                        "prepared state records them as unknown (-1)",
+                        self.sink_id,
+                    )
+                    rt.identity_warned = True
+                return (-1, -1)
+            rt.producer.poll(0.01)
+
+    # -- clients ------------------------------------------------------------------------------
+
+    def _live(self) -> _Runtime:
+        """The runtime with an initialised producer (``init_transactions`` on first use)."""
+        rt = self._rt
+        if rt is None or rt.producer is None:
+            self.init_transactions()
+            rt = self._rt
+            assert rt is not None
+        if rt.fenced is not None:
+            raise rt.fenced
+        return rt
+
+    def _open_epoch(self, call: str) -> int:
+        state = self.tracker.state
+        if state.name != "Active" or state.epoch is None:
+            raise IllegalStateError(
+                f"{call}() needs an open transaction, but the sink is {state!r}; call "
+                "begin_transaction(epoch) first",
+                sink_id=self.sink_id,
+            )
+        return state.epoch
+
+    def _open_consumer(self, rt: _Runtime) -> None:
+        if rt.consumer is not None:
+            return
+        config = consumer_config(
+            self._producer_config,
+            bootstrap_servers=self._bootstrap_servers,
+            group_id=self.marker_group,
+        )
+        try:
+            rt.consumer = Consumer(config)
+            rt.group_metadata = rt.consumer.consumer_group_metadata()
+        except KafkaException as e:
+            raise self._error(e, "init_transactions", None, rt) from e
+
+    def _open_producer(self, rt: _Runtime) -> None:
+        """A new producer: topic check, ``init_transactions`` (fences every older producer with
+        this transactional id, and aborts their open transactions)."""
+        self._close_producer(rt)
+        config = build_producer_config(
+            self._producer_config,
+            bootstrap_servers=self._bootstrap_servers,
+            transactional_id=self.sink_id,
+            transaction_timeout_ms=self._transaction_timeout_ms,
+            stats_cb=rt.on_stats,
+            error_cb=rt.on_error,
+            on_delivery=rt.on_delivery,
+        )
+        try:
+            producer = Producer(config)
+        except KafkaException as e:
+            raise self._error(e, "init_transactions", None, rt) from e
+        except (TypeError, ValueError) as e:
+            raise ConfigError(
+                f"invalid producer_config: {self._scrub(str(e))}", sink_id=self.sink_id
+            ) from e
+        rt.producer = producer
+        rt.client_errors.clear()
+        rt.stats_json = None
+        self._check_topic(rt)
+        self._retrying(rt, "init_transactions", None, self._init_timeout_s)
+        rt.identity_changed()
+        rt.identity_warned = False
+
+    def _reinit_producer(self, rt: _Runtime) -> None:
+        self._open_producer(rt)
+
+    def _close_producer(self, rt: _Runtime) -> None:
+        producer, rt.producer = rt.producer, None
+        if producer is None:
+            return
+        with contextlib.suppress(KafkaException, RuntimeError, BufferError):
+            producer.purge(in_queue=True, in_flight=True, blocking=False)
+            producer.poll(0)
+        # Dropping the last reference destroys the handle; an open transaction is left to the
+        # broker's timeout or the next init_transactions (which aborts it).
+        del producer
+
+    def _check_topic(self, rt: _Runtime) -> None:
+        """The topic exists (listing all topics never auto-creates one) and the brokers answer."""
+        try:
+            metadata = rt.producer.list_topics(timeout=self._init_timeout_s)
+        except KafkaException as e:
+            rt.producer.poll(0)  # serve error_cb: authentication failures arrive there
+            raise self._connection_error(e, rt) from e
+        topic = metadata.topics.get(self._topic)
+        if topic is None:
+            raise ConfigError(
+                f"topic {self._topic!r} does not exist on {self._bootstrap_servers}; create it "
+                f"(e.g. kafka-topics.sh --create --topic {self._topic} --partitions N "
+                "--replication-factor 3) — Laminar never creates topics",
+                sink_id=self.sink_id,
+            )
+        if topic.error is not None:
+            raise self._error(KafkaException(topic.error), "metadata", None, rt)
+
+    def _connection_error(self, e: KafkaException, rt: _Runtime) -> LaminarError:
+        for seen in reversed(rt.client_errors):
+            if seen.code() in AUTH_CODES:
+                return self._error(KafkaException(seen), "init_transactions", None, rt)
+        detail = ""
+        for seen in reversed(rt.client_errors):
+            if seen.code() in _CONNECTION_CODES and seen.code() != KafkaError._ALL_BROKERS_DOWN:
+                detail = f"; last error: {describe(seen, self._context(None))}"
+                break
+        return FatalError(
+            f"could not reach the Kafka cluster at bootstrap.servers={self._bootstrap_servers} "
+            f"within init_timeout_s={self._init_timeout_s:g} s ({self._scrub(str(e))}{detail}); "
+            "check the address, that the brokers run, and the security settings "
+            "(security.protocol, sasl.*, ssl.*)",
+            sink_id=self.sink_id,
+        )
+
+    # -- the epoch marker and its witness -----------------------------------------------------
+
+    def _read_last_committed(self, rt: _Runtime) -> int | None:
+        marker = self._read_marker(rt)
+        if marker is not None:
+            return marker
+        witness = self._read_witness(rt)
+        if witness is not None:
+            log.warning(
+                "sink %s: group %s has no committed offset on %s[0] (expired after the broker's "
+                "offsets.retention.minutes?); the last committed epoch %d was read from the "
+                "laminar.epoch headers of the committed records",
+                self.sink_id,
+                self.marker_group,
+                self._topic,
+                witness,
+            )
+        return witness
+
+    def _read_marker(self, rt: _Runtime) -> int | None:
+        """The marker group's committed offset on (topic, 0): the last committed epoch."""
+        try:
+            (committed,) = rt.consumer.committed(
+                [TopicPartition(self._topic, 0)], timeout=self._init_timeout_s
+            )
+        except KafkaException as e:
+            rt.consumer.poll(0)
+            raise self._error(e, "init_transactions", None, rt, hint="reading the marker") from e
+        if committed.error is not None:
+            raise self._error(
+                KafkaException(committed.error), "init_transactions", None, rt, hint="marker"
+            )
+        return int(committed.offset) if committed.offset >= 0 else None
+
+    def _read_witness(self, rt: _Runtime) -> int | None:
+        """The highest epoch among this sink's committed records at the tail of each partition."""
+        protocol = str(self._producer_config.get("security.protocol", "plaintext")).lower()
+        if protocol != "plaintext":
+            return self._read_witness_consumer(rt)
+        best: int | None = None
+        try:
+            with KafkaLogClient(self._bootstrap_servers, timeout=self._init_timeout_s) as client:
+                for partition in client.partition_leaders(self._topic):
+                    found = self._witness_in_partition(client, partition)
+                    if found is not None and (best is None or found > best):
+                        best = found
+        except KafkaLogError as e:
+            raise FatalError(
+                f"could not read the tail of topic {self._topic!r} to find the last committed "
+                f"epoch: {e}",
+                sink_id=self.sink_id,
+            ) from e
+        return best
+
+    def _witness_in_partition(self, client: KafkaLogClient, partition: int) -> int | None:
+        low, high = client.watermarks(self._topic, partition)
+        window = _WITNESS_FIRST_WINDOW
+        start = high
+        while start > low and high - start < _WITNESS_MAX_RECORDS:
+            start = max(low, high - window)
+            found = _highest_epoch(
+                client.read_partition(self._topic, partition, start, high).committed, self.sink_id
+            )
+            if found is not None:
+                return found
+            window *= 4
+        if start > low:
+            log.warning(
+                "sink %s: no record of this sink among the last %d of %s[%d]; looked no further",
+                self.sink_id,
+                high - start,
+                self._topic,
+                partition,
+            )
+        return None
+
+    def _read_witness_consumer(self, rt: _Runtime) -> int | None:
+        """The witness through librdkafka (TLS/SASL clusters), trusting ``read_committed``."""
+        best: int | None = None
+        config = consumer_config(
+            self._producer_config,
+            bootstrap_servers=self._bootstrap_servers,
+            group_id=f"{self.marker_group}.witness",
+        )
+        config["enable.partition.eof"] = True
+        reader = Consumer(config)
+        try:
+            metadata = reader.list_topics(self._topic, timeout=self._init_timeout_s)
+            partitions = sorted(metadata.topics[self._topic].partitions)
+            for partition in partitions:
+                low, high = reader.get_watermark_offsets(
+                    TopicPartition(self._topic, partition), timeout=self._init_timeout_s
+                )
+                window = _WITNESS_FIRST_WINDOW
+                start = high
+                while start > low and high - start < _WITNESS_MAX_RECORDS:
+                    start = max(low, high - window)
+                    found = self._consumer_tail(reader, partition, start)
+                    if found is not None:
+                        best = found if best is None else max(best, found)
+                        break
+                    window *= 4
+        except KafkaException as e:
+            raise self._error(e, "init_transactions", None, rt, hint="reading the witness") from e
+        finally:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                reader.close()
+        return best
+
+    def _consumer_tail(self, reader: Any, partition: int, start: int) -> int | None:
+        reader.assign([TopicPartition(self._topic, partition, start)])
+        best: int | None = None
+        deadline = time.monotonic() + self._init_timeout_s
+        while time.monotonic() < deadline:
+            message = reader.poll(0.2)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    break
+                continue
+            headers = dict(message.headers() or [])
+            epoch = _epoch_of(headers.get(HEADER_SINK), headers.get(HEADER_EPOCH), self.sink_id)
+            if epoch is not None and (best is None or epoch > best):
+                best = epoch
+        return best
+
+    # -- in-doubt resolution ------------------------------------------------------------------
+
+    def _resolve_failed(self, rt: _Runtime, epoch: int | None) -> int | None:
+        assert epoch is not None
+        unanswered: LaminarError | None = None
+        if rt.failed_operation == "commit" and rt.producer is not None:
+            # librdkafka: a commit that timed out may be retried to learn its outcome.
+            try:
+                self._retrying(rt, "commit_transaction", epoch, self._commit_timeout_s)
+            except FencedError as err:
+                rt.fenced = err
+            except AbortableError:
+                self._abort_producer_quietly(rt)
+                self.tracker.resolve(False, epoch=epoch)
+                return self._after_resolution(rt, epoch)
+            except LaminarError as err:
+                unanswered = err
+            else:
+                self.tracker.resolve(True, epoch=epoch)
+                return self._after_resolution(rt, epoch)
+        last = self._read_marker(rt)
+        committed = last is not None and last >= epoch
+        if rt.fenced is not None or unanswered is not None:
+            # The brokers answer (the marker was just read) but not this producer's commit:
+            # brokers that drop a fenced producer's requests instead of answering
+            # PRODUCER_FENCED (Tansu) do exactly this. Re-initialising would fence the instance
+            # that took over, so stop here; a restarted writer settles the epoch at its init.
+            if committed:
+                self.tracker.resolve(True, epoch=epoch)
+                self._set_last_committed(last)
+            if rt.fenced is None:
+                rt.fenced = FencedError(
+                    f"the commit of epoch {epoch} got no answer twice ({unanswered}) while the "
+                    f"brokers answer other requests (the marker says epoch {last} is the last "
+                    "committed): another instance has most likely taken over this "
+                    "transactional id; this one stops. If no other writer runs, restart it: "
+                    "init_transactions settles the epoch",
+                    sink_id=self.sink_id,
+                    epoch=epoch,
+                )
+            raise rt.fenced
+        # No commit in flight (an abort failed, or the producer is gone): a new producer fences
+        # the old one and the broker aborts or completes its transaction; the marker is final.
+        self._reinit_producer(rt)
+        last = self._read_marker(rt)
+        self.tracker.resolve(last is not None and last >= epoch, epoch=epoch)
+        return self._after_resolution(rt, epoch, last)
+
+    def _after_resolution(self, rt: _Runtime, epoch: int, last: int | None = None) -> int | None:
+        rt.failed_operation = None
+        if last is None:
+            last = self._read_marker(rt)
+        if last is not None and last > epoch:
+            rt.fenced = FencedError(
+                f"another instance committed epoch {last} while this one's epoch {epoch} was in "
+                "doubt: another writer uses this transactional id; stop this one",
+                sink_id=self.sink_id,
+                epoch=epoch,
+            )
+            self._set_last_committed(last)
+            raise rt.fenced
+        self._set_last_committed(last)
+        return self.tracker.last_committed_epoch
+
+    def _settle_after_reinit(self, last: int | None) -> None:
+        """After a new producer's init: whatever this instance had open is aborted; an in-doubt
+        commit is decided by the marker."""
+        tracker = self.tracker
+        state = tracker.state
+        if state.name in ("Active", "Prepared"):
+            tracker.abort_started()
+            tracker.abort_ok()
+        elif state.name == "Aborting":
+            tracker.abort_ok()
+        elif state.name == "Committing":
+            tracker.commit_failed()
+        state = tracker.state
+        if state.name == "Failed" and state.epoch is not None:
+            tracker.resolve(last is not None and last >= state.epoch, epoch=state.epoch)
+        if self._rt is not None:
+            self._rt.failed_operation = None
+        self._set_last_committed(last)
+
+    def _set_last_committed(self, last: int | None) -> None:
+        if self.tracker.state.name != "Idle":
+            return
+        known = self.tracker.last_committed_epoch
+        if last is not None and (known is None or last > known):
+            self.tracker.last_committed_epoch = last
+
+    # -- errors -------------------------------------------------------------------------------
+
+    def _context(self, epoch: int | None) -> ErrorContext:
+        return ErrorContext(
+            sink_id=self.sink_id,
+            bootstrap_servers=self._bootstrap_servers,
+            topic=self._topic,
+            epoch=epoch,
+            secrets=secret_values(self._producer_config),
+        )
+
+    def _error(
+        self,
+        error: BaseException | KafkaError,
+        operation: str,
+        epoch: int | None,
+        rt: _Runtime,
+        *,
+        hint: str | None = None,
+    ) -> LaminarError:
+        mapped = map_kafka_error(error, operation, self._context(epoch), hint=hint)
+        if isinstance(mapped, FencedError):
+            rt.fenced = mapped
+        return mapped
+
+    def _scrub(self, text: str) -> str:
+        return redact_text(text, secret_values(self._producer_config))
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _show_key(key: bytes | None) -> str:
+    if key is None:
+        return "null"
+    shown = key[:64].decode("utf-8", "backslashreplace")
+    return repr(shown + ("…" if len(key) > 64 else ""))
+
+
+def _epoch_of(sink: bytes | None, epoch: bytes | None, sink_id: str) -> int | None:
+    if sink is None or epoch is None or sink.decode("utf-8", "replace") != sink_id:
+        return None
+    try:
+        return int(epoch.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+def _highest_epoch(records: Any, sink_id: str) -> int | None:
+    best: int | None = None
+    for record in records:
+        epoch = _epoch_of(record.header(HEADER_SINK), record.header(HEADER_EPOCH), sink_id)
+        if epoch is not None and (best is None or epoch > best):
+            best = epoch
+    return best
+
+
+def _schema_of(batch: ArrowData) -> Any:
+    return getattr(batch, "schema", None)
+
+
+def _arrow_chunks(batch: ArrowData) -> Iterator[Any]:
+    """The batch in slices of at most ``_CHUNK_ROWS`` rows (zero-copy), so that encoding holds
+    one slice's payloads at a time whatever the batch size."""
+    if isinstance(batch, (pa.Table, pa.RecordBatch)):
+        if batch.num_rows <= _CHUNK_ROWS:
+            yield batch
+            return
+        for offset in range(0, batch.num_rows, _CHUNK_ROWS):
+            yield batch.slice(offset, _CHUNK_ROWS)
+        return
+    if isinstance(batch, pa.RecordBatchReader):
+        for record_batch in batch:
+            yield from _arrow_chunks(record_batch)
+        return
+    if hasattr(batch, "__arrow_c_stream__"):
+        yield from _arrow_chunks(pa.RecordBatchReader.from_stream(batch))
+        return
+    if hasattr(batch, "__arrow_c_array__"):
+        yield from _arrow_chunks(pa.record_batch(batch))
+        return
+    raise ConfigError(
+        f"KafkaSink.write takes Arrow data (a pyarrow Table, RecordBatch or RecordBatchReader, "
+        f"or an object with __arrow_c_stream__ / __arrow_c_array__), not {type(batch).__name__}"
+    )

@@ -1,0 +1,83 @@
+"""Shared helpers of the Kafka integration tests (not a test module)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, TopicPartition
+
+import laminar
+from laminar.kafka_log import LogRecord, read_committed, read_partition
+
+ROWS_PER_EPOCH = 50
+
+
+def epoch_table(epoch: int, rows: int = ROWS_PER_EPOCH) -> pa.Table:
+    """Rows with ids unique across epochs: epoch * 1000 + i."""
+    ids = [epoch * 1000 + i for i in range(rows)]
+    return pa.table({"id": ids, "name": [f"row-{i}" for i in ids], "epoch": [epoch] * rows})
+
+
+def make_sink(bootstrap: str, topic: str, transactional_id: str, **kw: Any) -> laminar.KafkaSink:
+    kw.setdefault("key", "id")
+    kw.setdefault("commit_timeout_s", 5.0)
+    kw.setdefault("init_timeout_s", 15.0)
+    return laminar.KafkaSink(bootstrap, topic, transactional_id, **kw)
+
+
+def committed(bootstrap: str, topic: str, sink_id: str | None = None) -> list[LogRecord]:
+    """Committed records (per laminar.kafka_log), optionally only this sink's."""
+    records = read_committed(bootstrap, topic)
+    if sink_id is not None:
+        records = [r for r in records if r.header("laminar.sink") == sink_id.encode()]
+    return records
+
+
+def ids_of(records: list[LogRecord]) -> list[int]:
+    return [json.loads(r.value or b"null")["id"] for r in records]
+
+
+def assert_exactly_once(records: list[LogRecord], expected: set[int]) -> None:
+    counts = Counter(ids_of(records))
+    duplicates = {i: n for i, n in counts.items() if n > 1}
+    assert not duplicates, f"ids committed more than once: {sorted(duplicates)[:10]}"
+    missing, unexpected = expected - set(counts), set(counts) - expected
+    assert not missing, f"ids missing: {sorted(missing)[:10]}"
+    assert not unexpected, f"ids unexpected: {sorted(unexpected)[:10]}"
+    for record in records:
+        row = json.loads(record.value or b"null")
+        assert record.header("laminar.epoch") == str(row["epoch"]).encode()
+
+
+def consumer_values(
+    bootstrap: str, topic: str, partitions: int, *, expect: int, timeout: float = 10.0
+) -> list[bytes]:
+    """What a librdkafka read_committed consumer delivers (until ``expect`` values or timeout)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(values) < expect and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def partition_log(bootstrap: str, topic: str, partition: int = 0) -> Any:
+    return read_partition(bootstrap, topic, partition)

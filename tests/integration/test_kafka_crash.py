@@ -1,0 +1,89 @@
+"""A KafkaSink writer killed with SIGKILL at each step of an epoch, then restarted: every row is
+committed exactly once (checked with laminar.kafka_log, so it holds on any broker).
+
+Each run kills the writer in epoch 1 (the point's 2nd occurrence; epoch 0 committed), restarts it
+to write epochs 0-3 again, and checks the committed records and the marker.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.kafka_helpers import (
+    ROWS_PER_EPOCH,
+    assert_exactly_once,
+    committed,
+    make_sink,
+    partition_log,
+)
+
+WRITER = Path(__file__).with_name("kafka_crash_writer.py")
+EPOCHS = 4
+
+
+def run_writer(
+    bootstrap: str, topic: str, tid: str, crash_at: str | None
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("LAMINAR_CRASH_AT", None)
+    if crash_at:
+        env["LAMINAR_CRASH_AT"] = crash_at
+    return subprocess.run(
+        [sys.executable, str(WRITER), bootstrap, topic, tid, str(EPOCHS)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        "kafka.after_begin",
+        "kafka.mid_produce",
+        "kafka.after_markers",
+        "kafka.after_flush",
+        "kafka.after_commit",
+    ],
+)
+def test_a_writer_killed_mid_epoch_leaves_every_row_exactly_once(
+    kafka_broker: Any, kafka_bootstrap: str, topic_name: str, point: str
+) -> None:
+    kafka_broker.create_topic(topic_name, partitions=2)
+    tid = f"tid-{topic_name}"
+    crashed = run_writer(kafka_bootstrap, topic_name, tid, f"{point}@2")
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
+    assert "epoch 0: committed" in crashed.stdout
+    assert "epoch 1" not in crashed.stdout
+
+    restarted = run_writer(kafka_bootstrap, topic_name, tid, None)
+    assert restarted.returncode == 0, restarted.stderr[-2000:]
+    lines = restarted.stdout.splitlines()
+    assert lines[0] == "epoch 0: skipped"
+    # killed after the commit: epoch 1 is committed and replaying it is skipped
+    expected_epoch_1 = "skipped" if point == "kafka.after_commit" else "committed"
+    assert lines[1] == f"epoch 1: {expected_epoch_1}"
+    assert lines[2:] == ["epoch 2: committed", "epoch 3: committed"]
+
+    records = committed(kafka_bootstrap, topic_name)
+    assert_exactly_once(
+        records, {e * 1000 + i for e in range(EPOCHS) for i in range(ROWS_PER_EPOCH)}
+    )
+    assert make_sink(kafka_bootstrap, topic_name, tid).last_committed_epoch() == EPOCHS - 1
+    # after the flush the killed writer's epoch-1 records are on the broker: aborted (by the
+    # restarted writer's init_transactions) or open, never committed
+    if point == "kafka.after_flush":
+        uncommitted = sum(
+            len(log.aborted) + len(log.open)
+            for log in (partition_log(kafka_bootstrap, topic_name, p) for p in range(2))
+        )
+        assert uncommitted >= ROWS_PER_EPOCH

@@ -1,0 +1,404 @@
+"""KafkaSink against the real broker (Tansu via the fixtures, or ``LAMINAR_KAFKA_BOOTSTRAP``).
+
+Exactly-once is always asserted with `laminar.kafka_log`, which replays the commit/abort markers
+itself and so holds on any broker. Assertions about what a librdkafka ``read_committed``
+consumer sees depend on the broker and say which capability they need
+(``broker_capabilities``: ``transactions``, ``hides_open_transactions``,
+``hides_aborted_records``, ``fencing``; Tansu 0.6.0 lacks the last two).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+import laminar
+from laminar import (
+    AuthorizationError,
+    ConfigError,
+    DataError,
+    FatalError,
+    FencedError,
+    InDoubtError,
+    PreparedTxnState,
+)
+from laminar.embedded import BrokerCapabilities
+from laminar.embedded._process import free_port
+from tests.integration.kafka_helpers import (
+    ROWS_PER_EPOCH,
+    assert_exactly_once,
+    committed,
+    consumer_values,
+    epoch_table,
+    ids_of,
+    make_sink,
+    partition_log,
+)
+
+
+@pytest.fixture
+def topic(kafka_broker: Any, topic_name: str) -> str:
+    kafka_broker.create_topic(topic_name, partitions=3)
+    return topic_name
+
+
+@pytest.fixture
+def one_partition_topic(kafka_broker: Any, topic_name: str) -> str:
+    kafka_broker.create_topic(topic_name, partitions=1)
+    return topic_name
+
+
+def ids(epochs: range, rows: int = ROWS_PER_EPOCH) -> set[int]:
+    return {e * 1000 + i for e in epochs for i in range(rows)}
+
+
+def test_committed_epochs_are_visible_and_exactly_once(
+    kafka_bootstrap: str, topic: str, broker_capabilities: BrokerCapabilities
+) -> None:
+    sink = make_sink(kafka_bootstrap, topic, f"tid-{topic}")
+    writer = laminar.exactly_once(sink)
+    for epoch in range(3):
+        assert writer.write_epoch(epoch, epoch_table(epoch)).committed
+    records = committed(kafka_bootstrap, topic)
+    assert_exactly_once(records, ids(range(3)))
+    assert {r.header("laminar.sink") for r in records} == {sink.sink_id.encode()}
+    assert sink.metrics.commits == 3
+    assert sink.metrics.events_committed == 3 * ROWS_PER_EPOCH
+    # capability `transactions`: a read_committed consumer sees the committed records.
+    if broker_capabilities.transactions:
+        seen = consumer_values(kafka_bootstrap, topic, 3, expect=3 * ROWS_PER_EPOCH)
+        assert len(seen) == 3 * ROWS_PER_EPOCH
+    writer.close()
+
+
+def test_an_open_transaction_is_not_committed(
+    kafka_bootstrap: str, one_partition_topic: str, broker_capabilities: BrokerCapabilities
+) -> None:
+    topic = one_partition_topic
+    sink = make_sink(kafka_bootstrap, topic, f"tid-{topic}")
+    sink.init_transactions()
+    assert sink.begin_transaction(0)
+    sink.write(epoch_table(0))
+    state = sink.prepare_transaction()  # flushed: on the broker, not committed
+    assert state.record_count == ROWS_PER_EPOCH
+    log = partition_log(kafka_bootstrap, topic)
+    assert len(log.open) == ROWS_PER_EPOCH
+    assert log.committed == []
+    # capability `hides_open_transactions`: read_committed stops at the last stable offset.
+    if broker_capabilities.hides_open_transactions:
+        assert consumer_values(kafka_bootstrap, topic, 1, expect=1, timeout=2.0) == []
+    sink.commit_transaction(0)
+    assert_exactly_once(committed(kafka_bootstrap, topic), ids(range(1)))
+    sink.close()
+
+
+def test_an_aborted_epoch_leaves_nothing_committed(
+    kafka_bootstrap: str, one_partition_topic: str, broker_capabilities: BrokerCapabilities
+) -> None:
+    topic = one_partition_topic
+    sink = make_sink(kafka_bootstrap, topic, f"tid-{topic}")
+    sink.init_transactions()
+    assert sink.begin_transaction(0)
+    sink.write(epoch_table(0))
+    sink.prepare_transaction()
+    sink.abort_transaction(0)
+    assert sink.transaction_state == laminar.TransactionState.Idle()
+    assert sink.last_committed_epoch() is None
+    # the epoch is retried with the same rows and commits once
+    assert sink.begin_transaction(0)
+    sink.write(epoch_table(0))
+    sink.commit_transaction(0)
+    log = partition_log(kafka_bootstrap, topic)
+    assert len(log.aborted) == ROWS_PER_EPOCH
+    assert log.abort_markers
+    assert log.commit_markers
+    assert_exactly_once(log.committed, ids(range(1)))
+    # capability `hides_aborted_records` (not Tansu): read_committed skips the aborted records.
+    if broker_capabilities.hides_aborted_records:
+        seen = consumer_values(kafka_bootstrap, topic, 1, expect=2 * ROWS_PER_EPOCH, timeout=3.0)
+        assert len(seen) == ROWS_PER_EPOCH
+    assert sink.metrics.aborts == 1
+    assert sink.metrics.commits == 1
+    sink.close()
+
+
+def test_replayed_epochs_are_skipped_after_a_restart(kafka_bootstrap: str, topic: str) -> None:
+    tid = f"tid-{topic}"
+    first = laminar.exactly_once(make_sink(kafka_bootstrap, topic, tid))
+    for epoch in range(3):
+        first.write_epoch(epoch, epoch_table(epoch))
+    first.close()
+    restarted_sink = make_sink(kafka_bootstrap, topic, tid)
+    restarted = laminar.exactly_once(restarted_sink)
+    assert restarted.write_epoch(2, epoch_table(2)).skipped  # Spark replays the last batch
+    assert restarted.write_epoch(3, epoch_table(3)).committed
+    assert restarted_sink.metrics.replays_skipped == 1
+    assert restarted_sink.last_committed_epoch() == 3
+    assert_exactly_once(committed(kafka_bootstrap, topic), ids(range(4)))
+    restarted.close()
+
+
+def test_prepared_state_records_the_producer_identity(kafka_bootstrap: str, topic: str) -> None:
+    tid = f"tid-{topic}"
+    sink = make_sink(kafka_bootstrap, topic, tid)
+    sink.init_transactions()
+    sink.begin_transaction(0)
+    sink.write(epoch_table(0))
+    state = sink.prepare_transaction()
+    assert (state.transactional_id, state.epoch, state.attempt) == (tid, 0, 0)
+    assert state.record_count == ROWS_PER_EPOCH
+    assert state.producer_id >= 0
+    assert state.producer_epoch >= 0
+    assert abs(state.created_at_ms - time.time() * 1000) < 60_000
+    assert PreparedTxnState.parse(str(state)) == state
+    sink.abort_transaction(0)
+    # a retry of the same epoch counts as attempt 1; the identity is read again after the abort
+    sink.begin_transaction(0)
+    sink.write(epoch_table(0))
+    retried = sink.prepare_transaction()
+    assert retried.attempt == 1
+    assert retried.producer_id == state.producer_id
+    assert retried.producer_epoch >= state.producer_epoch
+    sink.commit_transaction(0)
+    # a new instance (re-init) fences this one: same producer id, a newer producer epoch
+    successor = make_sink(kafka_bootstrap, topic, tid)
+    successor.init_transactions()
+    successor.begin_transaction(1)
+    successor.write(epoch_table(1))
+    after = successor.prepare_transaction()
+    assert after.producer_epoch > retried.producer_epoch or after.producer_id != state.producer_id
+    successor.commit_transaction(1)
+    sink.close()
+    successor.close()
+
+
+def test_a_new_instance_fences_the_old_one(kafka_bootstrap: str, one_partition_topic: str) -> None:
+    """Holds on every broker: the zombie's epoch marker (send_offsets_to_transaction) is refused
+    as fenced (Kafka: fatal PRODUCER_FENCED; Tansu: _FENCED from the offset commit)."""
+    topic = one_partition_topic
+    tid = f"tid-{topic}"
+    zombie = make_sink(kafka_bootstrap, topic, tid)
+    zombie.init_transactions()
+    zombie.begin_transaction(0)
+    zombie.write(epoch_table(0))
+    successor = make_sink(kafka_bootstrap, topic, tid)
+    successor.init_transactions()
+    with pytest.raises(FencedError, match="another producer"):
+        zombie.commit_transaction(0)
+    with pytest.raises(FencedError):  # every later call too, and it writes nothing
+        zombie.begin_transaction(1)
+    successor.begin_transaction(0)
+    successor.write(epoch_table(0))
+    successor.commit_transaction(0)
+    records = committed(kafka_bootstrap, topic)
+    assert_exactly_once(records, ids(range(1)))
+    zombie_records = {r.producer_epoch for r in records}
+    assert len(zombie_records) == 1  # all from the successor's producer epoch
+    zombie.close()
+    successor.close()
+
+
+def test_a_zombie_fenced_between_prepare_and_commit_commits_nothing(
+    kafka_bootstrap: str, one_partition_topic: str, broker_capabilities: BrokerCapabilities
+) -> None:
+    """capability `fencing` (Kafka): the zombie's commit fails as fenced at once. Without it
+    (Tansu drops the zombie's commit and it times out) the commit is in doubt, bounded by
+    commit_timeout_s; recovery sees the brokers answer everything but that commit and stops the
+    zombie as fenced. Either way the zombie's records are never committed."""
+    topic = one_partition_topic
+    tid = f"tid-{topic}"
+    zombie = make_sink(kafka_bootstrap, topic, tid, commit_timeout_s=2.0, retries=1)
+    zombie.init_transactions()
+    zombie.begin_transaction(0)
+    zombie.write(epoch_table(0))
+    zombie.prepare_transaction()
+    successor = make_sink(kafka_bootstrap, topic, tid)
+    successor.init_transactions()
+    started = time.monotonic()
+    if broker_capabilities.fencing:
+        with pytest.raises(FencedError):
+            zombie.commit_transaction(0)
+    else:
+        with pytest.raises(InDoubtError):
+            zombie.commit_transaction(0)
+        assert zombie.transaction_state.name == "Failed"
+        assert zombie.metrics.commit_failures == 1
+    assert time.monotonic() - started < 15
+    successor.begin_transaction(0)
+    successor.write(epoch_table(0))
+    successor.commit_transaction(0)
+    if not broker_capabilities.fencing:
+        # The brokers answer the marker read but never the zombie's commit: fenced.
+        with pytest.raises(FencedError, match="another instance has most likely taken over"):
+            zombie.recover()
+        assert zombie.tracker.last_committed_epoch == 0  # decided by the successor's commit
+        with pytest.raises(FencedError):
+            zombie.begin_transaction(1)
+    log = partition_log(kafka_bootstrap, topic)
+    assert_exactly_once(log.committed, ids(range(1)))
+    assert len(log.aborted) + len(log.open) >= ROWS_PER_EPOCH  # the zombie's, never committed
+    zombie.close()
+    successor.close()
+
+
+def test_an_expired_marker_is_replaced_by_the_header_witness(
+    kafka_bootstrap: str, kafka_broker: Any, topic: str
+) -> None:
+    """The marker group is deleted (as offsets.retention.minutes would expire it); the last
+    committed epoch is then read from the laminar.epoch headers of the committed records, which
+    kafka_log tells apart from an aborted later epoch on any broker."""
+    from confluent_kafka.admin import AdminClient
+
+    tid = f"tid-{topic}"
+    sink = make_sink(kafka_bootstrap, topic, tid)
+    writer = laminar.exactly_once(sink)
+    for epoch in range(3):
+        writer.write_epoch(epoch, epoch_table(epoch))
+    sink.begin_transaction(3)  # an aborted epoch 3 must not count
+    sink.write(epoch_table(3))
+    sink.prepare_transaction()
+    sink.abort_transaction(3)
+    writer.close()
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.delete_consumer_groups([f"laminar.{tid}"], request_timeout=15)[f"laminar.{tid}"].result(
+        15
+    )
+    probe = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"laminar.{tid}"})
+    assert probe.committed([TopicPartition(topic, 0)], timeout=15)[0].offset < 0
+    probe.close()
+
+    restarted_sink = make_sink(kafka_bootstrap, topic, tid)
+    assert restarted_sink.last_committed_epoch() == 2
+    restarted = laminar.exactly_once(restarted_sink)
+    assert restarted.write_epoch(2, epoch_table(2)).skipped
+    assert restarted.write_epoch(3, epoch_table(3)).committed
+    assert restarted_sink.last_committed_epoch() == 3  # the marker is back
+    assert_exactly_once(committed(kafka_bootstrap, topic), ids(range(4)))
+    restarted.close()
+
+
+def test_the_librdkafka_witness_reads_the_same_epoch(kafka_bootstrap: str, topic: str) -> None:
+    """The witness for TLS/SASL clusters (read_committed through librdkafka), without aborted
+    epochs (which only `hides_aborted_records` brokers would filter)."""
+    tid = f"tid-{topic}"
+    sink = make_sink(kafka_bootstrap, topic, tid)
+    writer = laminar.exactly_once(sink)
+    for epoch in range(2):
+        writer.write_epoch(epoch, epoch_table(epoch))
+    assert sink._rt is not None
+    assert sink._read_witness_consumer(sink._rt) == 1
+    assert sink._read_witness(sink._rt) == 1
+    writer.close()
+
+
+def test_sinks_with_different_ids_write_one_topic_in_parallel(
+    kafka_bootstrap: str, topic: str
+) -> None:
+    errors: list[BaseException] = []
+    names = [f"tid-{topic}-{n}" for n in range(3)]
+
+    def run(tid: str, offset: int) -> None:
+        try:
+            writer = laminar.exactly_once(make_sink(kafka_bootstrap, topic, tid))
+            for epoch in range(4):
+                table = epoch_table(epoch)
+                table = table.set_column(
+                    0, "id", pa.array([offset + i for i in table.column("id").to_pylist()])
+                )
+                writer.write_epoch(epoch, table)
+            writer.write_epoch(3, epoch_table(3))  # a replay: skipped
+            writer.close()
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(tid, n * 100_000)) for n, tid in enumerate(names)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors, errors
+    for n, tid in enumerate(names):
+        records = committed(kafka_bootstrap, topic, tid)
+        assert sorted(ids_of(records)) == sorted(n * 100_000 + i for i in ids(range(4)))
+        assert make_sink(kafka_bootstrap, topic, tid).last_committed_epoch() == 3
+
+
+def test_a_missing_topic_is_a_clear_error(kafka_bootstrap: str, topic_name: str) -> None:
+    sink = make_sink(kafka_bootstrap, topic_name, f"tid-{topic_name}")
+    with pytest.raises(ConfigError, match=f"topic '{topic_name}' does not exist.*create it"):
+        sink.init_transactions()
+    # the check does not create it (Tansu auto-creates topics on a per-topic metadata request)
+    with pytest.raises(ConfigError):
+        make_sink(kafka_bootstrap, topic_name, f"tid-{topic_name}").init_transactions()
+
+
+def test_an_oversized_record_names_the_row_and_the_setting(
+    kafka_bootstrap: str, one_partition_topic: str
+) -> None:
+    topic = one_partition_topic
+    sink = make_sink(
+        kafka_bootstrap, topic, f"tid-{topic}", producer_config={"message.max.bytes": 20_000}
+    )
+    writer = laminar.exactly_once(sink)
+    big = epoch_table(0).set_column(
+        1, "name", pa.array([("x" * 30_000 if i == 7 else "ok") for i in range(ROWS_PER_EPOCH)])
+    )
+    with pytest.raises(DataError, match=r"row 7 \(key '7'\).*message\.max\.bytes=20000"):
+        writer.write_epoch(0, big)
+    assert sink.transaction_state == laminar.TransactionState.Idle()  # aborted, usable
+    assert writer.write_epoch(0, epoch_table(0)).committed
+    assert_exactly_once(committed(kafka_bootstrap, topic), ids(range(1)))
+    writer.close()
+
+
+def test_an_unreachable_broker_names_bootstrap_servers_and_the_timeout() -> None:
+    address = f"127.0.0.1:{free_port('127.0.0.1')}"
+    sink = make_sink(address, "t", "tid-unreachable", init_timeout_s=2.0)
+    started = time.monotonic()
+    with pytest.raises(
+        FatalError, match=rf"bootstrap\.servers={address} within init_timeout_s=2 s"
+    ):
+        sink.init_transactions()
+    assert time.monotonic() - started < 10
+    sink.close()
+
+
+def test_bad_credentials_fail_clearly_and_the_password_never_shows(
+    kafka_bootstrap: str,
+    topic: str,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """The session broker does not accept this SASL login: an AuthorizationError naming the
+    settings. The password appears in no message, repr, cause or log line."""
+    password = "hunter2-do-not-print"
+    config = {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanisms": "PLAIN",
+        "sasl.username": "laminar",
+        "sasl.password": password,
+    }
+    caplog.set_level(logging.DEBUG)
+    sink = make_sink(
+        kafka_bootstrap, topic, f"tid-{topic}", producer_config=config, init_timeout_s=3.0
+    )
+    with pytest.raises((AuthorizationError, FatalError)) as caught:
+        laminar.exactly_once(sink).write_epoch(0, epoch_table(0))
+    assert isinstance(caught.value, AuthorizationError), caught.value
+    assert "sasl.password" in str(caught.value)
+    texts = [str(caught.value), repr(caught.value), repr(sink), str(sink.producer_config)]
+    cause: BaseException | None = caught.value
+    while cause is not None:
+        texts += [str(cause), repr(cause)]
+        cause = cause.__cause__ or cause.__context__
+    texts += [record.getMessage() for record in caplog.records]
+    out, err = capfd.readouterr()
+    texts += [out, err]
+    assert not [t for t in texts if password in t]
+    sink.close()

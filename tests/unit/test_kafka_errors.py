@@ -1,0 +1,149 @@
+"""The one mapping from librdkafka errors to laminar.errors (KIP-691), on constructed errors."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from laminar.errors import (
+    AbortableError,
+    AuthorizationError,
+    ConfigError,
+    FatalError,
+    FencedError,
+    InDoubtError,
+)
+from laminar.sinks._kafka_errors import ErrorContext, map_kafka_error
+
+CTX = ErrorContext("orders-sink", "b1:9092", "orders", epoch=7, secrets=("hunter2-secret",))
+
+
+def err(code: int, text: str = "", **flags: bool) -> KafkaException:
+    return KafkaException(KafkaError(code, text or None, **flags))
+
+
+@pytest.mark.parametrize(
+    "code", [KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH]
+)
+@pytest.mark.parametrize("fatal", [True, False])
+def test_fenced_codes_are_fenced_whatever_the_flags(code: int, fatal: bool) -> None:
+    # Tansu reports _FENCED from send_offsets as abortable, Kafka as fatal: both mean fenced.
+    mapped = map_kafka_error(
+        err(code, fatal=fatal, txn_requires_abort=not fatal), "commit_transaction", CTX
+    )
+    assert type(mapped) is FencedError
+    assert "orders-sink" in str(mapped)
+    assert mapped.epoch == 7
+
+
+@pytest.mark.parametrize(
+    ("code", "needle"),
+    [
+        (KafkaError._AUTHENTICATION, "sasl.password"),
+        (KafkaError.SASL_AUTHENTICATION_FAILED, "sasl.username"),
+        (KafkaError.TOPIC_AUTHORIZATION_FAILED, "WRITE on topic 'orders'"),
+        (KafkaError.GROUP_AUTHORIZATION_FAILED, "laminar.orders-sink"),
+        (KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactional id 'orders-sink'"),
+        (KafkaError.CLUSTER_AUTHORIZATION_FAILED, "IDEMPOTENT_WRITE"),
+    ],
+)
+def test_authentication_and_authorization_name_what_to_fix(code: int, needle: str) -> None:
+    mapped = map_kafka_error(err(code, txn_requires_abort=True), "produce", CTX)
+    assert type(mapped) is AuthorizationError
+    assert mapped.fatal
+    assert needle in str(mapped)
+
+
+def test_other_fatal_errors_are_fatal() -> None:
+    mapped = map_kafka_error(
+        err(KafkaError.INVALID_TXN_STATE, fatal=True), "commit_transaction", CTX
+    )
+    assert type(mapped) is FatalError
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        err(KafkaError._TIMED_OUT, retriable=True),
+        err(KafkaError.COORDINATOR_NOT_AVAILABLE, retriable=True),
+        err(KafkaError._TRANSPORT),
+        err(KafkaError._FAIL),
+    ],
+)
+def test_a_commit_without_a_definite_outcome_is_in_doubt(error: KafkaException) -> None:
+    mapped = map_kafka_error(error, "commit_transaction", CTX)
+    assert type(mapped) is InDoubtError
+    assert "never aborted blindly" in str(mapped)
+
+
+def test_a_commit_that_requires_abort_is_abortable_not_in_doubt() -> None:
+    mapped = map_kafka_error(
+        err(KafkaError._MSG_TIMED_OUT, txn_requires_abort=True), "commit_transaction", CTX
+    )
+    assert type(mapped) is AbortableError
+    assert mapped.requires_abort
+
+
+@pytest.mark.parametrize(
+    "operation", ["produce", "send_offsets_to_transaction", "flush", "delivery"]
+)
+def test_abortable_and_retriable_errors_during_the_epoch_abort_it(operation: str) -> None:
+    assert (
+        type(
+            map_kafka_error(
+                err(KafkaError.NOT_ENOUGH_REPLICAS, txn_requires_abort=True), operation, CTX
+            )
+        )
+        is AbortableError
+    )
+    assert (
+        type(map_kafka_error(err(KafkaError.REQUEST_TIMED_OUT, retriable=True), operation, CTX))
+        is AbortableError
+    )
+
+
+def test_record_too_large_names_the_settings() -> None:
+    mapped = map_kafka_error(
+        err(KafkaError.MSG_SIZE_TOO_LARGE, txn_requires_abort=True), "delivery", CTX, hint="key 'k'"
+    )
+    assert type(mapped) is AbortableError
+    assert "message.max.bytes" in str(mapped)
+    assert "max.message.bytes" in str(mapped)
+    assert "key 'k'" in str(mapped)
+
+
+def test_unknown_topic_says_to_create_it() -> None:
+    mapped = map_kafka_error(err(KafkaError.UNKNOWN_TOPIC_OR_PART), "delivery", CTX)
+    assert type(mapped) is AbortableError
+    assert "'orders'" in str(mapped)
+    assert "create it" in str(mapped)
+
+
+def test_unreachable_at_start_up_names_bootstrap_servers() -> None:
+    mapped = map_kafka_error(err(KafkaError._TRANSPORT), "init_transactions", CTX)
+    assert type(mapped) is FatalError
+    assert "bootstrap.servers=b1:9092" in str(mapped)
+
+
+def test_invalid_configuration_is_a_config_error() -> None:
+    mapped = map_kafka_error(
+        err(KafkaError._INVALID_ARG, 'No such configuration property: "lingerr.ms"'),
+        "init_transactions",
+        CTX,
+    )
+    assert type(mapped) is ConfigError
+    assert "lingerr.ms" in str(mapped)
+
+
+def test_secrets_in_client_text_are_scrubbed() -> None:
+    mapped = map_kafka_error(
+        err(KafkaError._AUTHENTICATION, "bad password hunter2-secret"), "init_transactions", CTX
+    )
+    assert "hunter2-secret" not in str(mapped)
+    assert "***" in str(mapped)
+
+
+def test_a_non_kafka_exception_is_fatal_and_scrubbed() -> None:
+    mapped = map_kafka_error(RuntimeError("boom hunter2-secret"), "produce", CTX)
+    assert type(mapped) is FatalError
+    assert "hunter2-secret" not in str(mapped)
