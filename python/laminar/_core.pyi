@@ -552,3 +552,10 @@ def check_pg_copy_schema(
 
     Raises ``ConfigError`` naming the column and both types.
     """
+
+# --- checksums ----------------------------------------------------------------------------------
+
+__all__ += ["crc32c"]
+
+def crc32c(data: bytes) -> int:
+    """The CRC-32C (Castagnoli) of ``data``, as used in Kafka record batches."""

@@ -40,8 +40,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-import google_crc32c
-
+from laminar._core import crc32c
 from laminar.errors import LaminarError
 
 __all__ = [
@@ -295,7 +294,7 @@ def _decode_batch(
     ) = cur.unpack(_BATCH_HEADER)
     where = f"{topic}[{partition}] offset {base_offset}"
     if verify_crc:
-        actual = google_crc32c.value(data[pos + _CRC_START : end])
+        actual = crc32c(data[pos + _CRC_START : end])
         if actual != crc:
             raise KafkaLogError(
                 f"{where}: CRC mismatch (stored {crc:#010x}, computed {actual:#010x})"

@@ -11,9 +11,9 @@ import gzip
 import struct
 from collections.abc import Sequence
 
-import google_crc32c
 import pytest
 
+from laminar._core import crc32c
 from laminar.kafka_log import (
     Compression,
     ControlType,
@@ -95,7 +95,7 @@ def batch(
         )
         + payload
     )
-    crc = google_crc32c.value(after_crc) ^ (1 if corrupt_crc else 0)
+    crc = crc32c(after_crc) ^ (1 if corrupt_crc else 0)
     rest = struct.pack(">ibI", 0, magic, crc) + after_crc
     return struct.pack(">qi", base_offset, len(rest)) + rest
 

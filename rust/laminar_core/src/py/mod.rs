@@ -3,6 +3,7 @@
 
 use pyo3::prelude::*;
 
+pub mod checksum;
 pub mod epoch;
 pub mod errors;
 pub mod metrics;
@@ -18,5 +19,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     metrics::register(m)?;
     prepared::register(m)?;
     serialize::register(m)?;
+    checksum::register(m)?;
     Ok(())
 }
