@@ -29,6 +29,7 @@ from laminar.errors import (
     InDoubtError,
     InvalidStateEncoding,
     LaminarError,
+    RecordTooLargeError,
 )
 from laminar.sinks.base import TransactionalSink
 from laminar.sinks.kafka import KafkaSink
@@ -55,6 +56,7 @@ __all__ = [
     "PgCopyBuffer",
     "PostgresSink",
     "PreparedTxnState",
+    "RecordTooLargeError",
     "TransactionState",
     "TransactionalSink",
     "TransactionalSinkMetrics",

@@ -138,7 +138,7 @@ class ExactlyOnceWriter:
                     err,
                 )
             except AbortableError as err:
-                if attempt > self.retries:
+                if attempt > self.retries or not err.retriable:
                     raise
                 delay = self.retry_backoff_s * (2 ** (attempt - 1))
                 log.warning(

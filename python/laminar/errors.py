@@ -7,6 +7,7 @@ known, and the root cause stays in ``__cause__`` (errors are wrapped at most onc
 
     LaminarError
     ├── AbortableError           abort the epoch, then retry it
+    │   └── RecordTooLargeError  a record over the size limit: abort; retrying cannot help
     ├── FatalError               close and stop
     │   ├── FencedError          another instance owns the transactional id / sink
     │   ├── AuthorizationError   credentials or ACLs refuse the operation
@@ -32,6 +33,7 @@ __all__ = [
     "InDoubtError",
     "InvalidStateEncoding",
     "LaminarError",
+    "RecordTooLargeError",
 ]
 
 
@@ -81,6 +83,16 @@ class AbortableError(LaminarError):
 
     retriable = True
     requires_abort = True
+
+
+class RecordTooLargeError(AbortableError):
+    """A record is larger than the client or broker accepts (KIP-691: abortable, not fatal).
+
+    The epoch's transaction is aborted and the sink stays usable, but retrying the same batch
+    cannot succeed: raise the size limit or write smaller records.
+    """
+
+    retriable = False
 
 
 class FatalError(LaminarError):

@@ -22,11 +22,11 @@ import laminar
 from laminar import (
     AuthorizationError,
     ConfigError,
-    DataError,
     FatalError,
     FencedError,
     InDoubtError,
     PreparedTxnState,
+    RecordTooLargeError,
 )
 from laminar.embedded import BrokerCapabilities
 from laminar.embedded._process import free_port
@@ -349,8 +349,13 @@ def test_an_oversized_record_names_the_row_and_the_setting(
     big = epoch_table(0).set_column(
         1, "name", pa.array([("x" * 30_000 if i == 7 else "ok") for i in range(ROWS_PER_EPOCH)])
     )
-    with pytest.raises(DataError, match=r"row 7 \(key '7'\).*message\.max\.bytes=20000"):
+    with pytest.raises(
+        RecordTooLargeError, match=r"row 7 \(key '7'\).*message\.max\.bytes=20000"
+    ) as raised:
         writer.write_epoch(0, big)
+    assert isinstance(raised.value, laminar.AbortableError)  # KIP-691: abortable, not fatal
+    assert raised.value.retriable is False
+    assert raised.value.__cause__ is not None
     assert sink.transaction_state == laminar.TransactionState.Idle()  # aborted, usable
     assert writer.write_epoch(0, epoch_table(0)).committed
     assert_exactly_once(committed(kafka_bootstrap, topic), ids(range(1)))

@@ -165,3 +165,15 @@ def test_bad_configuration_is_a_clear_error(sinks: tuple[object, ...], message: 
 def test_duplicate_sink_ids_are_refused() -> None:
     with pytest.raises(ConfigError, match="share a sink id"):
         laminar.exactly_once(MemorySink("a"), MemorySink("a"))
+
+
+def test_non_retriable_abortable_error_aborts_without_retrying() -> None:
+    sink = MemorySink()
+    sink.fail["write"] = [laminar.RecordTooLargeError("row 3 is too large")]
+    writer = laminar.exactly_once(sink, retries=5, retry_backoff_s=0)
+    with pytest.raises(laminar.RecordTooLargeError):
+        writer.write_epoch(2, "b")
+    assert sink.calls.count("begin") == 1
+    assert sink.calls.count("abort") == 1
+    assert sink.transaction_state == laminar.TransactionState.Idle()
+    assert sink.committed == {}

@@ -12,6 +12,7 @@ from laminar.errors import (
     FatalError,
     FencedError,
     InDoubtError,
+    RecordTooLargeError,
 )
 from laminar.sinks._kafka_errors import ErrorContext, map_kafka_error
 
@@ -106,7 +107,9 @@ def test_record_too_large_names_the_settings() -> None:
     mapped = map_kafka_error(
         err(KafkaError.MSG_SIZE_TOO_LARGE, txn_requires_abort=True), "delivery", CTX, hint="key 'k'"
     )
-    assert type(mapped) is AbortableError
+    assert type(mapped) is RecordTooLargeError
+    assert isinstance(mapped, AbortableError)
+    assert mapped.retriable is False
     assert "message.max.bytes" in str(mapped)
     assert "max.message.bytes" in str(mapped)
     assert "key 'k'" in str(mapped)

@@ -30,6 +30,7 @@ from laminar.errors import (
     FencedError,
     InDoubtError,
     LaminarError,
+    RecordTooLargeError,
 )
 
 __all__ = [
@@ -186,7 +187,7 @@ def map_kafka_error(
             **_where(ctx),
         )
     if code in _TOO_LARGE_CODES:
-        return AbortableError(
+        return RecordTooLargeError(
             _join(
                 f"a record is larger than the broker or client accepts ({operation}: {what}); "
                 "raise message.max.bytes in producer_config and the topic's max.message.bytes, "

@@ -50,6 +50,7 @@ from laminar.errors import (
     FencedError,
     IllegalStateError,
     LaminarError,
+    RecordTooLargeError,
 )
 from laminar.kafka_log import KafkaLogClient, KafkaLogError
 from laminar.sinks._kafka_config import (
@@ -587,7 +588,7 @@ class KafkaSink(TransactionalSink):
         if kafka_error is not None and kafka_error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
             size = len(value or b"") + len(key or b"")
             limit = self._producer_config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES)
-            return DataError(
+            return RecordTooLargeError(
                 f"row {row} (key {_show_key(key)}) is a record of {size:,} bytes, larger than "
                 f"message.max.bytes={limit}; raise message.max.bytes in producer_config (and the "
                 "topic's max.message.bytes on the broker) or write smaller rows",
