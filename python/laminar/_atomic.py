@@ -415,6 +415,16 @@ class AtomicGroup:
                 )
                 incomplete.append(k)
         crash_point("atomic.step8")
+        for sink_id, awaited in list(self.awaiting.items()):
+            last = self.last.get(sink_id)
+            if last is not None and last >= awaited:
+                log.warning(
+                    "atomic group %s: Spark's replay completed epoch %d in Kafka sink %s",
+                    self.group_id,
+                    awaited,
+                    sink_id,
+                )
+                del self.awaiting[sink_id]
         if incomplete:
             self._complete_in_process(epoch, incomplete)
         self.last_commit_ms = (time.perf_counter() - started) * 1000
