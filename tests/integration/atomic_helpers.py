@@ -79,9 +79,8 @@ def assert_exactly_once(bootstrap: str, topic: str, dsn: str, table: str, epochs
         rows = [r[0] for r in conn.execute(f"SELECT id FROM {table}").fetchall()]
     pg = Counter(rows)
     assert not {i for i, n in pg.items() if n > 1}, "rows in PostgreSQL twice"
-    assert set(pg) == expected, (
-        f"PostgreSQL: missing {sorted(expected - set(pg))[:5]}, extra {sorted(set(pg) - expected)[:5]}"
-    )
+    missing, extra = sorted(expected - set(pg))[:5], sorted(set(pg) - expected)[:5]
+    assert set(pg) == expected, f"PostgreSQL: missing {missing}, extra {extra}"
     kafka = Counter(ids_of(read_committed(bootstrap, topic)))
     assert not {i for i, n in kafka.items() if n > 1}, "records committed in Kafka twice"
     assert set(kafka) == expected, (
