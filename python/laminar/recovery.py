@@ -299,7 +299,8 @@ def settle_kafka_sinks(
                 int(step.producer_epoch or 0),
             )
             crash_point("recovery.after_end_txn")
-            marker = _marker_after_end_txn(sink, step.epoch)
+            # the marker is the only proof; after a refusal it is read once, not waited for
+            marker = _marker_after_end_txn(sink, step.epoch, wait_s=0.0 if why else 3.0)
             if marker is not None and marker >= step.epoch:
                 log.warning(
                     "sink %s: decided epoch %d committed in Kafka by EndTxn (producer %d/%d)",
