@@ -4,8 +4,10 @@ One sink: its own transaction, with retries of abortable errors and resolution o
 Several sinks: the atomic recipe of docs/protocol.md §3 (Postgres as the decision log), in
 `laminar._atomic`.
 
-Both refuse an epoch older than a committed one (Spark only replays its last batch: such an epoch
-comes from a reset or foreign checkpoint) and, given ``owner=`` (the streaming query's identity,
+An atomic group refuses an epoch older than a committed one (Spark only replays its last batch:
+such an epoch comes from a reset or foreign checkpoint); a single sink does so when the writer has
+an ``owner`` (the single-sink path keeps skipping older epochs otherwise, as it always did). Given
+``owner=`` (the streaming query's identity,
 e.g. its id or checkpoint location), a sink owned by another query — the checkpoint-reset guard of
 docs/protocol.md §5; ``on_new_query="restart"`` (or ``laminar reset``) starts the sinks over for
 the new query by moving their epoch base past every committed epoch.
@@ -255,7 +257,7 @@ class ExactlyOnceWriter:
 
     def _write_single(self, sink: TransactionalSink, epoch: int, batch: ArrowData) -> EpochResult:
         last = sink.tracker.last_committed_epoch
-        if last is not None and epoch < last:
+        if self.owner is not None and last is not None and epoch < last:
             from laminar._core import plan_epoch
             from laminar.recovery import refusal_error
 

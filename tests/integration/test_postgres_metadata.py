@@ -130,7 +130,9 @@ def test_a_database_from_a_newer_laminar_is_refused(fresh_db: str, table_name: s
         )
         conn.commit()
     sink = PostgresSink(fresh_db, table)
-    with pytest.raises(ConfigError, match=r"version 99, written by a newer laminar.*up to 1"):
+    with pytest.raises(
+        ConfigError, match=rf"version 99, written by a newer laminar.*up to {SCHEMA_VERSION}"
+    ):
         sink.init_transactions()
 
 
