@@ -286,7 +286,12 @@ class AtomicGroup:
         if not self.started:
             self.start()
         progress = [(s.sink_id, self.last.get(s.sink_id)) for s in self.sinks]
-        plan = plan_epoch(epoch, progress, list(self.awaiting.items()))
+        plan = plan_epoch(
+            epoch,
+            progress,
+            list(self.awaiting.items()),
+            refuse_backwards=self.owner is not None,
+        )
         if plan.action == "refuse":
             raise refusal_error(plan.refusal, plan.message, epoch=epoch)
         if plan.action == "skip":

@@ -667,11 +667,14 @@ def plan_epoch(
     epoch: int,
     sinks: Sequence[tuple[str, int | None]],
     awaiting: Sequence[tuple[str, int]] = ...,
+    *,
+    refuse_backwards: bool = True,
 ) -> EpochPlan:
     """Decides which sinks ``epoch`` must be written to, from each sink's ``(sink_id, last
     committed epoch)``; ``awaiting`` lists the Kafka sinks whose decided epoch only Spark's
-    replay can complete. Refuses an epoch older than a committed one (a reset or foreign
-    checkpoint) and any epoch other than an awaited one."""
+    replay can complete. Refuses any epoch other than an awaited one, and — with
+    ``refuse_backwards``, i.e. when the writer knows its query — an epoch older than a committed
+    one (a reset or foreign checkpoint); without it such an epoch is skipped where committed."""
 
 def check_generation(group: str, mine: int, stored: int) -> str | None:
     """The fencing check of a decision transaction: None if ``mine`` is the stored generation,

@@ -4,13 +4,13 @@ One sink: its own transaction, with retries of abortable errors and resolution o
 Several sinks: the atomic recipe of docs/protocol.md §3 (Postgres as the decision log), in
 `laminar._atomic`.
 
-An atomic group refuses an epoch older than a committed one (Spark only replays its last batch:
-such an epoch comes from a reset or foreign checkpoint); a single sink does so when the writer has
-an ``owner`` (the single-sink path keeps skipping older epochs otherwise, as it always did). Given
-``owner=`` (the streaming query's identity,
-e.g. its id or checkpoint location), a sink owned by another query — the checkpoint-reset guard of
-docs/protocol.md §5; ``on_new_query="restart"`` (or ``laminar reset``) starts the sinks over for
-the new query by moving their epoch base past every committed epoch.
+A replayed epoch (``epoch <= last committed``) is skipped, as DESIGN.md says. When the writer knows
+its query (``owner=``: the streaming query's identity, which ``laminar.spark`` supplies), two more
+rules hold — the checkpoint-reset guard of docs/protocol.md §5: an epoch *older* than a committed
+one is refused (Spark only replays its last batch, so such an epoch comes from a reset or foreign
+checkpoint, and skipping it would lose its data), and a sink owned by another query is refused;
+``on_new_query="restart"`` (or ``laminar reset``) starts the sinks over for the new query by moving
+their epoch base past every committed epoch.
 
 The writer is picklable configuration (Spark Connect pickles it to the server); sinks open lazily in
 the process that writes.

@@ -155,17 +155,18 @@ impl PyEpochPlan {
 
 /// Decides which sinks `epoch` must be written to.
 #[pyfunction]
-#[pyo3(signature = (epoch, sinks, awaiting=Vec::new()))]
+#[pyo3(signature = (epoch, sinks, awaiting=Vec::new(), *, refuse_backwards=true))]
 fn plan_epoch(
     epoch: Epoch,
     sinks: Vec<(String, Option<Epoch>)>,
     awaiting: Vec<(String, Epoch)>,
+    refuse_backwards: bool,
 ) -> PyEpochPlan {
     let progress: Vec<SinkProgress> = sinks
         .into_iter()
         .map(|(sink_id, last)| SinkProgress { sink_id, last })
         .collect();
-    match atomic::plan_epoch(epoch, &progress, &awaiting) {
+    match atomic::plan_epoch(epoch, &progress, &awaiting, refuse_backwards) {
         EpochPlan::Skip => PyEpochPlan {
             action: "skip",
             sinks: vec![false; progress.len()],

@@ -192,10 +192,18 @@ pub enum EpochPlan {
 /// Decides which sinks `epoch` must be written to.
 ///
 /// `awaiting` lists the Kafka sinks whose decided epoch can only be completed by Spark's replay
-/// (from [`Completion::AwaitReplay`]): any other epoch is refused while one is pending. An epoch
-/// older than a sink's last committed epoch is refused (a reset or foreign checkpoint); an epoch
-/// equal to it is that sink's legitimate replay and is skipped for that sink.
-pub fn plan_epoch(epoch: Epoch, sinks: &[SinkProgress], awaiting: &[(String, Epoch)]) -> EpochPlan {
+/// (from [`Completion::AwaitReplay`]): any other epoch is refused while one is pending. With
+/// `refuse_backwards` (the writer knows its query, i.e. Spark, which only ever replays its last
+/// batch) an epoch older than a sink's last committed epoch is refused as a reset or foreign
+/// checkpoint; without it (`write_epoch` callers replaying on purpose) such an epoch is skipped for
+/// that sink, as DESIGN.md's replay rule says. An epoch equal to a sink's last committed epoch is
+/// that sink's legitimate replay and is skipped for it.
+pub fn plan_epoch(
+    epoch: Epoch,
+    sinks: &[SinkProgress],
+    awaiting: &[(String, Epoch)],
+    refuse_backwards: bool,
+) -> EpochPlan {
     if epoch < 0 {
         return EpochPlan::Refuse(Refusal::new(
             RefusalKind::InvalidEpoch,
@@ -217,7 +225,7 @@ pub fn plan_epoch(epoch: Epoch, sinks: &[SinkProgress], awaiting: &[(String, Epo
     }
     if let Some(ahead) = sinks
         .iter()
-        .filter(|s| s.last.is_some_and(|last| last > epoch))
+        .filter(|s| refuse_backwards && s.last.is_some_and(|last| last > epoch))
         .max_by_key(|s| s.last)
     {
         return EpochPlan::Refuse(Refusal::new(
@@ -393,24 +401,24 @@ mod tests {
     #[test]
     fn epochs_are_written_where_missing_and_skipped_where_present() {
         assert_eq!(
-            plan_epoch(0, &progress(&[None, None]), &[]),
+            plan_epoch(0, &progress(&[None, None]), &[], true),
             EpochPlan::Write {
                 sinks: vec![true, true]
             }
         );
         assert_eq!(
-            plan_epoch(4, &progress(&[Some(3), Some(3)]), &[]),
+            plan_epoch(4, &progress(&[Some(3), Some(3)]), &[], true),
             EpochPlan::Write {
                 sinks: vec![true, true]
             }
         );
         assert_eq!(
-            plan_epoch(4, &progress(&[Some(4), Some(4)]), &[]),
+            plan_epoch(4, &progress(&[Some(4), Some(4)]), &[], true),
             EpochPlan::Skip
         );
         // the replay that completes Kafka: Postgres holds it already
         assert_eq!(
-            plan_epoch(4, &progress(&[Some(4), Some(3)]), &[("s1".into(), 4)]),
+            plan_epoch(4, &progress(&[Some(4), Some(3)]), &[("s1".into(), 4)], true),
             EpochPlan::Write {
                 sinks: vec![false, true]
             }
@@ -419,13 +427,13 @@ mod tests {
 
     #[test]
     fn older_epochs_and_other_epochs_while_incomplete_are_refused() {
-        let EpochPlan::Refuse(r) = plan_epoch(2, &progress(&[Some(4), Some(4)]), &[]) else {
+        let EpochPlan::Refuse(r) = plan_epoch(2, &progress(&[Some(4), Some(4)]), &[], true) else {
             panic!("expected a refusal")
         };
         assert_eq!(r.kind, RefusalKind::EpochBackwards);
         assert!(r.message.contains("laminar reset"), "{r}");
         let EpochPlan::Refuse(r) =
-            plan_epoch(5, &progress(&[Some(4), Some(3)]), &[("s1".into(), 4)])
+            plan_epoch(5, &progress(&[Some(4), Some(3)]), &[("s1".into(), 4)], true)
         else {
             panic!("expected a refusal")
         };
@@ -434,9 +442,35 @@ mod tests {
             r.message.contains("epoch 5") && r.message.contains("batch 4"),
             "{r}"
         );
-        let EpochPlan::Refuse(r) = plan_epoch(-1, &progress(&[None]), &[]) else {
+        let EpochPlan::Refuse(r) = plan_epoch(-1, &progress(&[None]), &[], false) else {
             panic!("expected a refusal")
         };
         assert_eq!(r.kind, RefusalKind::InvalidEpoch);
+    }
+
+    #[test]
+    fn without_a_known_query_older_epochs_are_skipped_per_sink() {
+        // write_epoch callers (no owner) may replay any committed epoch: it is skipped.
+        assert_eq!(
+            plan_epoch(2, &progress(&[Some(4), Some(4)]), &[], false),
+            EpochPlan::Skip
+        );
+        // A sink that is behind (e.g. added to the group later) still gets the epoch.
+        assert_eq!(
+            plan_epoch(2, &progress(&[Some(4), Some(1)]), &[], false),
+            EpochPlan::Write {
+                sinks: vec![false, true]
+            }
+        );
+        // An epoch other than the awaited replay is refused whatever the caller.
+        let EpochPlan::Refuse(r) = plan_epoch(
+            2,
+            &progress(&[Some(4), Some(3)]),
+            &[("s1".into(), 4)],
+            false,
+        ) else {
+            panic!("expected a refusal")
+        };
+        assert_eq!(r.kind, RefusalKind::OtherEpochWhileIncomplete);
     }
 }

@@ -418,7 +418,7 @@ impl Coordinator {
     /// One `foreachBatch` call: the recipe, steps 1-8.
     fn write_epoch(&mut self, w: &mut World, epoch: Epoch) -> Result<(), Stop> {
         let sinks = Self::progress(w);
-        let needs = match plan_epoch(epoch, &sinks, &self.awaiting) {
+        let needs = match plan_epoch(epoch, &sinks, &self.awaiting, true) {
             EpochPlan::Skip => return Ok(()),
             EpochPlan::Refuse(r) => return Err(Stop::Refused(r.kind)),
             EpochPlan::Write { sinks } => sinks,
