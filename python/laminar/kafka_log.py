@@ -940,33 +940,44 @@ class KafkaLogClient:
         self, topic: str, partition: int, start: int | None = None, end: int | None = None
     ) -> Iterator[RecordBatch]:
         """Every record batch of the partition from ``start`` (default: the log start) up to
-        ``end`` (default: the high watermark when the read began), control batches included."""
+        ``end`` (default: the end of the log when the read began), control batches included.
+
+        Without ``end`` the read follows the log past the high watermark that ListOffsets
+        reports until a fetch returns nothing new: some brokers (Tansu with S3 storage) report a
+        high watermark behind records they already serve. Records of transactions still open
+        there are left out by `committed_records`, so reading further never shows uncommitted
+        data.
+        """
         leaders = self.partition_leaders(topic)
         if partition not in leaders:
             raise KafkaLogError(f"topic {topic!r} has no partition {partition}")
         leader = leaders[partition]
         if start is None:
             start = self.list_offset(topic, partition, leader, _EARLIEST)
+        follow = end is None
         if end is None:
             end = self.list_offset(topic, partition, leader, _LATEST)
         offset = start
-        while offset < end:
-            data, _high_watermark = self.fetch(topic, partition, leader, offset)
+        while follow or offset < end:
+            data, high_watermark = self.fetch(topic, partition, leader, offset)
             progressed = False
             for batch in decode_record_batches(data, topic=topic, partition=partition):
                 if batch.last_offset < offset:
                     continue
-                if batch.base_offset >= end:
+                if not follow and batch.base_offset >= end:
                     return
                 yield batch
                 offset = batch.last_offset + 1
                 progressed = True
-            if not progressed:
-                raise KafkaLogError(
-                    f"{topic}[{partition}]: no record batch at offset {offset} below the high "
-                    f"watermark {end} (a batch larger than fetch_max_bytes="
-                    f"{self.fetch_max_bytes}?)"
-                )
+            if progressed:
+                continue
+            if offset >= max(end, high_watermark):
+                return
+            raise KafkaLogError(
+                f"{topic}[{partition}]: no record batch at offset {offset} below the high "
+                f"watermark {max(end, high_watermark)} (a batch larger than fetch_max_bytes="
+                f"{self.fetch_max_bytes}?)"
+            )
 
     def read_partition(
         self, topic: str, partition: int, start: int | None = None, end: int | None = None
@@ -995,7 +1006,7 @@ def read_partition(
     start: int | None = None,
     timeout: float = 10.0,
 ) -> PartitionLog:
-    """One partition's records up to its current high watermark, transactions resolved."""
+    """One partition's records up to the end of its log, transactions resolved."""
     with KafkaLogClient(bootstrap_servers, timeout=timeout) as client:
         return client.read_partition(topic, partition, start)
 
@@ -1008,8 +1019,7 @@ def read_committed(
     timeout: float = 10.0,
 ) -> list[LogRecord]:
     """The records of committed transactions (and non-transactional records) in every partition
-    of ``topic``, up to each partition's current high watermark, ordered by partition then
-    offset."""
+    of ``topic``, up to the end of each partition's log, ordered by partition then offset."""
     with KafkaLogClient(bootstrap_servers, timeout=timeout) as client:
         logs = client.read_topic(topic, partitions)
     return [record for p in sorted(logs) for record in logs[p].committed]
