@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from laminar._handoff import reduce_checked
 from laminar._types import ArrowData
 from laminar.errors import AbortableError, ConfigError, InDoubtError, LaminarError
 from laminar.sinks.base import TransactionalSink
@@ -48,6 +49,7 @@ class ExactlyOnceWriter:
         *,
         retries: int = 3,
         retry_backoff_s: float = 0.5,
+        owner: str | None = None,
     ) -> None:
         if not sinks:
             raise ConfigError("exactly_once() needs at least one sink")
@@ -65,23 +67,47 @@ class ExactlyOnceWriter:
         self.sinks = sinks
         self.retries = retries
         self.retry_backoff_s = retry_backoff_s
+        #: The identity of the streaming query that writes these sinks (the checkpoint-reset
+        #: guard of docs/protocol.md §5). `laminar.spark` sets it in the writing process, from
+        #: the query's checkpoint, before the first epoch; None: not known.
+        self.owner = owner
         self._initialized = False
+        self._foreach_batch: Any = None
 
     # -- pickling: configuration only ---------------------------------------------------------
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_initialized"] = False
+        state["_foreach_batch"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("owner", None)
+        state.setdefault("_foreach_batch", None)
         self.__dict__.update(state)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The process that loads the writer (Spark's Python worker) checks that it runs the
+        # same laminar version before it loads anything else (laminar._handoff).
+        return reduce_checked(self)
+
+    def __repr__(self) -> str:
+        sinks = ", ".join(repr(s) for s in self.sinks)
+        owner = f", owner={self.owner!r}" if self.owner is not None else ""
+        return f"ExactlyOnceWriter({sinks}{owner})"
 
     # -- public API ---------------------------------------------------------------------------
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        """The ``foreachBatch`` entry point: the batch reaches the sinks as Arrow."""
-        self.write_epoch(int(batch_id), df.toArrow())
+        """The ``foreachBatch`` entry point (Spark Connect or classic): ``batch_id`` is the
+        epoch and the batch reaches the sinks as Arrow; an empty batch opens no transaction.
+        See `laminar.spark.ForeachBatchWriter`, which this delegates to."""
+        if self._foreach_batch is None:
+            from laminar.spark import ForeachBatchWriter
+
+            self._foreach_batch = ForeachBatchWriter(self)
+        self._foreach_batch(df, batch_id)
 
     def write_epoch(self, epoch: int, batch: ArrowData) -> EpochResult:
         """Write ``batch`` as epoch ``epoch`` exactly once (a replayed epoch is skipped)."""
@@ -168,10 +194,15 @@ def _abort_quietly(sink: TransactionalSink, epoch: int) -> None:
 
 
 def exactly_once(
-    *sinks: TransactionalSink, retries: int = 3, retry_backoff_s: float = 0.5
+    *sinks: TransactionalSink,
+    retries: int = 3,
+    retry_backoff_s: float = 0.5,
+    owner: str | None = None,
 ) -> ExactlyOnceWriter:
     """A writer that lands each epoch in ``sinks`` exactly once (several sinks: atomically).
 
-    Use it as ``df.writeStream.foreachBatch(writer)`` or call ``writer.write_epoch(epoch, table)``.
+    Use it as ``df.writeStream.foreachBatch(writer)``, through `laminar.spark.start` (which also
+    ties the sinks to the streaming query: ``owner``), or call ``writer.write_epoch(epoch,
+    table)``. ``owner`` names the query that writes the sinks (docs/protocol.md §5).
     """
-    return ExactlyOnceWriter(sinks, retries=retries, retry_backoff_s=retry_backoff_s)
+    return ExactlyOnceWriter(sinks, retries=retries, retry_backoff_s=retry_backoff_s, owner=owner)
