@@ -22,7 +22,6 @@ from tests.e2e.spark_helpers import (
     client,
     pg_epoch,
     pg_ids,
-    stop,
     wait_for,
     wait_terminated,
     write_json_files,
@@ -152,7 +151,8 @@ def test_worker_sigkilled_mid_epoch_then_query_restarted(
     real = laminar.spark.foreach_batch(writer, checkpoint_location=checkpoint)
     crashed = start(ArmedForeachBatch(real, point))
     error = wait_terminated(crashed)
-    assert error is not None and "Python worker exited unexpectedly" in str(error), error
+    assert error is not None
+    assert "Python worker exited unexpectedly" in str(error), error
     # The third epoch (2) was the one in flight.
     before = pg_ids(pg_dsn, table_name)
     expected_epoch = 2 if point.startswith("postgres.after_commit") else 1
