@@ -1,10 +1,31 @@
-"""The ``laminar`` command line: ``demo``, ``status``, ``resolve``, ``recover``."""
+"""The ``laminar`` command line: ``demo``, ``status``, ``resolve``, ``recover``, ``reset``.
+
+Every command but ``demo`` works on a decision database: ``--dsn`` or ``$LAMINAR_PG_DSN`` (its
+password never appears in the output). Kafka markers are read with each Kafka sink's settings as
+registered in ``laminar.sinks.config`` (secrets are not stored there: give them with
+``--kafka-config sasl.password=...``). Output is a human-readable table; ``--json`` prints one
+JSON document instead.
+
+Exit codes:
+
+    0  done (status: nothing in doubt; recover/resolve: resolved)
+    1  error (cannot connect, unknown sink, a server refused)
+    2  usage error
+    3  not implemented
+    4  refused: the recorded decision says otherwise (add --force to override)
+    5  something is still unresolved (status: in-doubt or lingering transactions; recover: some
+       remain; resolve: the epoch awaits Spark's replay)
+    6  not found (no such transaction)
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from laminar import __version__
 
@@ -12,6 +33,7 @@ __all__ = ["main"]
 
 #: Exit code of a subcommand that exists in the interface but is not implemented yet.
 EXIT_NOT_IMPLEMENTED = 3
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_REFUSED, EXIT_UNRESOLVED, EXIT_NOT_FOUND = 0, 1, 2, 4, 5, 6
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,20 +55,66 @@ def _parser() -> argparse.ArgumentParser:
             "an injected crash, then prove that every record landed exactly once."
         ),
     )
-    commands.add_parser(
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--dsn",
+            default=os.environ.get("LAMINAR_PG_DSN"),
+            help="the decision database (default: $LAMINAR_PG_DSN)",
+        )
+        p.add_argument(
+            "--kafka-config",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="a Kafka client setting for reading markers (e.g. sasl.password=...); repeat",
+        )
+        p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+    status = commands.add_parser(
         "status",
         help="show sinks: last committed epoch, in-doubt and lingering transactions, latency",
+    )
+    common(status)
+    status.add_argument(
+        "--lingering-after", type=float, default=300.0, metavar="S", help="default 300 s"
     )
     resolve = commands.add_parser(
         "resolve", help="commit or roll back an in-doubt transaction by hand"
     )
-    resolve.add_argument("transaction_id", help="the in-doubt transaction (as `status` lists it)")
+    common(resolve)
+    resolve.add_argument(
+        "transaction_id",
+        help="as `status` lists it: a prepared gid (laminar:...), kafka:<transactional_id>, or "
+        "a distributed transaction id",
+    )
     decision = resolve.add_mutually_exclusive_group(required=True)
     decision.add_argument("--commit", action="store_true", help="commit it")
     decision.add_argument("--rollback", action="store_true", help="roll it back")
-    commands.add_parser(
+    resolve.add_argument(
+        "--force",
+        action="store_true",
+        help="override a recorded decision that says the opposite (breaks atomicity: know why)",
+    )
+    recover = commands.add_parser(
         "recover", help="complete or roll back every in-doubt transaction from recorded decisions"
     )
+    common(recover)
+    recover.add_argument(
+        "--older-than",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="only transactions unresolved for at least S seconds (default 60: a live writer "
+        "may still be finishing younger ones)",
+    )
+    reset = commands.add_parser(
+        "reset",
+        help="start a sink (or atomic group) over for a new query: next epochs start past every "
+        "committed one",
+    )
+    common(reset)
+    reset.add_argument("sink_id", help="a sink id or atomic group id (as `status` lists it)")
     return parser
 
 
@@ -64,12 +132,38 @@ def main(argv: Sequence[str] | None = None) -> int:
             "record landed exactly once."
         )
         return 0
-    print(
-        f"laminar {args.command}: not implemented yet (this laminar {__version__} has the command "
-        "in its interface only)",
-        file=sys.stderr,
-    )
-    return EXIT_NOT_IMPLEMENTED
+    if not args.dsn:
+        print(
+            f"laminar {args.command}: give the decision database with --dsn or $LAMINAR_PG_DSN",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        extra = _key_values(args.kafka_config)
+    except ValueError as e:
+        print(f"laminar {args.command}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    from laminar import _admin
+
+    try:
+        return int(_admin.run(args, extra))
+    except _admin.CommandError as e:
+        print(f"laminar {args.command}: {e}", file=sys.stderr)
+        return e.code
+
+
+def _key_values(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--kafka-config takes KEY=VALUE, got {item!r}")
+        out[key.strip()] = value
+    return out
+
+
+def _print_json(doc: Any) -> None:  # pragma: no cover - used by _admin
+    print(json.dumps(doc, indent=2, default=str))
 
 
 if __name__ == "__main__":  # pragma: no cover

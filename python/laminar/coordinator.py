@@ -1,7 +1,16 @@
 """``exactly_once``: drives one or more sinks through an epoch with the right commit protocol.
 
 One sink: its own transaction, with retries of abortable errors and resolution of in-doubt commits.
-Several sinks: the atomic recipe of docs/protocol.md §3 (Postgres as the decision log).
+Several sinks: the atomic recipe of docs/protocol.md §3 (Postgres as the decision log), in
+`laminar._atomic`.
+
+A replayed epoch (``epoch <= last committed``) is skipped, as DESIGN.md says. When the writer knows
+its query (``owner=``: the streaming query's identity, which ``laminar.spark`` supplies), two more
+rules hold — the checkpoint-reset guard of docs/protocol.md §5: an epoch *older* than a committed
+one is refused (Spark only replays its last batch, so such an epoch comes from a reset or foreign
+checkpoint, and skipping it would lose its data), and a sink owned by another query is refused;
+``on_new_query="restart"`` (or ``laminar reset``) starts the sinks over for the new query by moving
+their epoch base past every committed epoch.
 
 The writer is picklable configuration (Spark Connect pickles it to the server); sinks open lazily in
 the process that writes.
@@ -10,14 +19,21 @@ the process that writes.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+import psycopg
 
 from laminar._handoff import reduce_checked
+from laminar._settings import is_deferred
 from laminar._types import ArrowData
 from laminar.errors import AbortableError, ConfigError, InDoubtError, LaminarError
+from laminar.sinks._pg_errors import map_pg_error
 from laminar.sinks.base import TransactionalSink
+from laminar.sinks.kafka import KafkaSink
+from laminar.sinks.postgres import PostgresSink
 
 __all__ = ["EpochResult", "ExactlyOnceWriter", "exactly_once"]
 
@@ -50,6 +66,11 @@ class ExactlyOnceWriter:
         retries: int = 3,
         retry_backoff_s: float = 0.5,
         owner: str | None = None,
+        on_new_query: Literal["fail", "restart"] = "fail",
+        redo: Literal["replay", "log"] = "replay",
+        group_id: str | None = None,
+        watcher: bool = False,
+        watcher_interval_s: float = 30.0,
     ) -> None:
         if not sinks:
             raise ConfigError("exactly_once() needs at least one sink")
@@ -64,14 +85,34 @@ class ExactlyOnceWriter:
             raise ConfigError(f"two sinks share a sink id in {ids}; give each a distinct id")
         if retries < 0:
             raise ConfigError(f"retries must be >= 0, got {retries}")
+        if owner is not None and (not isinstance(owner, str) or not owner):
+            raise ConfigError("owner must be a non-empty string (the streaming query's id) or None")
+        if on_new_query not in ("fail", "restart"):
+            raise ConfigError(f"on_new_query must be 'fail' or 'restart', not {on_new_query!r}")
+        if redo not in ("replay", "log"):
+            raise ConfigError(f"redo must be 'replay' or 'log', not {redo!r}")
+        if watcher_interval_s <= 0:
+            raise ConfigError(f"watcher_interval_s must be > 0, got {watcher_interval_s}")
+        if len(sinks) > 1:
+            _check_atomic_group(sinks)
         self.sinks = sinks
         self.retries = retries
         self.retry_backoff_s = retry_backoff_s
-        #: The identity of the streaming query that writes these sinks (the checkpoint-reset
-        #: guard of docs/protocol.md §5). `laminar.spark` sets it in the writing process, from
-        #: the query's checkpoint, before the first epoch; None: not known.
         self.owner = owner
+        self.on_new_query = on_new_query
+        self.redo = redo
+        self.watcher_enabled = watcher
+        self.watcher_interval_s = watcher_interval_s
+        if group_id is None and len(sinks) > 1:
+            from laminar._atomic import default_group_id
+
+            group_id = default_group_id(ids)
+        self.group_id = group_id
         self._initialized = False
+        self._epoch_base = 0
+        self._group: Any = None
+        self._watcher: Any = None
+        self._lock = threading.RLock()
         self._foreach_batch: Any = None
 
     # -- pickling: configuration only ---------------------------------------------------------
@@ -79,6 +120,9 @@ class ExactlyOnceWriter:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_initialized"] = False
+        state["_group"] = None
+        state["_watcher"] = None
+        state["_lock"] = None
         state["_foreach_batch"] = None
         return state
 
@@ -86,6 +130,7 @@ class ExactlyOnceWriter:
         state.setdefault("owner", None)
         state.setdefault("_foreach_batch", None)
         self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The process that loads the writer (Spark's Python worker) checks that it runs the
@@ -111,16 +156,107 @@ class ExactlyOnceWriter:
 
     def write_epoch(self, epoch: int, batch: ArrowData) -> EpochResult:
         """Write ``batch`` as epoch ``epoch`` exactly once (a replayed epoch is skipped)."""
-        if len(self.sinks) != 1:
-            raise ConfigError("atomic writes to several sinks are not available yet")
-        self._ensure_initialized()
-        return self._write_single(self.sinks[0], epoch, batch)
+        with self._lock:
+            if len(self.sinks) != 1:
+                return self._write_atomic(epoch, batch)
+            self._ensure_initialized()
+            return self._write_single(self.sinks[0], self._epoch_base + epoch, batch)
+
+    @property
+    def epoch_base(self) -> int:
+        """What is added to Spark's batch id to give the epoch written (0 unless the sinks were
+        started over for a new query: ``on_new_query="restart"`` / ``laminar reset``)."""
+        return self._epoch_base
+
+    @property
+    def awaiting_replay(self) -> dict[str, int]:
+        """Kafka sinks of an atomic group whose decided epoch only Spark's replay can complete
+        (``{transactional_id: epoch}``; empty when nothing waits)."""
+        group = self._group
+        return dict(group.awaiting) if group is not None else {}
+
+    @property
+    def last_commit_ms(self) -> float | None:
+        """The last atomic epoch's commit latency (steps 1-8), in milliseconds."""
+        group = self._group
+        return group.last_commit_ms if group is not None else None
+
+    @property
+    def watcher(self) -> Any:
+        """The background resolution watcher (``watcher=True``), once started, else None."""
+        return self._watcher
 
     def close(self) -> None:
-        """Close every sink (aborting open transactions)."""
-        for sink in self.sinks:
-            sink.close()
+        """Stop the watcher and close every sink (aborting open transactions)."""
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.stop()
+        group, self._group = self._group, None
+        if group is not None:
+            group.close()
+        else:
+            for sink in self.sinks:
+                sink.close()
         self._initialized = False
+
+    # -- several sinks: the atomic group --------------------------------------------------------
+
+    def _write_atomic(self, epoch: int, batch: ArrowData) -> EpochResult:
+        from laminar._atomic import AtomicGroup
+
+        if self._group is None:
+            kafka = [s for s in self.sinks if isinstance(s, KafkaSink)]
+            postgres = [s for s in self.sinks if isinstance(s, PostgresSink)]
+            assert self.group_id is not None
+            self._group = AtomicGroup(
+                self.group_id,
+                kafka,
+                postgres,
+                owner=self.owner,
+                on_new_query=self.on_new_query,
+                redo=self.redo,
+            )
+        group = self._group
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                if not group.started:
+                    group.start()
+                    self._epoch_base = group.epoch_base
+                    self._start_watcher()
+                committed = group.write_epoch(self._epoch_base + epoch, batch)
+                return EpochResult(epoch, committed=committed, attempts=attempt)
+            except (AbortableError, InDoubtError) as err:
+                if attempt > self.retries or (isinstance(err, InDoubtError) and group.awaiting):
+                    raise
+                delay = self.retry_backoff_s * (2 ** (attempt - 1))
+                log.warning(
+                    "atomic group %s: epoch %d not written (%s); retry %d/%d in %.1fs",
+                    self.group_id,
+                    epoch,
+                    err,
+                    attempt,
+                    self.retries,
+                    delay,
+                )
+                time.sleep(delay)
+
+    def _start_watcher(self) -> None:
+        if not self.watcher_enabled or self._watcher is not None:
+            return
+        from laminar.watcher import Watcher
+
+        postgres = [s for s in self.sinks if isinstance(s, PostgresSink)]
+        kafka = [s for s in self.sinks if isinstance(s, KafkaSink)]
+        self._watcher = Watcher(
+            postgres[0].resolved_dsn,
+            group_id=self.group_id,
+            kafka_sinks=kafka,
+            interval_s=self.watcher_interval_s,
+            lock=self._lock,
+        )
+        self._watcher.start()
 
     # -- one sink -----------------------------------------------------------------------------
 
@@ -128,9 +264,27 @@ class ExactlyOnceWriter:
         if not self._initialized:
             for sink in self.sinks:
                 sink.init_transactions()
+            sink = self.sinks[0]
+            if isinstance(sink, PostgresSink):
+                self._epoch_base = _guard_single_postgres(
+                    sink, self.owner, self.on_new_query, sink.tracker.last_committed_epoch
+                )
+            elif self.owner is not None:
+                log.info(
+                    "sink %s: the owner guard needs PostgreSQL metadata; a Kafka-only writer "
+                    "only refuses epochs older than its last committed one",
+                    sink.sink_id,
+                )
             self._initialized = True
 
     def _write_single(self, sink: TransactionalSink, epoch: int, batch: ArrowData) -> EpochResult:
+        last = sink.tracker.last_committed_epoch
+        if self.owner is not None and last is not None and epoch < last:
+            from laminar._core import plan_epoch
+            from laminar.recovery import refusal_error
+
+            plan = plan_epoch(epoch, [(sink.sink_id, last)])
+            raise refusal_error(plan.refusal, plan.message, sink_id=sink.sink_id, epoch=epoch)
         attempt = 0
         while True:
             attempt += 1
@@ -147,7 +301,7 @@ class ExactlyOnceWriter:
                     raise
                 return EpochResult(epoch, committed=True, attempts=attempt)
             except InDoubtError as err:
-                last = sink.recover()
+                last = self._recover_with_backoff(sink, epoch, attempt)
                 if last is not None and last >= epoch:
                     log.warning(
                         "sink %s: in-doubt commit of epoch %d resolved as committed",
@@ -178,6 +332,88 @@ class ExactlyOnceWriter:
                 )
                 time.sleep(delay)
 
+    def _recover_with_backoff(
+        self, sink: TransactionalSink, epoch: int, attempt: int
+    ) -> int | None:
+        """``sink.recover()``, retried with backoff while the server is unreachable (an
+        `AbortableError`): an in-doubt commit is never answered by guessing."""
+        tries = 0
+        while True:
+            try:
+                return sink.recover()
+            except AbortableError as err:
+                tries += 1
+                if tries > max(self.retries, 1) * 4:
+                    raise InDoubtError(
+                        f"the outcome of epoch {epoch}'s commit is still unknown after {tries} "
+                        f"recovery attempts ({err}); restart the writer: start-up resolves it",
+                        sink_id=sink.sink_id,
+                        epoch=epoch,
+                    ) from err
+                delay = min(self.retry_backoff_s * (2 ** (tries - 1)), 10.0)
+                log.warning(
+                    "sink %s: recovery of in-doubt epoch %d failed (%s); retry in %.1fs",
+                    sink.sink_id,
+                    epoch,
+                    err,
+                    delay,
+                )
+                time.sleep(delay)
+
+
+def _check_atomic_group(sinks: tuple[TransactionalSink, ...]) -> None:
+    """An atomic group needs a PostgreSQL decision log; every Postgres sink shares its
+    database (one decision transaction)."""
+    from laminar._atomic import same_database
+
+    postgres = [s for s in sinks if isinstance(s, PostgresSink)]
+    others = [s for s in sinks if not isinstance(s, (PostgresSink, KafkaSink))]
+    if others:
+        raise ConfigError(
+            f"an atomic group takes KafkaSink and PostgresSink; {type(others[0]).__name__} "
+            f"({others[0].sink_id!r}) cannot take part"
+        )
+    if not postgres:
+        raise ConfigError(
+            "writing several sinks atomically needs a PostgresSink: its database holds the "
+            "decision log (laminar.txn_state). Add the Postgres sink the records also go to, or "
+            "write each topic with its own exactly_once() writer"
+        )
+    for p in postgres:
+        if p.two_phase_part is not None:
+            raise ConfigError(
+                f"PostgresSink {p.sink_id!r} is a scale-out participant (two_phase_part="
+                f"{p.two_phase_part}); atomic groups take plain sinks (see laminar.scaleout)"
+            )
+        first, other = postgres[0].dsn, p.dsn
+        if is_deferred(first) or is_deferred(other):
+            # Read where the writer runs: compared by setting (the same laminar.env name).
+            same = first == other
+        else:
+            same = same_database(str(first), str(other))
+        if not same:
+            raise ConfigError(
+                f"PostgresSink {p.sink_id!r} is on another database than {postgres[0].sink_id!r}:"
+                " all PostgreSQL sinks of an atomic group must share one database (they are "
+                "written in the one decision transaction). Use the same dsn for both, or write "
+                "the other database with its own exactly_once() writer"
+            )
+
+
+def _guard_single_postgres(
+    sink: PostgresSink, owner: str | None, on_new_query: str, last: int | None
+) -> int:
+    """The checkpoint-reset guard for a lone Postgres sink: its own laminar.sinks row."""
+    from laminar._atomic import claim_ownership
+
+    try:
+        with psycopg.connect(sink.resolved_dsn) as conn:
+            return claim_ownership(
+                conn, sink.sink_id, [sink.sink_id], owner, on_new_query, {sink.sink_id: last}
+            )
+    except psycopg.Error as e:
+        raise map_pg_error(e, f"checking the owner of sink {sink.sink_id!r}") from e
+
 
 def _abort_quietly(sink: TransactionalSink, epoch: int) -> None:
     """Abort after an abortable error; a failing abort is left to fencing on the next start."""
@@ -198,11 +434,39 @@ def exactly_once(
     retries: int = 3,
     retry_backoff_s: float = 0.5,
     owner: str | None = None,
+    on_new_query: Literal["fail", "restart"] = "fail",
+    redo: Literal["replay", "log"] = "replay",
+    group_id: str | None = None,
+    watcher: bool = False,
+    watcher_interval_s: float = 30.0,
 ) -> ExactlyOnceWriter:
     """A writer that lands each epoch in ``sinks`` exactly once (several sinks: atomically).
 
     Use it as ``df.writeStream.foreachBatch(writer)``, through `laminar.spark.start` (which also
     ties the sinks to the streaming query: ``owner``), or call ``writer.write_epoch(epoch,
-    table)``. ``owner`` names the query that writes the sinks (docs/protocol.md §5).
+    table)``.
+
+    - ``owner``: the identity of the streaming query that writes the sinks (Spark: the query's
+      ``id``, stable across restarts from one checkpoint, or the checkpoint location). A sink
+      owned by another query is refused with a `ConfigError` (docs/protocol.md §5).
+    - ``on_new_query="restart"``: instead, make this query the owner and start the sinks over
+      (the epoch base moves past every committed epoch).
+    - ``redo``: how an atomic group completes Kafka's part of a decided epoch when the broker no
+      longer holds its prepared transaction: ``"replay"`` (Spark's replay of the batch, the
+      default) or ``"log"`` (the records are also kept in ``laminar.redo`` until Kafka committed
+      them: no replay needed, at the cost of writing them to PostgreSQL too).
+    - ``group_id``: the atomic group's id in ``laminar.sinks`` (default: the sink ids joined).
+    - ``watcher=True``: a background resolution watcher (``laminar.watcher``) every
+      ``watcher_interval_s`` seconds.
     """
-    return ExactlyOnceWriter(sinks, retries=retries, retry_backoff_s=retry_backoff_s, owner=owner)
+    return ExactlyOnceWriter(
+        sinks,
+        retries=retries,
+        retry_backoff_s=retry_backoff_s,
+        owner=owner,
+        on_new_query=on_new_query,
+        redo=redo,
+        group_id=group_id,
+        watcher=watcher,
+        watcher_interval_s=watcher_interval_s,
+    )

@@ -26,31 +26,46 @@ one). Pending records of an even older epoch belonged to a producer that was fen
 ended its transaction: they are not committed. Records still pending at the end of the log belong
 to open transactions and are not committed either.
 
-Limits: plaintext connections only (no TLS or SASL: Laminar's sink falls back to librdkafka there),
-message format v2 only (Kafka >= 0.11), gzip as the only compression codec.
+The same client completes a prepared transaction at the protocol level (docs/protocol.md §3):
+`KafkaLogClient.end_txn` sends FindCoordinator(transactional id) then EndTxn(transactional id,
+producer id, producer epoch, commit) — what KIP-939's ``completeTransaction`` does — so that
+recovery can commit a flushed transaction whose producer died, before any new producer's
+``init_transactions`` aborts it.
+
+Connections: plaintext, TLS (``security.protocol=ssl``, librdkafka's ``ssl.*`` settings) and SASL
+PLAIN over either (``sasl_plaintext``/``sasl_ssl``), from the same configuration dict as the
+producer (`ClientSecurity.from_config`). Other SASL mechanisms raise `UnsupportedSecurityError`, and
+callers fall back (the sink reads through librdkafka; recovery skips protocol-level completion).
+Message format v2 only (Kafka >= 0.11), gzip as the only compression codec.
 """
 
 from __future__ import annotations
 
 import gzip
 import socket
+import ssl
 import struct
+import time
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any
 
 from laminar._core import crc32c
 from laminar.errors import LaminarError
 
 __all__ = [
+    "ClientSecurity",
     "Compression",
     "ControlType",
+    "EndTxnError",
     "KafkaLogClient",
     "KafkaLogError",
     "LogRecord",
     "PartitionLog",
     "RecordBatch",
+    "UnsupportedSecurityError",
     "committed_records",
     "decode_record_batches",
     "read_committed",
@@ -61,6 +76,109 @@ __all__ = [
 class KafkaLogError(LaminarError):
     """The log could not be read: unreachable broker, a broker error, or data this reader does
     not decode (an unsupported codec or message format, a corrupt batch)."""
+
+
+class UnsupportedSecurityError(KafkaLogError):
+    """The connection needs a security setting this client does not speak (a SASL mechanism
+    other than PLAIN): the caller falls back to another way."""
+
+
+class EndTxnError(KafkaLogError):
+    """The broker refused ``EndTxn``: ``code`` is the Kafka error code, ``name`` its name.
+
+    ``definitive`` errors mean the prepared transaction cannot be completed this way any more
+    (the producer was fenced or its epoch bumped, the transaction was already aborted or timed
+    out); the others (coordinator moving, loading, concurrent transactions) are worth retrying.
+    """
+
+    def __init__(self, message: str, *, code: int, name: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.name = name
+
+    @property
+    def definitive(self) -> bool:
+        """Whether retrying cannot help."""
+        return self.code not in _RETRIABLE_TXN_CODES
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """How to connect: TLS and SASL settings, read from a librdkafka-style configuration."""
+
+    protocol: str = "plaintext"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    ca_location: str | None = None
+    certificate_location: str | None = None
+    key_location: str | None = None
+    key_password: str | None = field(default=None, repr=False)
+    verify_certificate: bool = True
+    check_hostname: bool = True
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | None) -> ClientSecurity:
+        """The settings of a producer/consumer configuration (``security.protocol``,
+        ``sasl.mechanism(s)``, ``sasl.username``/``password``, ``ssl.ca.location``,
+        ``ssl.certificate.location``, ``ssl.key.location``, ``ssl.key.password``,
+        ``enable.ssl.certificate.verification``, ``ssl.endpoint.identification.algorithm``)."""
+        config = dict(config or {})
+
+        def text(key: str) -> str | None:
+            value = config.get(key)
+            return None if value is None else str(value)
+
+        protocol = (text("security.protocol") or "plaintext").lower()
+        if protocol not in ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl"):
+            raise UnsupportedSecurityError(f"security.protocol={protocol!r} is not supported here")
+        mechanism = text("sasl.mechanism") or text("sasl.mechanisms")
+        verify = str(config.get("enable.ssl.certificate.verification", "true")).lower()
+        algorithm = (text("ssl.endpoint.identification.algorithm") or "https").lower()
+        return cls(
+            protocol=protocol,
+            sasl_mechanism=mechanism.upper() if mechanism else None,
+            sasl_username=text("sasl.username"),
+            sasl_password=text("sasl.password"),
+            ca_location=text("ssl.ca.location"),
+            certificate_location=text("ssl.certificate.location"),
+            key_location=text("ssl.key.location"),
+            key_password=text("ssl.key.password"),
+            verify_certificate=verify not in ("false", "0", "no"),
+            check_hostname=algorithm == "https",
+        )
+
+    @property
+    def uses_tls(self) -> bool:
+        """Whether connections are wrapped in TLS."""
+        return self.protocol in ("ssl", "sasl_ssl")
+
+    @property
+    def uses_sasl(self) -> bool:
+        """Whether connections authenticate with SASL."""
+        return self.protocol in ("sasl_plaintext", "sasl_ssl")
+
+    def check(self) -> None:
+        """Raise `UnsupportedSecurityError` if this client cannot connect with these settings."""
+        if self.uses_sasl and (self.sasl_mechanism or "GSSAPI") != "PLAIN":
+            raise UnsupportedSecurityError(
+                f"SASL mechanism {self.sasl_mechanism or 'GSSAPI'} is not supported by laminar's "
+                "wire client (PLAIN is)"
+            )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A TLS client context from the ``ssl.*`` settings."""
+        context = ssl.create_default_context(cafile=self.ca_location)
+        if not self.verify_certificate:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        else:
+            context.check_hostname = self.check_hostname
+        if self.certificate_location:
+            context.load_cert_chain(
+                self.certificate_location, self.key_location, password=self.key_password
+            )
+        return context
 
 
 class Compression(IntEnum):
@@ -439,6 +557,8 @@ def _offset(record: LogRecord) -> int:
 # -- the wire client -------------------------------------------------------------------------------
 
 _METADATA, _LIST_OFFSETS, _FETCH = 3, 2, 1
+_FIND_COORDINATOR, _END_TXN, _SASL_HANDSHAKE, _SASL_AUTHENTICATE = 10, 26, 17, 36
+_COORDINATOR_TRANSACTION = 1
 _METADATA_VERSION, _LIST_OFFSETS_VERSION, _FETCH_VERSION = 4, 1, 4
 _EARLIEST, _LATEST = -2, -1
 _READ_UNCOMMITTED = 0
@@ -450,9 +570,22 @@ _ERRORS = {
     5: "LEADER_NOT_AVAILABLE",
     6: "NOT_LEADER_OR_FOLLOWER",
     7: "REQUEST_TIMED_OUT",
+    14: "COORDINATOR_LOAD_IN_PROGRESS",
+    15: "COORDINATOR_NOT_AVAILABLE",
+    16: "NOT_COORDINATOR",
     29: "TOPIC_AUTHORIZATION_FAILED",
+    33: "UNSUPPORTED_SASL_MECHANISM",
     35: "UNSUPPORTED_VERSION",
+    47: "INVALID_PRODUCER_EPOCH",
+    48: "INVALID_TXN_STATE",
+    49: "INVALID_PRODUCER_ID_MAPPING",
+    51: "CONCURRENT_TRANSACTIONS",
+    53: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+    58: "SASL_AUTHENTICATION_FAILED",
+    90: "PRODUCER_FENCED",
 }
+# EndTxn/FindCoordinator errors worth retrying (the coordinator moves, loads, or is busy).
+_RETRIABLE_TXN_CODES = frozenset({7, 14, 15, 16, 51})
 
 
 def _error_name(code: int) -> str:
@@ -462,15 +595,57 @@ def _error_name(code: int) -> str:
 class _Connection:
     """One blocking TCP connection to a broker; requests are sent and answered one at a time."""
 
-    def __init__(self, host: str, port: int, timeout: float, client_id: str) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        timeout: float,
+        client_id: str,
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.address = f"{host}:{port}"
         self.timeout = timeout
         self._client_id = client_id.encode()
         self._correlation = 0
+        security = security or ClientSecurity()
         try:
-            self._sock = socket.create_connection((host, port), timeout=timeout)
+            sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as e:
             raise KafkaLogError(f"could not connect to the broker at {self.address}: {e}") from e
+        if security.uses_tls:
+            try:
+                sock = security.ssl_context().wrap_socket(sock, server_hostname=host)
+            except (OSError, ssl.SSLError) as e:
+                sock.close()
+                raise KafkaLogError(f"TLS handshake with {self.address} failed: {e}") from e
+        self._sock = sock
+        if security.uses_sasl:
+            try:
+                self._sasl_plain(security)
+            except BaseException:
+                sock.close()
+                raise
+
+    def _sasl_plain(self, security: ClientSecurity) -> None:
+        """SaslHandshake v1 (PLAIN) then SaslAuthenticate v0 with NUL, user, NUL, password."""
+        security.check()
+        cur = self.request(_SASL_HANDSHAKE, 1, _string("PLAIN"))
+        error = cur.int16()
+        if error != 0:
+            raise KafkaLogError(
+                f"broker {self.address} refused SASL mechanism PLAIN ({_error_name(error)})"
+            )
+        token = b"\0" + (security.sasl_username or "").encode() + b"\0"
+        token += (security.sasl_password or "").encode()
+        cur = self.request(_SASL_AUTHENTICATE, 0, struct.pack(">i", len(token)) + token)
+        error = cur.int16()
+        message = cur.nullable_string()
+        if error != 0:
+            raise KafkaLogError(
+                f"SASL PLAIN authentication with {self.address} failed "
+                f"({_error_name(error)}: {message or 'no detail'}); check sasl.username and "
+                "sasl.password"
+            )
 
     def request(self, api_key: int, version: int, body: bytes) -> _Cursor:
         self._correlation += 1
@@ -539,11 +714,14 @@ class KafkaLogClient:
         timeout: float = 10.0,
         client_id: str = "laminar-kafka-log",
         fetch_max_bytes: int = 4 << 20,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.timeout = timeout
         self.client_id = client_id
         self.fetch_max_bytes = fetch_max_bytes
+        self.security = security or ClientSecurity()
+        self.security.check()
         self._bootstrap = _parse_bootstrap(bootstrap_servers)
         self._connections: dict[int, _Connection] = {}
         self._brokers: dict[int, tuple[str, int]] = {}
@@ -556,7 +734,7 @@ class KafkaLogClient:
             errors = []
             for host, port in self._bootstrap:
                 try:
-                    self._any = _Connection(host, port, self.timeout, self.client_id)
+                    self._any = _Connection(host, port, self.timeout, self.client_id, self.security)
                     break
                 except KafkaLogError as e:
                     errors.append(str(e))
@@ -573,7 +751,7 @@ class KafkaLogClient:
             if node_id not in self._brokers:
                 raise KafkaLogError(f"broker {node_id} is not in the cluster metadata")
             host, port = self._brokers[node_id]
-            conn = _Connection(host, port, self.timeout, self.client_id)
+            conn = _Connection(host, port, self.timeout, self.client_id, self.security)
             self._connections[node_id] = conn
         return conn
 
@@ -678,6 +856,75 @@ class KafkaLogClient:
                         )
                     return records, high_watermark
         raise KafkaLogError(f"{topic}[{partition}]: no Fetch answer")
+
+    # -- transactions -----------------------------------------------------------------------
+
+    def find_coordinator(self, transactional_id: str) -> _Connection:
+        """A connection to the transaction coordinator of ``transactional_id`` (FindCoordinator
+        v1, key type transaction)."""
+        body = _string(transactional_id) + struct.pack(">b", _COORDINATOR_TRANSACTION)
+        cur = self._bootstrap_connection().request(_FIND_COORDINATOR, 1, body)
+        cur.int32()  # throttle
+        error = cur.int16()
+        message = cur.nullable_string()
+        node_id, host, port = cur.int32(), cur.string(), cur.int32()
+        if error != 0:
+            raise EndTxnError(
+                f"FindCoordinator({transactional_id!r}) failed: {_error_name(error)}"
+                + (f" ({message})" if message else ""),
+                code=error,
+                name=_error_name(error),
+            )
+        key = -1000 - node_id  # coordinator connections kept apart from partition leaders'
+        conn = self._connections.get(key)
+        if conn is None or conn.address != f"{host}:{port}":
+            conn = _Connection(host, port, self.timeout, self.client_id, self.security)
+            self._connections[key] = conn
+        return conn
+
+    def end_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        *,
+        commit: bool,
+        retry_for_s: float = 10.0,
+    ) -> None:
+        """Complete the transaction of ``transactional_id`` opened by producer ``producer_id`` /
+        ``producer_epoch``: commit (``commit=True``) or abort it (EndTxn v1).
+
+        Retriable answers (coordinator moving or loading, concurrent transactions) are retried
+        for up to ``retry_for_s``; any other refusal raises `EndTxnError` (``definitive``: the
+        transaction cannot be completed this way). A broker that does not answer raises
+        `KafkaLogError`.
+        """
+        body = (
+            _string(transactional_id)
+            + struct.pack(">qh", producer_id, producer_epoch)
+            + struct.pack(">b", 1 if commit else 0)
+        )
+        deadline = time.monotonic() + retry_for_s
+        delay = 0.05
+        while True:
+            try:
+                conn = self.find_coordinator(transactional_id)
+                cur = conn.request(_END_TXN, 1, body)
+                cur.int32()  # throttle
+                error = cur.int16()
+                if error == 0:
+                    return
+                raise EndTxnError(
+                    f"EndTxn({transactional_id!r}, producer {producer_id}/{producer_epoch}, "
+                    f"{'commit' if commit else 'abort'}) refused: {_error_name(error)}",
+                    code=error,
+                    name=_error_name(error),
+                )
+            except EndTxnError as e:
+                if e.definitive or time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     # -- reading ----------------------------------------------------------------------------
 

@@ -10,11 +10,22 @@ Adding a migration is appending one `Migration` to `MIGRATIONS` with the next ve
 applied migrations are never edited. Every statement is composed with `psycopg.sql`, so names are
 always quoted identifiers, never interpolated text.
 
-Version 1 (this module) creates::
+Version 1 creates::
 
     laminar.schema_version(version PK, applied_at, description)
     laminar.sinks(sink_id PK, kind, owner, generation, config jsonb, created_at, updated_at)
     laminar.sink_epochs(sink_id PK, epoch, committed_at, rows, bytes)
+
+Version 2 adds the atomic groups' decision log and the distributed transactions
+(docs/protocol.md sections 3 to 7)::
+
+    laminar.sinks       + epoch_base (epochs = epoch_base + Spark batch id, moved by a reset),
+                        + owner_since, + last_commit_ms (the group's last commit latency)
+    laminar.txn_state(transactional_id PK, epoch, previous_epoch, prepared_state, group_id,
+                      decided_at)
+    laminar.redo(transactional_id, epoch, seq, records bytea)   PK (transactional_id, epoch, seq)
+    laminar.dt_state(dtid PK, group_id, epoch, state, created_at, updated_at, message)
+    laminar.dt_participant(dtid, participant, kind, resource, state)   PK (dtid, participant)
 """
 
 from __future__ import annotations
@@ -101,8 +112,78 @@ _V1 = Migration(
     ),
 )
 
+_V2 = Migration(
+    2,
+    "atomic groups: decision log (txn_state), redo log, distributed transactions (dt_state, "
+    "dt_participant), epoch base and commit latency in sinks",
+    (
+        sql.SQL(
+            "ALTER TABLE {sinks}"
+            " ADD COLUMN IF NOT EXISTS epoch_base bigint NOT NULL DEFAULT 0,"
+            " ADD COLUMN IF NOT EXISTS owner_since timestamptz,"
+            " ADD COLUMN IF NOT EXISTS last_commit_ms double precision"
+        ).format(sinks=table("sinks")),
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {t} ("
+            " transactional_id text PRIMARY KEY,"
+            " epoch bigint NOT NULL,"
+            " previous_epoch bigint,"
+            " prepared_state text NOT NULL,"
+            " group_id text NOT NULL,"
+            " decided_at timestamptz NOT NULL DEFAULT now())"
+        ).format(t=table("txn_state")),
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {t} ("
+            " transactional_id text NOT NULL,"
+            " epoch bigint NOT NULL,"
+            " seq integer NOT NULL,"
+            " records bytea NOT NULL,"
+            " PRIMARY KEY (transactional_id, epoch, seq))"
+        ).format(t=table("redo")),
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {t} ("
+            " dtid text PRIMARY KEY,"
+            " group_id text NOT NULL,"
+            " epoch bigint NOT NULL,"
+            " state text NOT NULL CHECK (state IN ('prepare', 'commit', 'rollback')),"
+            " created_at timestamptz NOT NULL DEFAULT now(),"
+            " updated_at timestamptz NOT NULL DEFAULT now(),"
+            " message text)"
+        ).format(t=table("dt_state")),
+        sql.SQL("CREATE INDEX IF NOT EXISTS dt_state_created_at ON {t} (created_at)").format(
+            t=table("dt_state")
+        ),
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {t} ("
+            " dtid text NOT NULL REFERENCES {dt} (dtid) ON DELETE CASCADE,"
+            " participant text NOT NULL,"
+            " kind text NOT NULL,"
+            " resource text NOT NULL,"
+            " state text NOT NULL DEFAULT 'prepared',"
+            " PRIMARY KEY (dtid, participant))"
+        ).format(t=table("dt_participant"), dt=table("dt_state")),
+        sql.SQL("CREATE INDEX IF NOT EXISTS dt_participant_resource ON {t} (resource)").format(
+            t=table("dt_participant")
+        ),
+        sql.SQL("COMMENT ON TABLE {} IS {}").format(
+            table("txn_state"),
+            sql.Literal(
+                "laminar: the decision of each Kafka sink of an atomic group (docs/protocol.md §3)"
+            ),
+        ),
+        sql.SQL("COMMENT ON TABLE {} IS {}").format(
+            table("redo"),
+            sql.Literal("laminar: Kafka records of decided epochs, until Kafka committed them"),
+        ),
+        sql.SQL("COMMENT ON TABLE {} IS {}").format(
+            table("dt_state"),
+            sql.Literal("laminar: distributed transaction decisions (docs/protocol.md §4)"),
+        ),
+    ),
+)
+
 #: Every migration, in version order. Append new ones; never edit an applied one.
-MIGRATIONS: tuple[Migration, ...] = (_V1,)
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2)
 
 #: The schema version this laminar writes.
 SCHEMA_VERSION = MIGRATIONS[-1].version

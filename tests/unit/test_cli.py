@@ -1,10 +1,11 @@
-"""The `laminar` command line's interface (the commands themselves land in later issues)."""
+"""The `laminar` command line's interface (argument handling; the commands run against real
+servers in tests/integration/test_cli_*)."""
 
 from __future__ import annotations
 
 import pytest
 
-from laminar.cli import EXIT_NOT_IMPLEMENTED, main
+from laminar.cli import EXIT_USAGE, main
 
 
 def test_demo_says_coming_soon(capsys: pytest.CaptureFixture[str]) -> None:
@@ -13,21 +14,27 @@ def test_demo_says_coming_soon(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    "argv", [["status"], ["recover"], ["resolve", "laminar:orders:7", "--commit"]]
+    "argv", [["status"], ["recover"], ["resolve", "laminar:orders:7:0", "--commit"]]
 )
-def test_unimplemented_commands_fail_clearly(
-    argv: list[str], capsys: pytest.CaptureFixture[str]
+def test_commands_need_a_decision_database(
+    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert main(argv) == EXIT_NOT_IMPLEMENTED
-    assert "not implemented yet" in capsys.readouterr().err
+    monkeypatch.delenv("LAMINAR_PG_DSN", raising=False)
+    assert main(argv) == EXIT_USAGE
+    assert "--dsn" in capsys.readouterr().err
+
+
+def test_kafka_config_takes_key_value(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--dsn", "dbname=x", "--kafka-config", "novalue"]) == EXIT_USAGE
+    assert "KEY=VALUE" in capsys.readouterr().err
 
 
 def test_resolve_needs_exactly_one_decision() -> None:
     with pytest.raises(SystemExit) as raised:
-        main(["resolve", "laminar:orders:7"])
+        main(["resolve", "laminar:orders:7:0"])
     assert raised.value.code == 2
     with pytest.raises(SystemExit):
-        main(["resolve", "laminar:orders:7", "--commit", "--rollback"])
+        main(["resolve", "laminar:orders:7:0", "--commit", "--rollback"])
 
 
 def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:

@@ -234,10 +234,13 @@ def test_the_version_is_checked_before_the_configuration_is_loaded() -> None:
 
 
 def test_same_version_round_trip_keeps_the_configuration() -> None:
-    writer = laminar.exactly_once(MemorySink("a"), MemorySink("b"), retries=7, owner="q")
+    pg = laminar.PostgresSink("postgresql://app@db/shop", "orders")
+    kafka = laminar.KafkaSink("broker:9092", "orders", "orders-tx")
+    writer = laminar.exactly_once(pg, kafka, retries=7, owner="q", redo="log")
     clone = pickle.loads(pickle.dumps(writer))
-    assert [s.sink_id for s in clone.sinks] == ["a", "b"]
-    assert (clone.retries, clone.owner) == (7, "q")
+    assert [s.sink_id for s in clone.sinks] == [pg.sink_id, "orders-tx"]
+    assert (clone.retries, clone.owner, clone.redo) == (7, "q", "log")
+    assert clone.group_id == writer.group_id
 
 
 def test_reprs_hide_the_dsn_password() -> None:
@@ -274,11 +277,13 @@ def test_impossible_triggers_are_refused(trigger: Any) -> None:
 
 
 def test_sinks_come_positionally_or_by_kind() -> None:
-    a, b, c = MemorySink("a"), MemorySink("b"), MemorySink("c")
+    a = laminar.PostgresSink("postgresql://app@db/shop", "orders")
+    b = laminar.KafkaSink("broker:9092", "orders", "orders-tx")
+    c = laminar.PostgresSink("postgresql://app@db/shop", "audit")
     writer = _writer_from((a,), b, [c], {"retries": 1})
-    assert [s.sink_id for s in writer.sinks] == ["a", "b", "c"]
+    assert [s.sink_id for s in writer.sinks] == [a.sink_id, "orders-tx", c.sink_id]
     assert writer.retries == 1
-    built = laminar.exactly_once(a)
+    built = laminar.exactly_once(MemorySink("m"))
     assert _writer_from((built,), None, None, {}) is built
 
 

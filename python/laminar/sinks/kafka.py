@@ -365,8 +365,13 @@ class KafkaSink(TransactionalSink):
         crash_point("kafka.after_begin")
         return True
 
-    def write(self, batch: ArrowData) -> None:
-        """Encode ``batch`` (Arrow) and produce every row into the open transaction."""
+    def write(self, batch: ArrowData, *, records_out: list[Any] | None = None) -> None:
+        """Encode ``batch`` (Arrow) and produce every row into the open transaction.
+
+        ``records_out``: a list that receives the encoded records (`KafkaRecords`, one per
+        chunk) — how an atomic group's coordinator keeps them for its redo log without encoding
+        the batch twice.
+        """
         rt = self._live()
         epoch = self._open_epoch("write")
         try:
@@ -391,6 +396,8 @@ class KafkaSink(TransactionalSink):
                 if count == 0:
                     continue
                 self._produce(rt, records.values, records.keys, epoch, row, first)
+                if records_out is not None:
+                    records_out.append(records)
                 first = False
                 row += count
                 rt.records += count
@@ -400,6 +407,18 @@ class KafkaSink(TransactionalSink):
             err.sink_id, err.epoch = err.sink_id or self.sink_id, epoch
             self._abort_quietly(rt, epoch)
             raise
+
+    def write_records(self, values: list[bytes | None], keys: list[bytes | None] | None) -> None:
+        """Produce already-encoded records (value, key) into the open transaction, with this
+        sink's headers — how recovery re-produces a decided epoch from the redo log."""
+        rt = self._live()
+        epoch = self._open_epoch("write_records")
+        if not values:
+            return
+        self._produce(rt, values, keys, epoch, 0, True)
+        rt.records += len(values)
+        size = sum(len(v) for v in values if v) + sum(len(k) for k in keys or () if k)
+        self.tracker.record_write(len(values), size)
 
     def prepare_transaction(self) -> PreparedTxnState:
         """Send the epoch marker and flush: every record acknowledged, nothing visible yet."""

@@ -187,6 +187,12 @@ class PostgresSink(TransactionalSink):
         return self._dsn_setting
 
     @property
+    def resolved_dsn(self) -> str:
+        """The connection string in this process, an ``laminar.env`` setting read here (with its
+        password: do not log it)."""
+        return self._dsn
+
+    @property
     def _dsn(self) -> str:
         """The connection string in this process (an ``laminar.env`` setting is read here)."""
         if self._resolved_dsn is None:

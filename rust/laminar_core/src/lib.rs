@@ -6,6 +6,8 @@
 pub mod epoch;
 pub mod error;
 pub mod prepared;
+pub mod recovery;
+pub mod redo;
 pub mod serialize;
 pub mod state;
 pub mod stats;

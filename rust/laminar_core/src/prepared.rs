@@ -349,6 +349,16 @@ impl TaggedFields {
         self.0.insert(F::TAG, w.buf);
     }
 
+    /// Writes the tagged-field section (count, then tag/size/bytes in ascending tag order).
+    pub(crate) fn encode_to(&self, w: &mut Writer) {
+        self.encode(w);
+    }
+
+    /// Reads a tagged-field section (strictly ascending tags), keeping every field's bytes.
+    pub(crate) fn decode_from(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Self::decode(r)
+    }
+
     fn encode(&self, w: &mut Writer) {
         w.uvarint(self.0.len() as u64);
         for (tag, value) in &self.0 {

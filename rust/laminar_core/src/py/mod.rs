@@ -8,6 +8,8 @@ pub mod epoch;
 pub mod errors;
 pub mod metrics;
 pub mod prepared;
+pub mod recovery;
+pub mod redo;
 pub mod serialize;
 pub mod state;
 
@@ -20,5 +22,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     prepared::register(m)?;
     serialize::register(m)?;
     checksum::register(m)?;
+    recovery::register(m)?;
+    redo::register(m)?;
     Ok(())
 }

@@ -1,0 +1,347 @@
+//! The Vitess-style distributed transaction (docs/protocol.md §4): the decision record
+//! `laminar.dt_state` of the scale-out mode and of Postgres participants on other databases, its
+//! transitions, the coordinator's vote, and the resolution watcher's rules.
+//!
+//! ```text
+//! (none) --create--> Prepare --start_commit--> Commit --conclude--> (none)
+//!                    Prepare --set_rollback--> Rollback --conclude--> (none)
+//! ```
+//!
+//! `create` is committed before any participant prepares, so every prepared participant has a
+//! record to be judged by; `start_commit` happens inside the decision transaction and is
+//! conditional on the state still being `Prepare`, exactly like the watcher's `set_rollback`: the
+//! row lock makes one of them win and the other see that it lost. `Commit` never becomes
+//! `Rollback` and the other way round.
+
+use std::fmt;
+
+use crate::error::{CoreError, CoreResult};
+
+/// The state of a distributed transaction's decision record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DtState {
+    /// Created; participants are preparing. No decision yet.
+    Prepare,
+    /// Decided to commit: only commits are allowed from here.
+    Commit,
+    /// Decided to roll back: only rollbacks are allowed from here.
+    Rollback,
+}
+
+impl DtState {
+    /// Every state.
+    pub const ALL: [DtState; 3] = [DtState::Prepare, DtState::Commit, DtState::Rollback];
+
+    /// The name stored in `laminar.dt_state.state`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DtState::Prepare => "prepare",
+            DtState::Commit => "commit",
+            DtState::Rollback => "rollback",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn from_name(name: &str) -> Option<DtState> {
+        DtState::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+impl fmt::Display for DtState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Something that happens to a decision record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DtEvent {
+    /// Insert the record (state `Prepare`), committed before any participant prepares.
+    Create,
+    /// The decision to commit (in the decision transaction).
+    StartCommit,
+    /// The decision to roll back (a failed prepare, or the watcher/recovery giving up on it).
+    SetRollback,
+    /// Every participant completed: delete the record.
+    Conclude,
+}
+
+impl DtEvent {
+    /// Every event.
+    pub const ALL: [DtEvent; 4] = [
+        DtEvent::Create,
+        DtEvent::StartCommit,
+        DtEvent::SetRollback,
+        DtEvent::Conclude,
+    ];
+
+    /// The event's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            DtEvent::Create => "create",
+            DtEvent::StartCommit => "start_commit",
+            DtEvent::SetRollback => "set_rollback",
+            DtEvent::Conclude => "conclude",
+        }
+    }
+}
+
+/// Every legal transition (`None`: no record). Anything not listed is illegal.
+pub const DT_TRANSITIONS: &[(Option<DtState>, DtEvent, Option<DtState>)] = &[
+    (None, DtEvent::Create, Some(DtState::Prepare)),
+    (
+        Some(DtState::Prepare),
+        DtEvent::StartCommit,
+        Some(DtState::Commit),
+    ),
+    (
+        Some(DtState::Prepare),
+        DtEvent::SetRollback,
+        Some(DtState::Rollback),
+    ),
+    (Some(DtState::Commit), DtEvent::Conclude, None),
+    (Some(DtState::Rollback), DtEvent::Conclude, None),
+];
+
+/// The state after `event`, or [`CoreError::IllegalState`] naming both.
+pub fn dt_next(state: Option<DtState>, event: DtEvent) -> CoreResult<Option<DtState>> {
+    DT_TRANSITIONS
+        .iter()
+        .find(|(from, e, _)| *from == state && *e == event)
+        .map(|(_, _, to)| *to)
+        .ok_or_else(|| {
+            let shown = state.map_or("no record", DtState::name);
+            let hint = match (state, event) {
+                (Some(DtState::Commit), DtEvent::SetRollback) => {
+                    " (a decision to commit is final: the participants must be committed)"
+                }
+                (Some(DtState::Rollback), DtEvent::StartCommit) => {
+                    " (a decision to roll back is final)"
+                }
+                _ => "",
+            };
+            CoreError::IllegalState(format!(
+                "distributed transaction: cannot {} in state {shown}{hint}",
+                event.name()
+            ))
+        })
+}
+
+/// A participant's answer to the prepare phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Vote {
+    /// Prepared: durable and waiting for the decision.
+    Prepared,
+    /// Failed (or never answered): the transaction must roll back.
+    Failed,
+}
+
+/// The coordinator's decision from the votes: commit only if `expected` participants all
+/// prepared (a missing answer is a "no").
+pub fn decide(votes: &[Vote], expected: usize) -> DtEvent {
+    if votes.len() == expected && votes.iter().all(|v| *v == Vote::Prepared) {
+        DtEvent::StartCommit
+    } else {
+        DtEvent::SetRollback
+    }
+}
+
+/// How long the watcher leaves a transaction to its coordinator, and when it calls it lingering.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WatcherThresholds {
+    /// Unresolved for at least this long (seconds): the watcher resolves it by the rules.
+    pub resolve_after_s: f64,
+    /// Still unresolved after at least this long (seconds): it lingers (metric, alert).
+    pub lingering_after_s: f64,
+}
+
+impl Default for WatcherThresholds {
+    fn default() -> Self {
+        Self {
+            resolve_after_s: 60.0,
+            lingering_after_s: 300.0,
+        }
+    }
+}
+
+/// Something the watcher (or start-up recovery) found unresolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unresolved {
+    /// A decided epoch whose Kafka part is behind (`txn_state` ahead of the marker).
+    KafkaBehind,
+    /// A decision row that does not decode.
+    CorruptDecision,
+    /// A prepared participant (a Postgres gid, a Kafka participant) and its decision, if any.
+    Participant(Option<DtState>),
+    /// A decision record not concluded yet.
+    Distributed(DtState),
+}
+
+/// What to do with one unresolved item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WatcherAction {
+    /// Too young: its coordinator may still be working on it.
+    Wait,
+    /// The decision is to commit: complete it (commit the participants, then conclude).
+    Complete,
+    /// The decision is to roll back, or there is none: roll back the participants, conclude.
+    RollBack,
+    /// No decision yet: record `set_rollback` (conditional on `Prepare`: if the coordinator won
+    /// the race and decided to commit, read again and complete), then roll back.
+    SetRollbackThenRollBack,
+    /// Nothing can be decided automatically: report it (it lingers until an operator acts).
+    ReportOnly,
+}
+
+impl WatcherAction {
+    /// The action's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            WatcherAction::Wait => "wait",
+            WatcherAction::Complete => "complete",
+            WatcherAction::RollBack => "roll_back",
+            WatcherAction::SetRollbackThenRollBack => "set_rollback_then_roll_back",
+            WatcherAction::ReportOnly => "report_only",
+        }
+    }
+}
+
+/// The watcher's rules (Vitess): decision COMMIT → complete; no decision or ROLLBACK → roll back;
+/// only once the item is older than `resolve_after_s`. `age_s` is the time since the item's
+/// transaction was created (participants: since PREPARE; decisions: since the decision).
+///
+/// At start-up a coordinator that has just fenced its predecessor (docs/protocol.md §6) owns
+/// its group's items and resolves them at once: pass `resolve_after_s = 0`.
+pub fn watcher_action(
+    item: Unresolved,
+    age_s: f64,
+    thresholds: WatcherThresholds,
+) -> WatcherAction {
+    if matches!(item, Unresolved::CorruptDecision) {
+        return WatcherAction::ReportOnly;
+    }
+    if age_s.is_nan() || age_s < thresholds.resolve_after_s {
+        return WatcherAction::Wait;
+    }
+    match item {
+        Unresolved::KafkaBehind
+        | Unresolved::Participant(Some(DtState::Commit))
+        | Unresolved::Distributed(DtState::Commit) => WatcherAction::Complete,
+        Unresolved::Participant(Some(DtState::Rollback) | None)
+        | Unresolved::Distributed(DtState::Rollback) => WatcherAction::RollBack,
+        Unresolved::Participant(Some(DtState::Prepare))
+        | Unresolved::Distributed(DtState::Prepare) => WatcherAction::SetRollbackThenRollBack,
+        Unresolved::CorruptDecision => WatcherAction::ReportOnly,
+    }
+}
+
+/// Whether an item still unresolved at `age_s` lingers (counted by the metric, alerted on).
+pub fn is_lingering(age_s: f64, thresholds: WatcherThresholds) -> bool {
+    age_s >= thresholds.lingering_after_s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_state_event_pair_matches_the_design_and_illegal_ones_say_why() {
+        let expected = |s: Option<DtState>, e: DtEvent| -> Option<Option<DtState>> {
+            match (s, e) {
+                (None, DtEvent::Create) => Some(Some(DtState::Prepare)),
+                (Some(DtState::Prepare), DtEvent::StartCommit) => Some(Some(DtState::Commit)),
+                (Some(DtState::Prepare), DtEvent::SetRollback) => Some(Some(DtState::Rollback)),
+                (Some(DtState::Commit | DtState::Rollback), DtEvent::Conclude) => Some(None),
+                _ => None,
+            }
+        };
+        let states = [
+            None,
+            Some(DtState::Prepare),
+            Some(DtState::Commit),
+            Some(DtState::Rollback),
+        ];
+        let mut legal = 0;
+        for s in states {
+            for e in DtEvent::ALL {
+                match (dt_next(s, e), expected(s, e)) {
+                    (Ok(to), Some(want)) => {
+                        legal += 1;
+                        assert_eq!(to, want);
+                    }
+                    (Err(CoreError::IllegalState(m)), None) => {
+                        assert!(m.contains(e.name()), "{m}");
+                    }
+                    (got, want) => panic!("{s:?} {e:?}: got {got:?}, want {want:?}"),
+                }
+            }
+        }
+        assert_eq!(legal, DT_TRANSITIONS.len());
+        let Err(CoreError::IllegalState(m)) = dt_next(Some(DtState::Commit), DtEvent::SetRollback)
+        else {
+            panic!()
+        };
+        assert!(m.contains("final"), "{m}");
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for s in DtState::ALL {
+            assert_eq!(DtState::from_name(s.name()), Some(s));
+        }
+        assert_eq!(DtState::from_name("COMMIT"), None);
+    }
+
+    #[test]
+    fn commit_needs_every_expected_participant_prepared() {
+        use Vote::*;
+        assert_eq!(decide(&[Prepared, Prepared], 2), DtEvent::StartCommit);
+        assert_eq!(decide(&[], 0), DtEvent::StartCommit);
+        assert_eq!(decide(&[Prepared, Failed], 2), DtEvent::SetRollback);
+        assert_eq!(decide(&[Prepared], 2), DtEvent::SetRollback);
+    }
+
+    #[test]
+    fn the_watcher_follows_the_vitess_rules_after_the_threshold() {
+        let t = WatcherThresholds {
+            resolve_after_s: 30.0,
+            lingering_after_s: 120.0,
+        };
+        use Unresolved::*;
+        let cases = [
+            (KafkaBehind, WatcherAction::Complete),
+            (Participant(Some(DtState::Commit)), WatcherAction::Complete),
+            (Distributed(DtState::Commit), WatcherAction::Complete),
+            (Participant(None), WatcherAction::RollBack),
+            (
+                Participant(Some(DtState::Rollback)),
+                WatcherAction::RollBack,
+            ),
+            (Distributed(DtState::Rollback), WatcherAction::RollBack),
+            (
+                Participant(Some(DtState::Prepare)),
+                WatcherAction::SetRollbackThenRollBack,
+            ),
+            (
+                Distributed(DtState::Prepare),
+                WatcherAction::SetRollbackThenRollBack,
+            ),
+            (CorruptDecision, WatcherAction::ReportOnly),
+        ];
+        for (item, action) in cases {
+            assert_eq!(watcher_action(item, 31.0, t), action, "{item:?}");
+            let young = watcher_action(item, 5.0, t);
+            if item == CorruptDecision {
+                assert_eq!(young, WatcherAction::ReportOnly);
+            } else {
+                assert_eq!(young, WatcherAction::Wait, "{item:?}");
+            }
+        }
+        assert_eq!(
+            watcher_action(KafkaBehind, f64::NAN, t),
+            WatcherAction::Wait
+        );
+        assert!(!is_lingering(119.0, t));
+        assert!(is_lingering(120.0, t));
+    }
+}

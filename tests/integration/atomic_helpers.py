@@ -1,0 +1,89 @@
+"""Shared helpers of the atomic-group integration tests (not a test module)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+from confluent_kafka import Producer
+
+import laminar
+from laminar.kafka_log import read_committed
+from tests.integration.kafka_helpers import ids_of
+
+ROWS_PER_EPOCH = 20
+WRITER = Path(__file__).with_name("atomic_crash_writer.py")
+
+
+def epoch_table(epoch: int, rows: int = ROWS_PER_EPOCH) -> pa.Table:
+    """Rows with ids unique across epochs: epoch * 1000 + i."""
+    ids = [epoch * 1000 + i for i in range(rows)]
+    return pa.table({"id": ids, "name": [f"row-{i}" for i in ids], "epoch": [epoch] * rows})
+
+
+def create_table(dsn: str, table: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id bigint, name text, epoch bigint)")
+
+
+def make_group(
+    bootstrap: str, topic: str, dsn: str, table: str, tid: str, **kw: Any
+) -> laminar.ExactlyOnceWriter:
+    kafka = laminar.KafkaSink(
+        bootstrap, topic, tid, key="id", commit_timeout_s=5.0, init_timeout_s=15.0
+    )
+    postgres = laminar.PostgresSink(dsn, table)
+    kw.setdefault("retry_backoff_s", 0.1)
+    return laminar.exactly_once(kafka, postgres, **kw)
+
+
+def run_writer(
+    args: list[str], crash_at: str | None, *, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("LAMINAR_CRASH_AT", None)
+    if crash_at:
+        env["LAMINAR_CRASH_AT"] = crash_at
+    return subprocess.run(
+        [sys.executable, str(WRITER), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def killed(result: subprocess.CompletedProcess[str]) -> bool:
+    return result.returncode == -signal.SIGKILL
+
+
+def abort_prepared(bootstrap: str, tid: str) -> None:
+    """What a broker's transaction timeout does: a new producer with the same transactional id
+    aborts the prepared transaction (and bumps the producer epoch)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
+    producer.init_transactions(15)
+    del producer
+
+
+def assert_exactly_once(bootstrap: str, topic: str, dsn: str, table: str, epochs: int) -> None:
+    expected = {e * 1000 + i for e in range(epochs) for i in range(ROWS_PER_EPOCH)}
+    with psycopg.connect(dsn) as conn:
+        rows = [r[0] for r in conn.execute(f"SELECT id FROM {table}").fetchall()]
+    pg = Counter(rows)
+    assert not {i for i, n in pg.items() if n > 1}, "rows in PostgreSQL twice"
+    missing, extra = sorted(expected - set(pg))[:5], sorted(set(pg) - expected)[:5]
+    assert set(pg) == expected, f"PostgreSQL: missing {missing}, extra {extra}"
+    kafka = Counter(ids_of(read_committed(bootstrap, topic)))
+    assert not {i for i, n in kafka.items() if n > 1}, "records committed in Kafka twice"
+    assert set(kafka) == expected, (
+        f"Kafka: missing {sorted(expected - set(kafka))[:5]}, "
+        f"extra {sorted(set(kafka) - expected)[:5]}"
+    )

@@ -1,0 +1,177 @@
+"""The atomic recipe (docs/protocol.md §3) killed with SIGKILL at every step, then restarted:
+every row is in PostgreSQL exactly once and among Kafka's committed transactions exactly once
+(read with laminar.kafka_log, so it holds on any broker).
+
+Each run writes epochs 0-3 like Spark (a restarted writer resumes at the batch whose
+foreachBatch did not return), killed in epoch 1 at the point's second occurrence.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from laminar.kafka_log import read_committed
+from tests.integration.atomic_helpers import (
+    abort_prepared,
+    assert_exactly_once,
+    create_table,
+    killed,
+    run_writer,
+)
+
+EPOCHS = 4
+STEPS = [f"atomic.step{n}" for n in range(1, 9)]
+
+
+@pytest.fixture
+def world(
+    kafka_broker: Any, kafka_bootstrap: str, pg_dsn: str, unique_name: Any, tmp_path: Path
+) -> dict[str, str]:
+    topic, table = unique_name("topic"), unique_name("tbl")
+    kafka_broker.create_topic(topic, partitions=2)
+    create_table(pg_dsn, table)
+    return {
+        "bootstrap": kafka_bootstrap,
+        "topic": topic,
+        "dsn": pg_dsn,
+        "table": table,
+        "tid": f"tid-{topic}",
+        "checkpoint": str(tmp_path / "checkpoint"),
+    }
+
+
+def args(w: dict[str, str], redo: str) -> list[str]:
+    return [
+        w["bootstrap"], w["topic"], w["dsn"], w["table"], w["tid"], str(EPOCHS), w["checkpoint"],
+        redo,
+    ]  # fmt: skip
+
+
+def check(w: dict[str, str]) -> None:
+    assert_exactly_once(w["bootstrap"], w["topic"], w["dsn"], w["table"], EPOCHS)
+    with psycopg.connect(w["dsn"]) as conn:
+        decided = conn.execute(
+            "SELECT epoch FROM laminar.txn_state WHERE transactional_id = %s", (w["tid"],)
+        ).fetchone()
+    assert decided == (EPOCHS - 1,)
+
+
+@pytest.mark.parametrize("redo", ["replay", "log"])
+@pytest.mark.parametrize("point", STEPS)
+def test_a_writer_killed_at_each_step_recovers_exactly_once(
+    world: dict[str, str], point: str, redo: str
+) -> None:
+    crashed = run_writer(args(world, redo), f"{point}@2")
+    assert killed(crashed), crashed.stdout + crashed.stderr[-2000:]
+    assert crashed.stdout.splitlines() == ["epoch 0: committed"]
+    restarted = run_writer(args(world, redo), None)
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr[-2000:]
+    # killed after the decision (step 7 or 8): epoch 1 is committed, its replay is skipped
+    first = "skipped" if point in ("atomic.step7", "atomic.step8") else "committed"
+    assert restarted.stdout.splitlines()[0] == f"epoch 1: {first}"
+    if point == "atomic.step7":
+        assert "committed in Kafka by EndTxn" in restarted.stderr
+    check(world)
+
+
+@pytest.mark.parametrize("redo", ["replay", "log"])
+def test_a_decided_epoch_whose_kafka_transaction_was_aborted_is_redone(
+    world: dict[str, str], redo: str
+) -> None:
+    crashed = run_writer(args(world, redo), "atomic.step7@2")
+    assert killed(crashed)
+    # the broker gives up the prepared transaction (as after transaction.timeout.ms)
+    abort_prepared(world["bootstrap"], world["tid"])
+    restarted = run_writer(args(world, redo), None)
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr[-3000:]
+    assert "EndTxn could not complete decided epoch 1" in restarted.stderr
+    if redo == "log":
+        assert "completed in Kafka from the redo log" in restarted.stderr
+    else:
+        assert "waiting for Spark's replay of batch 1" in restarted.stderr
+    # either way the replayed batch 1 finds PostgreSQL done and writes Kafka only
+    assert restarted.stdout.splitlines()[0] == "epoch 1: committed" if redo == "replay" else True
+    check(world)
+    with psycopg.connect(world["dsn"]) as conn:
+        redo_rows = conn.execute(
+            "SELECT count(*) FROM laminar.redo WHERE transactional_id = %s", (world["tid"],)
+        ).fetchone()
+    assert redo_rows in [(0,), (1,)]
+
+
+@pytest.mark.parametrize("redo", ["replay", "log"])
+@pytest.mark.parametrize(
+    "point",
+    [
+        "atomic.after_fence",
+        "recovery.after_end_txn",
+        "recovery.after_init",
+        "recovery.mid_redo",
+        "recovery.after_redo_commit",
+    ],
+)
+def test_a_writer_killed_again_during_recovery_recovers_exactly_once(
+    world: dict[str, str], point: str, redo: str
+) -> None:
+    assert killed(run_writer(args(world, redo), "atomic.step7@2"))
+    if point.startswith("recovery.") and point != "recovery.after_end_txn":
+        abort_prepared(world["bootstrap"], world["tid"])  # so that recovery needs the redo
+    second = run_writer(args(world, redo), point)
+    reached = killed(second)
+    assert reached or point in ("recovery.mid_redo", "recovery.after_redo_commit"), (
+        second.stdout + second.stderr[-2000:]
+    )
+    final = run_writer(args(world, redo), None)
+    assert final.returncode == 0, final.stdout + final.stderr[-3000:]
+    check(world)
+
+
+def test_a_corrupt_decision_is_refused_until_resolved(world: dict[str, str]) -> None:
+    assert killed(run_writer(args(world, "log"), "atomic.step7@2"))
+    with psycopg.connect(world["dsn"]) as conn:
+        conn.execute(
+            "UPDATE laminar.txn_state SET prepared_state = 'lm1.not-a-state' "
+            "WHERE transactional_id = %s",
+            (world["tid"],),
+        )
+    refused = run_writer(args(world, "log"), None)
+    assert refused.returncode == 3, refused.stdout + refused.stderr[-2000:]
+    assert "error InvalidStateEncoding" in refused.stdout
+    assert "no automatic decision" in refused.stdout
+    # nothing was decided for it: epoch 1 is in PostgreSQL, not in Kafka
+    ids = {int(r.value.split(b'"id":')[1].split(b",")[0]) for r in read_committed(
+        world["bootstrap"], world["topic"])}  # fmt: skip
+    assert max(ids) < 1000
+
+
+@pytest.mark.slow
+def test_many_random_kills_always_end_exactly_once(world: dict[str, str]) -> None:
+    """A seeded, reproducible loop of kills at random points (steps and recovery), with the
+    broker giving up prepared transactions at random; bounded in time."""
+    seed = int(time.time()) % 10_000
+    rng = random.Random(seed)
+    points = [*STEPS, "atomic.after_fence", "recovery.after_end_txn", "recovery.after_init"]
+    redo = rng.choice(["replay", "log"])
+    kills = 0
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline:
+        crash = f"{rng.choice(points)}@{rng.randint(1, 3)}" if kills < 10 else None
+        result = run_writer(args(world, redo), crash)
+        if killed(result):
+            kills += 1
+            if rng.random() < 0.3:
+                abort_prepared(world["bootstrap"], world["tid"])
+            continue
+        assert result.returncode == 0, f"seed {seed}: {result.stdout}{result.stderr[-3000:]}"
+        if "done" in result.stdout:
+            break
+    else:
+        pytest.fail(f"seed {seed}: did not finish in time ({kills} kills)")
+    check(world)
+    assert kills >= 1, f"seed {seed}"

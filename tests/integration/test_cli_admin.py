@@ -1,0 +1,173 @@
+"""`laminar status|resolve|recover|reset` against real servers, on hand-made in-doubt
+transactions and on a crashed atomic writer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import laminar
+from laminar.cli import main
+from tests.integration.atomic_helpers import (
+    abort_prepared,
+    create_table,
+    epoch_table,
+    killed,
+    make_group,
+    run_writer,
+)
+
+
+def hand_made_prepared(dsn: str, table: str, gid: str) -> None:
+    """PREPARE TRANSACTION by hand, as a crashed scale-out task would leave it."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("BEGIN")
+        conn.execute(f"INSERT INTO {table} VALUES (424242, 'hand', 7)")
+        conn.execute(f"PREPARE TRANSACTION '{gid}'")
+
+
+def count(dsn: str, query: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(query).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_status_shows_and_resolve_commits_a_hand_made_in_doubt_transaction(
+    clean_prepared_xacts: str, table_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dsn = clean_prepared_xacts
+    create_table(dsn, table_name)
+    laminar.PostgresSink(dsn, table_name).init_transactions()  # the laminar schema
+    gid = f"laminar:public.{table_name}:7:0"
+    hand_made_prepared(dsn, table_name, gid)
+
+    assert main(["status", "--dsn", dsn]) == 5
+    out = capsys.readouterr().out
+    assert gid in out
+    assert "participant" in out
+    assert "none" in out
+    assert main(["status", "--dsn", dsn, "--json"]) == 5
+    doc = json.loads(capsys.readouterr().out)
+    assert gid in [i["id"] for i in doc["in_doubt"]]
+    assert "password" not in doc["database"]
+
+    assert main(["resolve", gid, "--commit", "--dsn", dsn]) == 0
+    assert "commit done" in capsys.readouterr().out
+    assert count(dsn, f"SELECT count(*) FROM {table_name} WHERE id = 424242") == 1
+    main(["status", "--dsn", dsn])
+    assert gid not in capsys.readouterr().out
+    assert main(["resolve", gid, "--commit", "--dsn", dsn]) == 6
+
+
+def test_resolve_refuses_to_go_against_a_recorded_decision_without_force(
+    clean_prepared_xacts: str, table_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dsn = clean_prepared_xacts
+    create_table(dsn, table_name)
+    laminar.PostgresSink(dsn, table_name).init_transactions()
+    gid = f"laminar:public.{table_name}:3:1"
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "INSERT INTO laminar.dt_state (dtid, group_id, epoch, state) VALUES (%s, 'g', 3, "
+            "'rollback')",
+            (f"laminar:g:3:{table_name}",),
+        )
+        conn.execute(
+            "INSERT INTO laminar.dt_participant (dtid, participant, kind, resource) VALUES "
+            "(%s, 'pg', 'postgres', %s)",
+            (f"laminar:g:3:{table_name}", gid),
+        )
+    hand_made_prepared(dsn, table_name, gid)
+    assert main(["resolve", gid, "--commit", "--dsn", dsn]) == 4
+    assert "ROLLBACK" in capsys.readouterr().err
+    assert main(["resolve", gid, "--commit", "--force", "--dsn", dsn]) == 0
+    assert count(dsn, f"SELECT count(*) FROM {table_name} WHERE id = 424242") == 1
+
+
+def test_recover_rolls_back_an_undecided_participant_and_reports_lingering(
+    clean_prepared_xacts: str, table_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dsn = clean_prepared_xacts
+    create_table(dsn, table_name)
+    laminar.PostgresSink(dsn, table_name).init_transactions()
+    gid = f"laminar:public.{table_name}:9:0"
+    hand_made_prepared(dsn, table_name, gid)
+    # too young for the default threshold: left alone
+    assert main(["recover", "--dsn", dsn]) == 5
+    assert "wait" in capsys.readouterr().out
+    main(["recover", "--dsn", dsn, "--older-than", "0", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    (ours,) = [i for i in report["items"] if i["id"] == gid]
+    assert (ours["action"], ours["outcome"]) == ("roll_back", "resolved")
+    assert count(dsn, f"SELECT count(*) FROM {table_name}") == 0
+
+
+def test_status_and_resolve_a_crashed_atomic_writer(
+    kafka_broker: Any,
+    kafka_bootstrap: str,
+    pg_dsn: str,
+    unique_name: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    topic, table = unique_name("topic"), unique_name("tbl")
+    kafka_broker.create_topic(topic, partitions=1)
+    create_table(pg_dsn, table)
+    tid = f"tid-{topic}"
+    argv = [kafka_bootstrap, topic, pg_dsn, table, tid, "3", str(tmp_path / "ckpt"), "replay"]
+    assert killed(run_writer(argv, "atomic.step7@2"))
+    abort_prepared(kafka_bootstrap, tid)  # the broker gave the transaction up
+    assert main(["status", "--dsn", pg_dsn, "--json"]) == 5
+    doc = json.loads(capsys.readouterr().out)
+    behind = [i for i in doc["in_doubt"] if i["id"] == f"kafka:{tid}"]
+    assert behind
+    assert behind[0]["kind"] == "kafka_behind"
+    assert behind[0]["epoch"] == 1
+    # no redo log and no transaction left: only the replay can complete it
+    assert main(["resolve", f"kafka:{tid}", "--commit", "--dsn", pg_dsn]) == 5
+    assert "replay" in capsys.readouterr().out
+    assert main(["resolve", f"kafka:{tid}", "--rollback", "--dsn", pg_dsn]) == 4
+    capsys.readouterr()
+    # the writer restarted from its checkpoint replays batch 1 and completes it
+    writer = make_group(kafka_bootstrap, topic, pg_dsn, table, tid)
+    assert writer.write_epoch(1, epoch_table(1)).committed
+    assert writer.write_epoch(2, epoch_table(2)).committed
+    writer.close()
+    assert main(["status", "--dsn", pg_dsn, "--json"]) in (0, 5)
+    doc = json.loads(capsys.readouterr().out)
+    assert not [i for i in doc["in_doubt"] if i["id"] == f"kafka:{tid}"]
+
+
+def test_reset_starts_a_group_over_for_a_new_query(
+    kafka_broker: Any,
+    kafka_bootstrap: str,
+    pg_dsn: str,
+    unique_name: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    topic, table = unique_name("topic"), unique_name("tbl")
+    kafka_broker.create_topic(topic, partitions=1)
+    create_table(pg_dsn, table)
+    tid = f"tid-{topic}"
+    old = make_group(kafka_bootstrap, topic, pg_dsn, table, tid, owner="query-a")
+    for epoch in range(3):
+        old.write_epoch(epoch, epoch_table(epoch))
+    old.close()
+    new = make_group(kafka_bootstrap, topic, pg_dsn, table, tid, owner="query-b")
+    with pytest.raises(laminar.ConfigError, match="query-a"):
+        new.write_epoch(0, epoch_table(10))
+    new.close()
+    group = new.group_id
+    assert group is not None
+    assert main(["reset", group, "--dsn", pg_dsn]) == 0
+    assert "epoch 3" in capsys.readouterr().out
+    again = make_group(kafka_bootstrap, topic, pg_dsn, table, tid, owner="query-b")
+    assert again.write_epoch(0, epoch_table(10)).committed
+    assert again.epoch_base == 3
+    again.close()
+    assert count(pg_dsn, f"SELECT count(*) FROM {table} WHERE epoch = 10") == 20
