@@ -17,6 +17,7 @@ from laminar._core import (
     encode_pg_copy,
     iter_kafka,
 )
+from laminar._settings import EnvValue, env
 from laminar.coordinator import EpochResult, ExactlyOnceWriter, exactly_once
 from laminar.errors import (
     AbortableError,
@@ -40,6 +41,7 @@ __all__ = [
     "AuthorizationError",
     "ConfigError",
     "DataError",
+    "EnvValue",
     "EpochRecord",
     "EpochResult",
     "EpochTracker",
@@ -65,6 +67,7 @@ __all__ = [
     "check_pg_copy_schema",
     "encode_kafka",
     "encode_pg_copy",
+    "env",
     "exactly_once",
     "iter_kafka",
 ]

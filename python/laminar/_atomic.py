@@ -192,7 +192,7 @@ class AtomicGroup:
         self.owner = owner
         self.on_new_query = on_new_query
         self.redo = redo
-        self.dsn = self.postgres[0].dsn
+        self.dsn = self.postgres[0].resolved_dsn
         self.conn: psycopg.Connection[Any] | None = None
         self.generation = 0
         self.epoch_base = 0
@@ -516,7 +516,7 @@ def _init_kafka(sink: KafkaSink) -> None:
 def _kafka_registry_config(sink: KafkaSink) -> dict[str, Any]:
     """What `laminar status`/`recover` need to reach the sink again: no secrets (masked)."""
     return {
-        "bootstrap_servers": sink.bootstrap_servers,
+        "bootstrap_servers": sink._bootstrap_servers,
         "topic": sink.topic,
         "key": sink.key,
         "value_format": sink.value_format,

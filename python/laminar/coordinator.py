@@ -26,6 +26,8 @@ from typing import Any, Literal
 
 import psycopg
 
+from laminar._handoff import reduce_checked
+from laminar._settings import is_deferred
 from laminar._types import ArrowData
 from laminar.errors import AbortableError, ConfigError, InDoubtError, LaminarError
 from laminar.sinks._pg_errors import map_pg_error
@@ -111,6 +113,7 @@ class ExactlyOnceWriter:
         self._group: Any = None
         self._watcher: Any = None
         self._lock = threading.RLock()
+        self._foreach_batch: Any = None
 
     # -- pickling: configuration only ---------------------------------------------------------
 
@@ -120,17 +123,36 @@ class ExactlyOnceWriter:
         state["_group"] = None
         state["_watcher"] = None
         state["_lock"] = None
+        state["_foreach_batch"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("owner", None)
+        state.setdefault("_foreach_batch", None)
         self.__dict__.update(state)
         self._lock = threading.RLock()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The process that loads the writer (Spark's Python worker) checks that it runs the
+        # same laminar version before it loads anything else (laminar._handoff).
+        return reduce_checked(self)
+
+    def __repr__(self) -> str:
+        sinks = ", ".join(repr(s) for s in self.sinks)
+        owner = f", owner={self.owner!r}" if self.owner is not None else ""
+        return f"ExactlyOnceWriter({sinks}{owner})"
 
     # -- public API ---------------------------------------------------------------------------
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        """The ``foreachBatch`` entry point: the batch reaches the sinks as Arrow."""
-        self.write_epoch(int(batch_id), df.toArrow())
+        """The ``foreachBatch`` entry point (Spark Connect or classic): ``batch_id`` is the
+        epoch and the batch reaches the sinks as Arrow; an empty batch opens no transaction.
+        See `laminar.spark.ForeachBatchWriter`, which this delegates to."""
+        if self._foreach_batch is None:
+            from laminar.spark import ForeachBatchWriter
+
+            self._foreach_batch = ForeachBatchWriter(self)
+        self._foreach_batch(df, batch_id)
 
     def write_epoch(self, epoch: int, batch: ArrowData) -> EpochResult:
         """Write ``batch`` as epoch ``epoch`` exactly once (a replayed epoch is skipped)."""
@@ -228,7 +250,7 @@ class ExactlyOnceWriter:
         postgres = [s for s in self.sinks if isinstance(s, PostgresSink)]
         kafka = [s for s in self.sinks if isinstance(s, KafkaSink)]
         self._watcher = Watcher(
-            postgres[0].dsn,
+            postgres[0].resolved_dsn,
             group_id=self.group_id,
             kafka_sinks=kafka,
             interval_s=self.watcher_interval_s,
@@ -363,7 +385,13 @@ def _check_atomic_group(sinks: tuple[TransactionalSink, ...]) -> None:
                 f"PostgresSink {p.sink_id!r} is a scale-out participant (two_phase_part="
                 f"{p.two_phase_part}); atomic groups take plain sinks (see laminar.scaleout)"
             )
-        if not same_database(postgres[0].dsn, p.dsn):
+        first, other = postgres[0].dsn, p.dsn
+        if is_deferred(first) or is_deferred(other):
+            # Read where the writer runs: compared by setting (the same laminar.env name).
+            same = first == other
+        else:
+            same = same_database(str(first), str(other))
+        if not same:
             raise ConfigError(
                 f"PostgresSink {p.sink_id!r} is on another database than {postgres[0].sink_id!r}:"
                 " all PostgreSQL sinks of an atomic group must share one database (they are "
@@ -379,7 +407,7 @@ def _guard_single_postgres(
     from laminar._atomic import claim_ownership
 
     try:
-        with psycopg.connect(sink.dsn) as conn:
+        with psycopg.connect(sink.resolved_dsn) as conn:
             return claim_ownership(
                 conn, sink.sink_id, [sink.sink_id], owner, on_new_query, {sink.sink_id: last}
             )
@@ -414,7 +442,9 @@ def exactly_once(
 ) -> ExactlyOnceWriter:
     """A writer that lands each epoch in ``sinks`` exactly once (several sinks: atomically).
 
-    Use it as ``df.writeStream.foreachBatch(writer)`` or call ``writer.write_epoch(epoch, table)``.
+    Use it as ``df.writeStream.foreachBatch(writer)``, through `laminar.spark.start` (which also
+    ties the sinks to the streaming query: ``owner``), or call ``writer.write_epoch(epoch,
+    table)``.
 
     - ``owner``: the identity of the streaming query that writes the sinks (Spark: the query's
       ``id``, stable across restarts from one checkpoint, or the checkpoint location). A sink

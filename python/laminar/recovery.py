@@ -292,7 +292,7 @@ def settle_kafka_sinks(
             assert step.epoch is not None
             assert step.producer_id is not None
             why = end_txn(
-                sink.bootstrap_servers,
+                sink._bootstrap_servers,
                 sink._producer_config,
                 sink.sink_id,
                 step.producer_id,

@@ -41,6 +41,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from laminar._core import PreparedTxnState, check_kafka_schema, encode_kafka
 from laminar._faults import crash_point
 from laminar._redact import redact_config, redact_text
+from laminar._settings import Setting, is_deferred, resolve, resolve_mapping
 from laminar._types import ArrowData
 from laminar.errors import (
     AbortableError,
@@ -180,11 +181,11 @@ class KafkaSink(TransactionalSink):
     """
 
     kind: ClassVar[str] = "kafka"
-    _runtime_attrs: ClassVar[tuple[str, ...]] = ("_rt",)
+    _runtime_attrs: ClassVar[tuple[str, ...]] = ("_rt", "_resolved")
 
     def __init__(
         self,
-        bootstrap_servers: str,
+        bootstrap_servers: Setting,
         topic: str,
         transactional_id: str,
         key: str | None = None,
@@ -198,7 +199,9 @@ class KafkaSink(TransactionalSink):
         flush_timeout_s: float = 120.0,
         retries: int = 3,
     ) -> None:
-        if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
+        if not is_deferred(bootstrap_servers) and (
+            not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip()
+        ):
             raise ConfigError("KafkaSink needs bootstrap_servers, e.g. 'broker1:9092,broker2:9092'")
         if not isinstance(topic, str) or not _TOPIC_NAME.match(topic):
             raise ConfigError(
@@ -227,19 +230,26 @@ class KafkaSink(TransactionalSink):
             raise ConfigError(f"retries must be >= 0, got {retries}")
         if transaction_timeout_ms is not None and transaction_timeout_ms <= 0:
             raise ConfigError(f"transaction_timeout_ms must be > 0, got {transaction_timeout_ms}")
+        # Settings given as laminar.env(...) are checked once read, in the writing process.
         config = validate_producer_config(
-            producer_config,
-            bootstrap_servers=bootstrap_servers,
+            _known(producer_config),
+            bootstrap_servers=str(bootstrap_servers),
             transactional_id=transactional_id,
             transaction_timeout_ms=transaction_timeout_ms,
         )
+        if producer_config is not None:
+            for key in producer_config:
+                if not isinstance(key, str):
+                    raise ConfigError(f"producer_config keys must be strings, got {key!r}")
+            config = dict(producer_config)
         super().__init__(transactional_id)
-        self._bootstrap_servers = bootstrap_servers
+        self._bootstrap_setting: Setting = bootstrap_servers
+        self._resolved: tuple[str, dict[str, Any]] | None = None
         self._topic = topic
         self._key = key
         self._value_format = value_format
         self._value_column = value_column
-        self._producer_config = config
+        self._producer_setting = config
         self._transaction_timeout_ms = transaction_timeout_ms
         self._commit_timeout_s = float(commit_timeout_s)
         self._init_timeout_s = float(init_timeout_s)
@@ -250,9 +260,35 @@ class KafkaSink(TransactionalSink):
     # -- configuration ------------------------------------------------------------------------
 
     @property
-    def bootstrap_servers(self) -> str:
-        """The cluster's ``bootstrap.servers``."""
-        return self._bootstrap_servers
+    def bootstrap_servers(self) -> Setting:
+        """The cluster's ``bootstrap.servers`` (or the ``laminar.env`` it is read from)."""
+        return self._bootstrap_setting
+
+    @property
+    def _bootstrap_servers(self) -> str:
+        return self._resolve_settings()[0]
+
+    @property
+    def _producer_config(self) -> dict[str, Any]:
+        return self._resolve_settings()[1]
+
+    def _resolve_settings(self) -> tuple[str, dict[str, Any]]:
+        """``bootstrap_servers`` and ``producer_config`` in this process: ``laminar.env``
+        settings are read here (the writing process), then checked like direct ones."""
+        if self._resolved is None:
+            what = f"KafkaSink {self.sink_id!r}:"
+            bootstrap = resolve(self._bootstrap_setting, f"{what} bootstrap_servers")
+            config = resolve_mapping(self._producer_setting, f"{what} producer_config")
+            if not bootstrap.strip():
+                raise ConfigError(f"{what} bootstrap_servers is empty")
+            config = validate_producer_config(
+                config,
+                bootstrap_servers=bootstrap,
+                transactional_id=self.sink_id,
+                transaction_timeout_ms=self._transaction_timeout_ms,
+            )
+            self._resolved = (bootstrap, config)
+        return self._resolved
 
     @property
     def topic(self) -> str:
@@ -282,11 +318,11 @@ class KafkaSink(TransactionalSink):
     @property
     def producer_config(self) -> dict[str, Any]:
         """The user's producer settings, secrets masked (``***``)."""
-        return redact_config(self._producer_config)
+        return redact_config(self._producer_setting)
 
     def __repr__(self) -> str:
         return (
-            f"KafkaSink(bootstrap_servers={self._bootstrap_servers!r}, topic={self._topic!r}, "
+            f"KafkaSink(bootstrap_servers={self._bootstrap_setting!r}, topic={self._topic!r}, "
             f"transactional_id={self.sink_id!r}, key={self._key!r}, "
             f"value_format={self._value_format!r}, producer_config={self.producer_config!r})"
         )
@@ -1150,3 +1186,10 @@ def _arrow_chunks(batch: ArrowData) -> Iterator[Any]:
         f"KafkaSink.write takes Arrow data (a pyarrow Table, RecordBatch or RecordBatchReader, "
         f"or an object with __arrow_c_stream__ / __arrow_c_array__), not {type(batch).__name__}"
     )
+
+
+def _known(config: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The settings whose values are known now (``laminar.env`` ones are checked later)."""
+    if config is None or not isinstance(config, Mapping):
+        return config
+    return {key: value for key, value in config.items() if not is_deferred(value)}

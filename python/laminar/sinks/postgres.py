@@ -41,6 +41,7 @@ from psycopg.conninfo import conninfo_to_dict
 from laminar._core import PreparedTxnState
 from laminar._faults import crash_point
 from laminar._redact import redact_dsn, redact_text
+from laminar._settings import Setting, is_deferred, resolve
 from laminar._types import ArrowData
 from laminar.errors import (
     AbortableError,
@@ -94,7 +95,10 @@ class PostgresSink(TransactionalSink):
     """Writes each epoch's rows into ``table`` in one transaction, exactly once per sink id.
 
     ``dsn``: a libpq connection string or URI (its password never appears in messages, reprs or
-    logs). ``table``: ``"schema.table"`` or ``"table"`` (found through ``search_path``); quote
+    logs), or ``laminar.env("VAR")`` to read it from that environment variable in the process
+    that writes (e.g. the Spark Connect server's Python worker), so it never travels in the
+    pickled configuration; libpq's own ``PGPASSWORD``/``PGHOST``/… and ``~/.pgpass`` work there
+    too. ``table``: ``"schema.table"`` or ``"table"`` (found through ``search_path``); quote
     parts in double quotes to keep dots, quotes or capitals. ``columns``: None (Arrow column names
     are the table's column names), a list (the target column of each Arrow column, in order) or a
     mapping Arrow name → column name. ``sink_id``: the stable identity under which committed
@@ -119,11 +123,13 @@ class PostgresSink(TransactionalSink):
         "_epoch_rows",
         "_epoch_bytes",
         "_max_prepared",
+        "_resolved_dsn",
+        "_password",
     )
 
     def __init__(
         self,
-        dsn: str,
+        dsn: Setting,
         table: str,
         columns: ColumnsSpec = None,
         sink_id: str | None = None,
@@ -132,14 +138,11 @@ class PostgresSink(TransactionalSink):
         connect_timeout_s: float = 10.0,
         slice_bytes: int = DEFAULT_SLICE_BYTES,
     ) -> None:
-        if not isinstance(dsn, str) or not dsn.strip():
-            raise ConfigError("PostgresSink needs dsn= a libpq connection string or URI")
-        try:
-            params = conninfo_to_dict(dsn)
-        except psycopg.ProgrammingError as e:
-            raise ConfigError(f"PostgresSink: malformed dsn ({redact_text(str(e))})") from None
-        self._dsn = dsn
-        self._password = str(params.get("password") or "")
+        self._dsn_setting: Setting = dsn
+        self._resolved_dsn: str | None = None
+        self._password: str | None = None
+        if not is_deferred(dsn):
+            self._check_dsn(dsn)
         self._table_name = parse_table_name(table)
         self._columns = _normalise_columns(columns)
         if sink_id is None:
@@ -178,9 +181,42 @@ class PostgresSink(TransactionalSink):
     # -- configuration ------------------------------------------------------------------------
 
     @property
-    def dsn(self) -> str:
-        """The connection string as given (with its password: do not log it)."""
+    def dsn(self) -> Setting:
+        """The connection string as given (with its password: do not log it), or the
+        ``laminar.env(...)`` it is read from."""
+        return self._dsn_setting
+
+    @property
+    def resolved_dsn(self) -> str:
+        """The connection string in this process, an ``laminar.env`` setting read here (with its
+        password: do not log it)."""
         return self._dsn
+
+    @property
+    def _dsn(self) -> str:
+        """The connection string in this process (an ``laminar.env`` setting is read here)."""
+        if self._resolved_dsn is None:
+            dsn = resolve(self._dsn_setting, f"PostgresSink {self.sink_id!r}: dsn")
+            self._check_dsn(dsn)
+        assert self._resolved_dsn is not None
+        return self._resolved_dsn
+
+    def _check_dsn(self, dsn: object) -> None:
+        if not isinstance(dsn, str) or not dsn.strip():
+            raise ConfigError("PostgresSink needs dsn= a libpq connection string or URI")
+        try:
+            params = conninfo_to_dict(dsn)
+        except psycopg.ProgrammingError as e:
+            raise ConfigError(f"PostgresSink: malformed dsn ({redact_text(str(e))})") from None
+        self._resolved_dsn = dsn
+        self._password = str(params.get("password") or "")
+
+    def _secrets(self) -> tuple[str, ...]:
+        """Secret values to mask in messages (the DSN's password, once known)."""
+        if self._password is None:
+            with contextlib.suppress(ConfigError):
+                _ = self._dsn
+        return (self._password,) if self._password else ()
 
     @property
     def table(self) -> TableName:
@@ -198,8 +234,10 @@ class PostgresSink(TransactionalSink):
         return self._two_phase_part
 
     def __repr__(self) -> str:
+        setting = self._dsn_setting
+        dsn = repr(setting) if is_deferred(setting) else repr(redact_dsn(str(setting)))
         return (
-            f"PostgresSink(dsn={redact_dsn(self._dsn)!r}, table={self._table_name.display()!r}, "
+            f"PostgresSink(dsn={dsn}, table={self._table_name.display()!r}, "
             f"sink_id={self.sink_id!r})"
         )
 
@@ -209,7 +247,7 @@ class PostgresSink(TransactionalSink):
         return f"database {database!r} ({redact_dsn(self._dsn)})"
 
     def _err(self, err: BaseException, what: str, epoch: int | None = None) -> LaminarError:
-        return map_pg_error(err, what, sink_id=self.sink_id, epoch=epoch, secrets=(self._password,))
+        return map_pg_error(err, what, sink_id=self.sink_id, epoch=epoch, secrets=self._secrets())
 
     def gid(self, epoch: int) -> str:
         """The prepared-transaction id this sink uses for ``epoch``."""
@@ -574,7 +612,7 @@ class PostgresSink(TransactionalSink):
                         f"the connection was lost during COMMIT of epoch {epoch}: whether it "
                         f"committed is unknown; recover() reads laminar.sink_epochs to decide "
                         f"({' '.join(str(e).split())})",
-                        (self._password,),
+                        self._secrets(),
                     ),
                     sink_id=self.sink_id,
                     epoch=epoch,

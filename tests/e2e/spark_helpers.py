@@ -1,0 +1,181 @@
+"""Helpers for the Spark Connect e2e tests: client sessions, waiting on queries, reading the stores.
+
+This module is pickled *by value* into the server's Python worker (``register_pickle_by_value``),
+so the test-only foreachBatch wrappers defined here run there without the test tree installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from laminar.kafka_log import read_committed
+
+try:  # registered so that the wrappers below travel by value to the server's Python
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+except ImportError:  # pragma: no cover - pyspark is in the dev extras
+    pass
+
+
+@contextlib.contextmanager
+def client(remote: str) -> Iterator[Any]:
+    """A Spark Connect client session of its own (stopped at the end)."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.builder.remote(remote).create()
+    try:
+        yield session
+    finally:
+        with contextlib.suppress(Exception):
+            session.stop()
+
+
+def wait_for(
+    condition: Callable[[], bool],
+    *,
+    query: Any = None,
+    timeout: float = 120.0,
+    what: str = "condition",
+    interval: float = 0.5,
+) -> None:
+    """Poll ``condition``; fail with the query's error if it died, or after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if query is not None and not query.isActive:
+            error = query.exception()
+            if condition():
+                return
+            raise AssertionError(f"the query stopped while waiting for {what}: {error}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def wait_terminated(query: Any, timeout: float = 120.0) -> Any:
+    """Wait until the query ends (availableNow, a failure or a kill); return its error."""
+    deadline = time.monotonic() + timeout
+    while query.isActive:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the query did not end within {timeout:.0f} s")
+        time.sleep(0.25)
+    return query.exception()
+
+
+def stop(query: Any) -> None:
+    """Stop a query that may already have ended (or whose server is gone)."""
+    with contextlib.suppress(Exception):
+        query.stop()
+
+
+# -- the stores ---------------------------------------------------------------------------------
+
+
+def pg_ids(dsn: str, table: str, column: str = "id") -> list[int]:
+    """Every value of ``column`` in ``table`` (duplicates kept)."""
+    with psycopg.connect(dsn) as conn:
+        return [int(r[0]) for r in conn.execute(f"SELECT {column} FROM {table}")]
+
+
+def pg_epoch(dsn: str, sink_id: str) -> int | None:
+    """The last committed epoch recorded for ``sink_id``."""
+    with psycopg.connect(dsn) as conn:
+        exists = conn.execute("SELECT to_regclass('laminar.sink_epochs')").fetchone()
+        if exists is None or exists[0] is None:
+            return None
+        row = conn.execute(
+            "SELECT epoch FROM laminar.sink_epochs WHERE sink_id = %s", (sink_id,)
+        ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def kafka_ids(bootstrap: str, topic: str) -> list[int]:
+    """The ``id`` of every committed record of ``topic`` (JSON values), duplicates kept —
+    read with `laminar.kafka_log`, which does not trust the broker's read_committed."""
+    return [int(json.loads(r.value)["id"]) for r in read_committed(bootstrap, topic)]
+
+
+def kafka_epochs(bootstrap: str, topic: str) -> Counter[int]:
+    """Committed records per ``laminar.epoch`` header."""
+    return Counter(int(r.header("laminar.epoch")) for r in read_committed(bootstrap, topic))
+
+
+def duplicates(values: list[int]) -> dict[int, int]:
+    """Values that occur more than once, with their counts."""
+    return {v: n for v, n in Counter(values).items() if n > 1}
+
+
+def assert_exactly_once(values: list[int], expected: set[int], where: str) -> None:
+    """Every expected value exactly once, nothing else."""
+    dups = duplicates(values)
+    assert not dups, f"{where}: duplicated {len(dups)} values, e.g. {sorted(dups.items())[:5]}"
+    got = set(values)
+    missing = expected - got
+    extra = got - expected
+    assert not missing, f"{where}: missing {len(missing)} values, e.g. {sorted(missing)[:10]}"
+    assert not extra, f"{where}: unexpected {len(extra)} values, e.g. {sorted(extra)[:10]}"
+
+
+# -- files for the file source ------------------------------------------------------------------
+
+
+def write_json_files(directory: Path, first_id: int, files: int, rows_per_file: int) -> int:
+    """Write ``files`` JSON-lines files of ``rows_per_file`` orders each, atomically (a file
+    appears complete: written aside, then renamed); return the next id."""
+    directory.mkdir(parents=True, exist_ok=True)
+    next_id = first_id
+    for _ in range(files):
+        lines = []
+        for _ in range(rows_per_file):
+            lines.append(json.dumps({"id": next_id, "amount": next_id % 97 + 0.5}))
+            next_id += 1
+        tmp = directory / f".part-{next_id}.tmp"
+        tmp.write_text("\n".join(lines) + "\n")
+        os.replace(tmp, directory / f"orders-{next_id:09d}.json")
+    return next_id
+
+
+# -- test-only wrappers that run in the server's Python worker ------------------------------------
+
+
+class ArmedForeachBatch:
+    """Arms laminar's crash points in the worker that runs it, then delegates every batch to
+    the real laminar foreachBatch function (``inner``). ``spec`` as in ``LAMINAR_CRASH_AT``
+    (counted in that worker process); with ``hold_file`` the point holds (the process sleeps
+    with its transaction open, its pid in the file) instead of killing itself."""
+
+    def __init__(self, inner: Any, spec: str, hold_file: str | None = None) -> None:
+        self.inner = inner
+        self.spec = spec
+        self.hold_file = hold_file
+        self.armed = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "armed": False}
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        if not self.armed:
+            from laminar import _faults
+
+            _faults.rearm(self.spec, hold_file=self.hold_file)
+            self.armed = True
+        self.inner(df, batch_id)
+
+
+def held_pid(hold_file: Path) -> int | None:
+    """The pid a held crash point wrote, once it did."""
+    try:
+        text = hold_file.read_text().split()
+    except FileNotFoundError:
+        return None
+    return int(text[0]) if text else None
