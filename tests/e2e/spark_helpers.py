@@ -41,6 +41,12 @@ def client(remote: str) -> Iterator[Any]:
             session.stop()
 
 
+def abandon(session: Any) -> None:
+    """Forget a session whose server was killed: stopping it then only closes the channel
+    (releasing it would retry against the dead server for minutes)."""
+    session.release_session_on_close = False
+
+
 def wait_for(
     condition: Callable[[], bool],
     *,

@@ -21,6 +21,7 @@ import laminar
 import laminar.spark
 from tests.e2e.spark_helpers import (
     ArmedForeachBatch,
+    abandon,
     assert_exactly_once,
     client,
     held_pid,
@@ -84,6 +85,7 @@ def test_server_sigkilled_mid_epoch_then_restarted(
             assert len(pg_ids(pg_dsn, table_name)) == 200
 
             spark_server.kill()
+            abandon(spark)
 
         assert not alive(worker), "the foreachBatch worker outlived the server's SIGKILL"
     finally:

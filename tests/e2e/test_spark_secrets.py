@@ -41,8 +41,8 @@ def test_the_password_is_in_nothing_spark_logs_or_shows(
         )
         try:
             wait_for(lambda: (pg_epoch(pg_dsn, sink.sink_id) or 0) >= 2, query=query, what="2")
-            shown += [json.dumps(query.lastProgress), json.dumps(query.status)]
-            shown += [json.dumps(p) for p in query.recentProgress]
+            shown += [json.dumps(query.lastProgress, default=str), json.dumps(query.status)]
+            shown += [json.dumps(p, default=str) for p in query.recentProgress]
             plan = io.StringIO()
             with contextlib.redirect_stdout(plan):
                 query.explain(extended=True)
