@@ -1,10 +1,7 @@
 """The atomic recipe against server faults and a zombie coordinator (real PostgreSQL, real
 broker): a paused old coordinator cannot commit after a new one started; PostgreSQL restarted in
 the middle of a run.
-
-Not here: the broker restarted mid-run. On Tansu 0.6.0 with its S3 storage, records produced
-after a restart were not readable back (docs/protocol.md, "Known limits"), so that test could not
-tell a protocol bug from the broker's."""
+The broker restarted or killed mid-run: test_atomic_broker_restart.py."""
 
 from __future__ import annotations
 

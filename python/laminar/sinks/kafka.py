@@ -29,6 +29,7 @@ import contextlib
 import json
 import logging
 import re
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -50,6 +51,7 @@ from laminar.errors import (
     FatalError,
     FencedError,
     IllegalStateError,
+    InDoubtError,
     LaminarError,
     RecordTooLargeError,
 )
@@ -82,6 +84,7 @@ HEADER_EPOCH = "laminar.epoch"
 
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _CHUNK_ROWS = 65_536
+_TXN_CALLS = frozenset({"commit_transaction", "abort_transaction", "init_transactions"})
 _IGNORED_DELIVERY_CODES = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
 _CONNECTION_CODES = frozenset(
     {
@@ -95,6 +98,44 @@ _CONNECTION_CODES = frozenset(
 _WITNESS_FIRST_WINDOW = 1_024
 #: How far back (records per partition) the witness looks for this sink's records.
 _WITNESS_MAX_RECORDS = 1_000_000
+#: Producers given up on while a call into them was stuck (librdkafka #5456: a transactional call
+#: can block past its timeout when the coordinator went away). Kept referenced until that call
+#: returns, so the handle is never destroyed under it.
+_ABANDONED: set[Any] = set()
+
+
+class _StuckCallError(Exception):
+    """A librdkafka call did not return within its timeout plus a grace period."""
+
+
+def _bounded_call(producer: Any, method: str, args: tuple[Any, ...], timeout_s: float) -> None:
+    """``producer.<method>(*args)`` in a helper thread, waited for at most ``timeout_s`` plus a
+    grace period: librdkafka's transactional calls take a timeout but can ignore it
+    (confluentinc/librdkafka#5456, #5511). Raises what the call raised, or `_StuckCallError`."""
+    outcome: list[BaseException | None] = []
+    done = threading.Event()
+
+    def call() -> None:
+        try:
+            getattr(producer, method)(*args)
+            outcome.append(None)
+        except BaseException as e:  # handed to the caller's thread
+            outcome.append(e)
+        finally:
+            done.set()
+            _ABANDONED.discard(producer)
+
+    worker = threading.Thread(target=call, name=f"laminar-kafka-{method}", daemon=True)
+    worker.start()
+    if not done.wait(timeout_s + min(10.0, max(2.0, timeout_s / 2))):
+        _ABANDONED.add(producer)
+        if done.is_set():  # finished in between
+            _ABANDONED.discard(producer)
+        else:
+            raise _StuckCallError(method)
+    error = outcome[0] if outcome else None
+    if error is not None:
+        raise error
 
 
 class _Runtime:
@@ -474,6 +515,9 @@ class KafkaSink(TransactionalSink):
     def abort_transaction(self, epoch: int) -> None:
         """Discard the epoch's records (and its marker)."""
         rt = self._live()
+        if self.tracker.state.name == "Idle":
+            # Opening a new producer (after one was given up) aborted the epoch already.
+            return
         self.tracker.abort_started(epoch=epoch)
         try:
             self._retrying(rt, "abort_transaction", epoch, self._commit_timeout_s)
@@ -689,18 +733,17 @@ class KafkaSink(TransactionalSink):
         while True:
             attempt += 1
             remaining = max(deadline - time.monotonic(), 0.001)
+            if operation == "send_offsets_to_transaction":
+                args: tuple[Any, ...] = (offsets, rt.group_metadata, remaining)
+            elif operation in _TXN_CALLS:
+                args = (remaining,)
+            else:  # pragma: no cover - a bug
+                raise IllegalStateError(f"unknown operation {operation}")
             try:
-                if operation == "commit_transaction":
-                    rt.producer.commit_transaction(remaining)
-                elif operation == "abort_transaction":
-                    rt.producer.abort_transaction(remaining)
-                elif operation == "send_offsets_to_transaction":
-                    rt.producer.send_offsets_to_transaction(offsets, rt.group_metadata, remaining)
-                elif operation == "init_transactions":
-                    rt.producer.init_transactions(remaining)
-                else:  # pragma: no cover - a bug
-                    raise IllegalStateError(f"unknown operation {operation}")
+                _bounded_call(rt.producer, operation, args, remaining)
                 return
+            except _StuckCallError:
+                raise self._stuck(rt, operation, epoch, timeout_s) from None
             except KafkaException as e:
                 kafka_error = as_kafka_error(e)
                 retry = (
@@ -723,6 +766,33 @@ class KafkaSink(TransactionalSink):
                     continue
                 raise self._error(e, operation, epoch, rt) from e
 
+    def _stuck(
+        self, rt: _Runtime, operation: str, epoch: int | None, timeout_s: float
+    ) -> LaminarError:
+        """The error for a call that did not return in time. The producer is given up (the next
+        use opens a new one, whose ``init_transactions`` fences it and aborts what it left
+        open); a commit's outcome is then unknown until the marker is read."""
+        producer, rt.producer = rt.producer, None
+        del producer  # referenced by _ABANDONED until the stuck call returns
+        what = (
+            f"sink {self.sink_id!r}: {operation} did not return within {timeout_s:g} s (and a "
+            f"grace period) from the brokers at {self._bootstrap_servers} — a broker restarted "
+            "or unreachable; librdkafka can block past its timeout there (librdkafka #5456)"
+        )
+        log.warning("%s; the producer is replaced", what)
+        if operation == "commit_transaction":
+            return InDoubtError(
+                f"{what}: the commit may or may not have happened; recover() reads the "
+                "outcome from the epoch marker",
+                sink_id=self.sink_id,
+                epoch=epoch,
+            )
+        return AbortableError(
+            f"{what}: nothing was committed; the epoch is aborted and can be written again",
+            sink_id=self.sink_id,
+            epoch=epoch,
+        )
+
     def _abort_quietly(self, rt: _Runtime, epoch: int) -> None:
         if self.tracker.state.name in ("Active", "Prepared"):
             try:
@@ -732,8 +802,16 @@ class KafkaSink(TransactionalSink):
 
     def _abort_producer_quietly(self, rt: _Runtime) -> None:
         try:
-            rt.producer.abort_transaction(self._commit_timeout_s)
+            if rt.producer is None:  # given up after a stuck call: a new one aborts it
+                raise _StuckCallError("abort_transaction")
+            _bounded_call(
+                rt.producer, "abort_transaction", (self._commit_timeout_s,), self._commit_timeout_s
+            )
             rt.identity_changed()
+        except _StuckCallError:
+            self._stuck(rt, "abort_transaction", None, self._commit_timeout_s)
+            with contextlib.suppress(LaminarError):
+                self._reinit_producer(rt)
         except KafkaException as e:
             log.warning(
                 "sink %s: abort after a failed commit failed (%s); re-initialising the producer",

@@ -1,0 +1,135 @@
+"""The atomic pair with its broker restarted (SIGTERM) or killed (SIGKILL) in the middle of a run:
+between epochs, while an epoch's records are in flight, and after the PostgreSQL decision. A
+durable broker (S3 storage) keeps its data across the restart. After recovery every record is in
+PostgreSQL once and among Kafka's committed records once.
+
+What this guards: librdkafka's transactional calls can block past their timeout when the broker
+goes away under them (librdkafka #5456); the Kafka sink bounds every such call, gives the stuck
+producer up and lets the epoch be written again, so a write never hangs and never duplicates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import laminar
+from laminar.sinks.kafka import KafkaSink
+from tests.integration.atomic_helpers import (
+    assert_exactly_once,
+    create_table,
+    epoch_table,
+    make_group,
+)
+
+#: A write that waits on a dead broker ends within commit_timeout_s (5 s in make_group) plus a
+#: grace period, per stuck call; the retries of one epoch fit well inside this bound.
+BOUND_S = 60.0
+
+
+def bounce(broker: Any, how: str) -> None:
+    if how == "restart":
+        broker.restart()
+    else:
+        broker.kill()
+        time.sleep(0.5)
+        broker.start()
+
+
+@pytest.fixture
+def durable(broker_factory: Callable[..., Any], pg_dsn: str, unique_name: Any) -> Any:
+    broker = broker_factory(durable=True)
+    topic, table = unique_name("topic"), unique_name("tbl")
+    broker.create_topic(topic, partitions=2)
+    create_table(pg_dsn, table)
+    return broker, topic, table
+
+
+def timed_write(writer: laminar.ExactlyOnceWriter, epoch: int) -> laminar.EpochResult:
+    started = time.monotonic()
+    result = writer.write_epoch(epoch, epoch_table(epoch))
+    elapsed = time.monotonic() - started
+    assert elapsed < BOUND_S, f"epoch {epoch} took {elapsed:.1f} s"
+    return result
+
+
+@pytest.mark.parametrize("how", ["restart", "kill"])
+def test_broker_bounced_between_epochs(durable: Any, pg_dsn: str, how: str) -> None:
+    broker, topic, table = durable
+    writer = make_group(broker.bootstrap_servers, topic, pg_dsn, table, f"tid-{topic}")
+    for epoch in range(2):
+        assert timed_write(writer, epoch).committed
+    bounce(broker, how)
+    for epoch in range(2, 5):
+        assert timed_write(writer, epoch).committed
+    writer.close()
+    assert_exactly_once(broker.bootstrap_servers, topic, pg_dsn, table, 5)
+
+
+@pytest.mark.parametrize(("how", "redo"), [("kill", "replay"), ("restart", "log")])
+def test_broker_bounced_while_an_epoch_is_in_flight(
+    durable: Any, pg_dsn: str, how: str, redo: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker goes away after the epoch's records were produced, before its marker and
+    flush: nothing is decided; the epoch is aborted and written again by the writer's retry."""
+    broker, topic, table = durable
+    writer = make_group(broker.bootstrap_servers, topic, pg_dsn, table, f"tid-{topic}", redo=redo)
+    assert timed_write(writer, 0).committed
+    real = KafkaSink.prepare_transaction
+    bounced: list[int] = []
+
+    def bounce_then_prepare(self: KafkaSink) -> Any:
+        if not bounced:
+            bounced.append(1)
+            bounce(broker, how)
+        return real(self)
+
+    monkeypatch.setattr(KafkaSink, "prepare_transaction", bounce_then_prepare)
+    result = timed_write(writer, 1)
+    monkeypatch.undo()
+    assert bounced
+    assert result.committed
+    assert timed_write(writer, 2).committed
+    writer.close()
+    assert_exactly_once(broker.bootstrap_servers, topic, pg_dsn, table, 3)
+
+
+@pytest.mark.parametrize("redo", ["replay", "log"])
+def test_broker_killed_after_the_decision(
+    durable: Any, pg_dsn: str, redo: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker dies after PostgreSQL decided the epoch, before Kafka's commit: the epoch is
+    decided, so Kafka's part is completed — by EndTxn, the redo log, or the replay of the
+    batch — never rolled back and never written twice."""
+    broker, topic, table = durable
+    tid = f"tid-{topic}"
+    writer = make_group(broker.bootstrap_servers, topic, pg_dsn, table, tid, redo=redo)
+    assert timed_write(writer, 0).committed
+    real = KafkaSink.commit_transaction
+    bounced: list[int] = []
+
+    def kill_then_commit(self: KafkaSink, epoch: int) -> None:
+        if not bounced:
+            bounced.append(epoch)
+            bounce(broker, "kill")
+        real(self, epoch)
+
+    monkeypatch.setattr(KafkaSink, "commit_transaction", kill_then_commit)
+    started = time.monotonic()
+    # The decided epoch may be left for recovery: completed below.
+    with contextlib.suppress(laminar.LaminarError):
+        writer.write_epoch(1, epoch_table(1))
+    assert time.monotonic() - started < BOUND_S
+    monkeypatch.undo()
+    assert bounced == [1]
+    # The next start (or Spark's replay of epoch 1) completes the decided epoch.
+    writer.close()
+    fresh = make_group(broker.bootstrap_servers, topic, pg_dsn, table, tid, redo=redo)
+    fresh.write_epoch(1, epoch_table(1))  # the replay Spark would make
+    assert timed_write(fresh, 2).committed
+    fresh.close()
+    assert_exactly_once(broker.bootstrap_servers, topic, pg_dsn, table, 3)

@@ -1,0 +1,48 @@
+"""The bound around librdkafka's transactional calls (librdkafka #5456): a call that does not
+return is given up, its producer kept alive until it does; errors and results pass through."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from laminar.sinks import kafka as kafka_module
+
+
+class Blocking:
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.returned = threading.Event()
+
+    def send_offsets_to_transaction(self, *args: object) -> None:
+        self.release.wait(30)
+        self.returned.set()
+
+    def commit_transaction(self, timeout: float) -> None:
+        raise ValueError(f"refused after {timeout}")
+
+    def abort_transaction(self, timeout: float) -> None:
+        return None
+
+
+def test_a_stuck_call_is_given_up_and_its_producer_kept_until_it_returns() -> None:
+    producer = Blocking()
+    with pytest.raises(kafka_module._StuckCallError):
+        kafka_module._bounded_call(producer, "send_offsets_to_transaction", (), 0.01)
+    assert producer in kafka_module._ABANDONED
+    producer.release.set()
+    assert producer.returned.wait(10)
+    for _ in range(100):
+        if producer not in kafka_module._ABANDONED:
+            break
+        threading.Event().wait(0.05)
+    assert producer not in kafka_module._ABANDONED
+
+
+def test_errors_and_returns_pass_through() -> None:
+    producer = Blocking()
+    with pytest.raises(ValueError, match=r"refused after 1\.5"):
+        kafka_module._bounded_call(producer, "commit_transaction", (1.5,), 1.5)
+    kafka_module._bounded_call(producer, "abort_transaction", (1.0,), 1.0)
+    assert producer not in kafka_module._ABANDONED
