@@ -320,6 +320,7 @@ class Demo:
         self.bootstrap = ""
         self.remote = ""
         self.spark: Any = None
+        self.killed_pid: int | None = None
 
     # -- servers --------------------------------------------------------------------------------
 
@@ -370,6 +371,15 @@ class Demo:
         )
 
     def _stop_session(self) -> None:
+        """Stop the demo's queries (a shared server keeps running), a writer still held at
+        the crash point (Ctrl-C before the kill), then the client session."""
+        with contextlib.suppress(Exception):
+            for query in self.spark.streams.active:
+                query.stop()
+        with contextlib.suppress(Exception):
+            pid = int(self.hold_path.read_text().split()[0])
+            if pid != self.killed_pid and b"python" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(Exception):
             self.spark.stop()
 
@@ -474,6 +484,7 @@ class Demo:
                 f"Kafka committed epoch {kafka_marker})"
             )
             os.kill(pid, signal.SIGKILL)
+            self.killed_pid = pid
             killed_at = time.monotonic() - begun
             self.progress.step(f"SIGKILLed the foreachBatch worker (pid {pid}) mid-epoch")
             deadline = time.monotonic() + 60
