@@ -741,6 +741,14 @@ def run(options: DemoOptions, out: TextIO = sys.stdout) -> int:
     from laminar.errors import LaminarError
 
     try:
+        import pyspark.sql.connect  # noqa: F401
+    except ImportError as e:
+        print(
+            f"laminar demo needs Spark Connect's client ({e}): pip install 'laminar[demo]'",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+    try:
         with _sigterm_as_interrupt():
             return Demo(options, out).run()
     except KeyboardInterrupt:
