@@ -40,7 +40,7 @@ from typing import Any
 
 from laminar import __version__
 from laminar._handoff import VERSION_MISMATCH, install_advice, reduce_checked
-from laminar.coordinator import ExactlyOnceWriter, exactly_once
+from laminar.coordinator import EpochResult, ExactlyOnceWriter, exactly_once
 from laminar.errors import ConfigError
 from laminar.readiness import (
     SinkCheck,
@@ -101,13 +101,16 @@ class ForeachBatchWriter:
         #: Batches seen in this process, of which empty ones (no transaction opened).
         self.batches = 0
         self.empty_batches = 0
+        #: What happened to the last non-empty batch in this process (None before one).
+        self.last_result: EpochResult | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_ready=False, batches=0, empty_batches=0)
+        state.update(_ready=False, batches=0, empty_batches=0, last_result=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("last_result", None)
         self.__dict__.update(state)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -130,6 +133,7 @@ class ForeachBatchWriter:
             return
         fetched = time.perf_counter()
         result = self.writer.write_epoch(epoch, table)
+        self.last_result = result
         log.info(
             "epoch %d: %s %d rows (toArrow %.1f ms, write %.1f ms, %d attempt(s))",
             epoch,

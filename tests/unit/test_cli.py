@@ -8,9 +8,15 @@ import pytest
 from laminar.cli import EXIT_USAGE, main
 
 
-def test_demo_says_coming_soon(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo"]) == 0
-    assert "coming soon" in capsys.readouterr().out
+def test_demo_options_are_checked_before_anything_starts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # (the demo itself runs in tests/e2e/test_demo.py)
+    assert main(["demo", "--duration", "0"]) == 2
+    assert "--duration" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as raised:
+        main(["demo", "--crash-at", "nowhere"])
+    assert raised.value.code == 2
 
 
 @pytest.mark.parametrize(
