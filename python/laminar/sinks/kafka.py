@@ -528,6 +528,21 @@ class KafkaSink(TransactionalSink):
         self._set_last_committed(last)
         return self.tracker.last_committed_epoch
 
+    def release_prepared(self) -> None:
+        """Release the clients *without* aborting a prepared transaction: it stays open on the
+        broker for a coordinator's ``EndTxn`` with the producer id/epoch of its
+        `PreparedTxnState` (scale-out participants, docs/protocol.md §4). librdkafka's destroy
+        does not abort; the next ``init_transactions`` of this transactional id would."""
+        rt = self._rt
+        if rt is None:
+            return
+        self._close_producer(rt)
+        if rt.consumer is not None:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                rt.consumer.close()
+            rt.consumer = None
+        self._rt = None
+
     def close(self) -> None:
         """Abort an open transaction (best effort) and release the clients."""
         rt = self._rt
