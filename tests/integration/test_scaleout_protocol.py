@@ -244,3 +244,45 @@ def test_kafka_counts_include_no_aborted_attempt(world: dict[str, str]) -> None:
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     committed = ids_of(read_committed(world["bootstrap"], world["topic"]))
     assert len(committed) == len(set(committed)) == 20 * EPOCHS
+
+
+@pytest.mark.parametrize("how", ["resolve", "recover"])
+def test_the_cli_lists_and_resolves_a_crashed_scale_out_epoch(
+    world: dict[str, str], how: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The coordinator dies with every partition prepared and no decision: `laminar status`
+    shows the distributed transaction and its participants; `laminar resolve <dtid>
+    --rollback` (or `laminar recover`) rolls it back; the restarted writer writes the epoch."""
+    import json
+
+    from laminar.cli import main
+
+    crashed = run_writer(world, {"LAMINAR_CRASH_AT": "scaleout.after_tasks@2"})
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
+    capsys.readouterr()
+    assert main(["status", "--dsn", world["dsn"], "--json"]) == 5
+    doc = json.loads(capsys.readouterr().out)
+    (dt,) = [d for d in doc["distributed"] if world["table"] in d["dtid"]]
+    assert (dt["epoch"], dt["state"]) == (1, "prepare")
+    kinds = sorted(p["kind"] for p in dt["participants"])
+    assert kinds == ["attempt"] * PARTS + ["kafka"] * PARTS + ["postgres"] * PARTS
+    gids = {p["resource"] for p in dt["participants"] if p["kind"] == "postgres"}
+    assert {g for (g,) in leftovers(world)["prepared"]} == gids
+    assert main(["status", "--dsn", world["dsn"]]) == 5
+    text = capsys.readouterr().out
+    assert dt["dtid"] in text
+    assert f"kafka:{world['tid']}.p3" in text
+    if how == "resolve":
+        assert main(["resolve", dt["dtid"], "--rollback", "--dsn", world["dsn"]]) == 0
+    else:
+        # 5 only if another test's leftovers in the shared database stay unresolved
+        assert main(["recover", "--dsn", world["dsn"], "--older-than", "0"]) in (0, 5)
+        assert f"{dt['dtid']}: distributed, set_rollback_then_roll_back -> resolved" in (
+            capsys.readouterr().out
+        )
+    capsys.readouterr()
+    assert leftovers(world) == {"prepared": [], "dt_state": []}
+    restarted = run_writer(world, {})
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr[-3000:]
+    assert restarted.stdout.splitlines()[0] == "epoch 1: committed"
+    assert_exactly_once(world["bootstrap"], world["topic"], world["dsn"], world["table"], EPOCHS)
