@@ -472,7 +472,8 @@ class ScaleOutCoordinator:
         self.kafka_sink = participant_factory(group.kafka)
 
     def write_epoch(self, epoch: int, run: RunTasks) -> bool:
-        """Write ``epoch`` through tasks run by ``run(task)``; False if it was committed."""
+        """Write ``epoch`` through tasks run by ``run(task)``; False if it was committed
+        before (a replay) or every partition was empty (nothing to write)."""
         from laminar._core import plan_epoch
         from laminar.recovery import refusal_error
 
@@ -508,6 +509,13 @@ class ScaleOutCoordinator:
         try:
             results = list(run(task))
             crash_point("scaleout.after_tasks")
+            if all(r.status == "empty" for r in results):
+                # an empty batch: nothing was prepared, nothing to decide (like the
+                # single-process path, which opens no transaction for it)
+                conn.execute(_CONCLUDE, (dtid,))
+                conn.commit()
+                log.debug("%s: every partition is empty, nothing written", dtid)
+                return False
             decided = self._decide(conn, dtid, epoch, results)
         except BaseException as err:
             self._roll_back(dtid, f"{type(err).__name__}: {err}")

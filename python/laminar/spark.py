@@ -155,7 +155,7 @@ class ForeachBatchWriter:
         log.info(
             "epoch %d: %s through scale-out tasks (%.1f ms, %d attempt(s))",
             epoch,
-            "committed" if result.committed else "already committed, skipped",
+            "committed" if result.committed else "nothing written (replayed or empty batch)",
             (time.perf_counter() - started) * 1e3,
             result.attempts,
         )

@@ -286,3 +286,18 @@ def test_the_cli_lists_and_resolves_a_crashed_scale_out_epoch(
     assert restarted.returncode == 0, restarted.stdout + restarted.stderr[-3000:]
     assert restarted.stdout.splitlines()[0] == "epoch 1: committed"
     assert_exactly_once(world["bootstrap"], world["topic"], world["dsn"], world["table"], EPOCHS)
+
+
+def test_an_empty_batch_writes_and_records_nothing(world: dict[str, str]) -> None:
+    empty = pa.table({"id": pa.array([], pa.int64()), "name": pa.array([], pa.string())})
+    writer = writer_for(world)
+    try:
+        result = writer.write_epoch_scaled(
+            0, lambda task: [r for p in range(PARTS) for r in task.write_partition(p, [empty])]
+        )
+        assert result.skipped
+        assert writer.write_epoch_scaled(0, threads()).committed  # not taken for a replay
+    finally:
+        writer.close()
+    assert_exactly_once(world["bootstrap"], world["topic"], world["dsn"], world["table"], 1)
+    assert leftovers(world) == {"prepared": [], "dt_state": []}
