@@ -327,6 +327,14 @@ def _resolve(conn: psycopg.Connection[Any], args: argparse.Namespace, kafka: _Ka
 
 
 def _check_decision(state: str | None, commit: bool, force: bool, what: str) -> None:
+    if commit and state == "prepare" and not force:
+        raise CommandError(
+            f"{what} has no decision yet (state PREPARE: its coordinator never collected every "
+            "participant's vote, and its Kafka participants have no recorded producer identity "
+            "to commit with): only --rollback is safe. Add --force to commit what PostgreSQL "
+            "holds anyway",
+            4,
+        )
     opposite = "rollback" if commit else "commit"
     if state == opposite and not force:
         raise CommandError(

@@ -273,6 +273,8 @@ def test_the_cli_lists_and_resolves_a_crashed_scale_out_epoch(
     assert dt["dtid"] in text
     assert f"kafka:{world['tid']}.p3" in text
     if how == "resolve":
+        # no decision: committing it is refused (exit 4), rolling it back is what the rules say
+        assert main(["resolve", dt["dtid"], "--commit", "--dsn", world["dsn"]]) == 4
         assert main(["resolve", dt["dtid"], "--rollback", "--dsn", world["dsn"]]) == 0
     else:
         # 5 only if another test's leftovers in the shared database stay unresolved
