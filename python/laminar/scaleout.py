@@ -470,6 +470,8 @@ class ScaleOutCoordinator:
     def __init__(self, group: Any) -> None:
         self.group = group
         self.kafka_sink = participant_factory(group.kafka)
+        #: Decided distributed transactions not concluded yet (completed before the next epoch).
+        self.pending: set[str] = set()
 
     def write_epoch(self, epoch: int, run: RunTasks) -> bool:
         """Write ``epoch`` through tasks run by ``run(task)``; False if it was committed
@@ -478,6 +480,8 @@ class ScaleOutCoordinator:
         from laminar.recovery import refusal_error
 
         group = self.group
+        if self.pending:
+            self._settle_pending(epoch)
         progress = [(p.sink_id, group.last.get(p.sink_id)) for p in group.postgres]
         plan = plan_epoch(epoch, progress, [], refuse_backwards=group.owner is not None)
         if plan.action == "refuse":
@@ -495,11 +499,10 @@ class ScaleOutCoordinator:
                 if not roll_back_distributed(
                     conn, dtid, self.kafka_sink, why="left by an earlier run"
                 ):
-                    raise InDoubtError(
-                        f"{dtid} is decided (commit) but not concluded: `laminar recover` or "
-                        "the next start of the writer completes it",
-                        epoch=epoch,
-                    )
+                    # decided by an earlier call whose answer was lost: complete it instead
+                    self.pending.add(dtid)
+                    self._settle_pending(epoch)
+                    return False
                 conn.execute(_CREATE, (dtid, group.group_id, epoch))
             conn.commit()
         except psycopg.Error as e:
@@ -540,7 +543,16 @@ class ScaleOutCoordinator:
         crash_point("scaleout.after_decision")
         for p in group.postgres:
             group.last[p.sink_id] = epoch
-        self._complete(conn, dtid, epoch, results)
+        self.pending.add(dtid)
+        try:
+            self._complete(conn, dtid, epoch, results)
+        except (LaminarError, psycopg.Error) as err:
+            raise InDoubtError(
+                f"{dtid} is decided but its completion failed ({err}); it is completed before "
+                "the next epoch is written (or by the watcher, `laminar recover`)",
+                epoch=epoch,
+            ) from err
+        self.pending.discard(dtid)
         group.last_commit_ms = (time.perf_counter() - started) * 1000
         return True
 
@@ -647,6 +659,28 @@ class ScaleOutCoordinator:
             conn.commit()
         except psycopg.Error as e:
             raise map_pg_error(e, f"completing {dtid}", epoch=epoch) from e
+
+    def _settle_pending(self, epoch: int) -> None:
+        """Complete the decided distributed transactions of this group that are not concluded
+        (a completion that failed, a decision whose answer was lost); `InDoubtError` while one
+        remains — no later epoch is written before it is complete."""
+        self.recover()
+        conn = self.group._connect()
+        try:
+            left = conn.execute(
+                sql.SQL("SELECT dtid FROM {t} WHERE dtid = ANY(%s)").format(t=table("dt_state")),
+                (sorted(self.pending),),
+            ).fetchall()
+            self.group._refresh_postgres(conn)
+        except psycopg.Error as e:
+            raise map_pg_error(e, "reading distributed transactions", epoch=epoch) from e
+        self.pending = {r[0] for r in left}
+        if self.pending:
+            raise InDoubtError(
+                f"decided distributed transaction(s) {sorted(self.pending)} of group "
+                f"{self.group.group_id!r} could not be completed yet; see `laminar status`",
+                epoch=epoch,
+            )
 
     def _roll_back(self, dtid: str, why: str) -> None:
         group = self.group

@@ -303,3 +303,33 @@ def test_an_empty_batch_writes_and_records_nothing(world: dict[str, str]) -> Non
         writer.close()
     assert_exactly_once(world["bootstrap"], world["topic"], world["dsn"], world["table"], 1)
     assert leftovers(world) == {"prepared": [], "dt_state": []}
+
+
+def test_a_completion_that_fails_after_the_decision_is_finished_before_the_next_epoch(
+    world: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """COMMIT PREPARED fails once after the decision (the connection dropped): the epoch is
+    in doubt for the caller, and the writer's retry completes the decided transaction from
+    its records (the recovery rules) instead of writing anything again."""
+    import laminar.scaleout as scaleout
+
+    real = scaleout.commit_prepared
+    failures = []
+
+    def flaky_commit(conn: Any, gid: str) -> bool:
+        if not failures:
+            failures.append(gid)
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return real(conn, gid)
+
+    monkeypatch.setattr(scaleout, "commit_prepared", flaky_commit)
+    writer = writer_for(world)
+    try:
+        result = writer.write_epoch_scaled(0, threads())
+        assert failures
+        assert result.attempts == 2
+        assert writer.write_epoch_scaled(1, threads()).committed
+    finally:
+        writer.close()
+    assert_exactly_once(world["bootstrap"], world["topic"], world["dsn"], world["table"], 2)
+    assert leftovers(world) == {"prepared": [], "dt_state": []}
