@@ -238,9 +238,9 @@ class KafkaSink(TransactionalSink):
             transaction_timeout_ms=transaction_timeout_ms,
         )
         if producer_config is not None:
-            for key in producer_config:
-                if not isinstance(key, str):
-                    raise ConfigError(f"producer_config keys must be strings, got {key!r}")
+            for name in producer_config:
+                if not isinstance(name, str):
+                    raise ConfigError(f"producer_config keys must be strings, got {name!r}")
             config = dict(producer_config)
         super().__init__(transactional_id)
         self._bootstrap_setting: Setting = bootstrap_servers
