@@ -5,7 +5,9 @@
   goal is at most 5 ms on loopback (F-E2E-002's budget for a commit is 50-200 ms);
 - throughput of the atomic pair (rows/s) with ``redo="replay"`` and ``redo="log"``;
 - recovery time after a crash between the decision and the Kafka commit, by each path: EndTxn
-  (protocol-level completion), the redo log, and Spark's replay.
+  (protocol-level completion), the redo log, and Spark's replay;
+- scale-out throughput (docs/protocol.md §4): one batch written by 4 partition tasks vs the
+  single-process atomic path on the same rows.
 
 ``LAMINAR_BENCH_QUICK=1`` (``./dev test``) shrinks the batches. A summary is printed at the end.
 """
@@ -118,6 +120,56 @@ def bench_atomic_throughput(world: World, benchmark: Any, redo: str) -> None:
     writer.close()
     seconds = statistics.median(benchmark.stats.stats.data)
     RESULTS[f"atomic throughput redo={redo}, rows/s"] = THROUGHPUT_ROWS / seconds
+
+
+SCALE_OUT_PARTS = 4
+
+
+def _scale_out_run(data: pa.Table, parts: int) -> Any:
+    """Partition tasks in threads, like Spark tasks on one executor's cores."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    step = -(-data.num_rows // parts)
+    slices = [data.slice(p * step, step) for p in range(parts)]
+
+    def run(task: Any) -> list[Any]:
+        with ThreadPoolExecutor(parts) as pool:
+            futures = [
+                pool.submit(task.write_partition, p, slices[p].to_batches()) for p in range(parts)
+            ]
+            return [r for f in futures for r in f.result()]
+
+    return run
+
+
+@pytest.mark.parametrize("mode", ["single_process", "scale_out"])
+def bench_scale_out_throughput(world: World, benchmark: Any, mode: str) -> None:
+    """A multi-partition batch through scale-out mode (4 partition tasks in threads, each a
+    two-phase participant in both stores) vs the single-process atomic path, same rows. On one
+    machine the tasks share its cores and servers: this measures the protocol's cost and the
+    parallelism available, not a cluster's scaling."""
+    topic, table = world.fresh()
+    scaled = mode == "scale_out"
+    writer = laminar.exactly_once(world.kafka(topic), world.pg(table), scale_out=scaled)
+    data = batch(THROUGHPUT_ROWS, 1)
+    run = _scale_out_run(data, SCALE_OUT_PARTS)
+    epochs = iter(range(1, 10_000))
+    if scaled:
+        writer.write_epoch_scaled(0, _scale_out_run(batch(10), SCALE_OUT_PARTS))
+    else:
+        writer.write_epoch(0, batch(10))
+
+    def one() -> None:
+        if scaled:
+            writer.write_epoch_scaled(next(epochs), run)
+        else:
+            writer.write_epoch(next(epochs), data)
+
+    benchmark.pedantic(one, rounds=3, iterations=1)
+    writer.close()
+    seconds = statistics.median(benchmark.stats.stats.data)
+    what = f"{SCALE_OUT_PARTS} partitions" if scaled else "single process"
+    RESULTS[f"atomic {what} ({THROUGHPUT_ROWS} rows), rows/s"] = THROUGHPUT_ROWS / seconds
 
 
 @pytest.mark.parametrize("path", ["end_txn", "redo_log", "replay"])

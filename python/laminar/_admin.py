@@ -89,7 +89,16 @@ class _KafkaFactory:
             return self.sinks[transactional_id]
         config = self.configs.get(transactional_id)
         if config is None:
-            return None
+            from laminar.scaleout import kafka_participant, participant_base
+
+            base_part = participant_base(transactional_id)
+            if base_part is None:
+                return None
+            base = self(base_part[0])
+            if base is None:
+                return None
+            self.sinks[transactional_id] = kafka_participant(base, base_part[1])
+            return self.sinks[transactional_id]
         producer = {
             k: v for k, v in dict(config.get("producer_config") or {}).items() if v != SECRET
         }
@@ -159,6 +168,7 @@ def _status(conn: psycopg.Connection[Any], args: argparse.Namespace, kafka: _Kaf
         "sinks": listed,
         "in_doubt": [vars(i) for i in items],
         "lingering": sum(1 for i in items if i.lingering),
+        "distributed": _distributed(conn),
     }
     if args.json:
         print(json.dumps(doc, indent=2, default=str))
@@ -204,7 +214,57 @@ def _status(conn: psycopg.Connection[Any], args: argparse.Namespace, kafka: _Kaf
             )
         else:
             print("in doubt: none")
+        distributed: list[dict[str, Any]] = doc["distributed"]  # type: ignore[assignment]
+        for dt in distributed:
+            print(
+                f"\n{dt['dtid']} (group {dt['group_id']}, epoch {dt['epoch']}): "
+                f"{dt['state']}, {dt['age_s']} s{' — ' + dt['message'] if dt['message'] else ''}"
+            )
+            print(
+                _table(
+                    ["PARTICIPANT", "KIND", "RESOURCE", "STATE"],
+                    [
+                        [p["participant"], p["kind"], p["resource"], p["state"]]
+                        for p in dt["participants"]
+                    ],
+                )
+            )
     return 5 if items else 0
+
+
+def _distributed(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    """Every distributed transaction not concluded (scale-out, docs/protocol.md §4), with the
+    participants its tasks claimed (``attempt`` rows name the claiming attempt)."""
+    rows = conn.execute(
+        sql.SQL(
+            "SELECT dtid, group_id, epoch, state, message,"
+            " extract(epoch FROM clock_timestamp() - created_at) FROM {t} ORDER BY created_at"
+        ).format(t=table("dt_state"))
+    ).fetchall()
+    parts = conn.execute(
+        sql.SQL(
+            "SELECT dtid, participant, kind, resource, state FROM {t} ORDER BY dtid, participant"
+        ).format(t=table("dt_participant"))
+    ).fetchall()
+    conn.rollback()
+    found = []
+    for dtid, group_id, epoch, state, message, age in rows:
+        found.append(
+            {
+                "dtid": dtid,
+                "group_id": group_id,
+                "epoch": int(epoch),
+                "state": state,
+                "message": message,
+                "age_s": round(float(age), 1),
+                "participants": [
+                    {"participant": p, "kind": k, "resource": r, "state": st}
+                    for d, p, k, r, st in parts
+                    if d == dtid
+                ],
+            }
+        )
+    return found
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
@@ -261,12 +321,20 @@ def _resolve(conn: psycopg.Connection[Any], args: argparse.Namespace, kafka: _Ka
         ("commit" if commit else "rollback", target),
     )
     conn.commit()
-    Watcher(args.dsn)._act(conn, item)
+    Watcher(args.dsn, kafka_sink=kafka)._act(conn, item)
     _say(args, {"id": target, "action": verb, "done": item.outcome == "resolved"})
     return 0
 
 
 def _check_decision(state: str | None, commit: bool, force: bool, what: str) -> None:
+    if commit and state == "prepare" and not force:
+        raise CommandError(
+            f"{what} has no decision yet (state PREPARE: its coordinator never collected every "
+            "participant's vote, and its Kafka participants have no recorded producer identity "
+            "to commit with): only --rollback is safe. Add --force to commit what PostgreSQL "
+            "holds anyway",
+            4,
+        )
     opposite = "rollback" if commit else "commit"
     if state == opposite and not force:
         raise CommandError(

@@ -71,6 +71,7 @@ class ExactlyOnceWriter:
         group_id: str | None = None,
         watcher: bool = False,
         watcher_interval_s: float = 30.0,
+        scale_out: bool = False,
     ) -> None:
         if not sinks:
             raise ConfigError("exactly_once() needs at least one sink")
@@ -93,8 +94,14 @@ class ExactlyOnceWriter:
             raise ConfigError(f"redo must be 'replay' or 'log', not {redo!r}")
         if watcher_interval_s <= 0:
             raise ConfigError(f"watcher_interval_s must be > 0, got {watcher_interval_s}")
-        if len(sinks) > 1:
+        if len(sinks) > 1 or scale_out:
             _check_atomic_group(sinks)
+        if scale_out and not any(isinstance(s, PostgresSink) for s in sinks):
+            raise ConfigError(
+                "scale_out=True needs a PostgresSink: its database records the distributed "
+                "decisions (docs/protocol.md §4)"
+            )
+        self.scale_out = bool(scale_out)
         self.sinks = sinks
         self.retries = retries
         self.retry_backoff_s = retry_backoff_s
@@ -103,14 +110,15 @@ class ExactlyOnceWriter:
         self.redo = redo
         self.watcher_enabled = watcher
         self.watcher_interval_s = watcher_interval_s
-        if group_id is None and len(sinks) > 1:
+        if group_id is None and (len(sinks) > 1 or scale_out):
             from laminar._atomic import default_group_id
 
-            group_id = default_group_id(ids)
+            group_id = default_group_id(ids) + ("+scale-out" if len(ids) == 1 else "")
         self.group_id = group_id
         self._initialized = False
         self._epoch_base = 0
         self._group: Any = None
+        self._scaled: Any = None
         self._watcher: Any = None
         self._lock = threading.RLock()
         self._foreach_batch: Any = None
@@ -121,6 +129,7 @@ class ExactlyOnceWriter:
         state = self.__dict__.copy()
         state["_initialized"] = False
         state["_group"] = None
+        state["_scaled"] = None
         state["_watcher"] = None
         state["_lock"] = None
         state["_foreach_batch"] = None
@@ -128,6 +137,8 @@ class ExactlyOnceWriter:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("owner", None)
+        state.setdefault("scale_out", False)
+        state.setdefault("_scaled", None)
         state.setdefault("_foreach_batch", None)
         self.__dict__.update(state)
         self._lock = threading.RLock()
@@ -157,10 +168,32 @@ class ExactlyOnceWriter:
     def write_epoch(self, epoch: int, batch: ArrowData) -> EpochResult:
         """Write ``batch`` as epoch ``epoch`` exactly once (a replayed epoch is skipped)."""
         with self._lock:
+            if self.scale_out:
+                return self.write_epoch_scaled(epoch, lambda task: task.write_partition(0, [batch]))
             if len(self.sinks) != 1:
                 return self._write_atomic(epoch, batch)
             self._ensure_initialized()
             return self._write_single(self.sinks[0], self._epoch_base + epoch, batch)
+
+    def write_epoch_scaled(self, epoch: int, run: Any) -> EpochResult:
+        """Scale-out mode (``scale_out=True``, docs/protocol.md §4): write ``epoch`` through
+        partition tasks. ``run(task)`` runs the `laminar.scaleout.ScaleOutTask` on every
+        partition — Spark: ``df.mapInArrow(task, RESULT_DDL).collect()``; elsewhere, e.g.
+        ``task.write_partition(p, batches)`` per partition in threads or processes — and
+        returns every `ParticipantResult` (or result rows); this process then decides and
+        completes the distributed transaction."""
+        if not self.scale_out:
+            raise ConfigError("write_epoch_scaled() needs exactly_once(..., scale_out=True)")
+        from laminar.scaleout import ParticipantResult
+
+        def collect(task: Any) -> list[ParticipantResult]:
+            return [
+                r if isinstance(r, ParticipantResult) else ParticipantResult.from_row(r)
+                for r in run(task)
+            ]
+
+        with self._lock:
+            return self._write_atomic(epoch, None, run=collect)
 
     @property
     def epoch_base(self) -> int:
@@ -191,6 +224,9 @@ class ExactlyOnceWriter:
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
             watcher.stop()
+        scaled, self._scaled = self._scaled, None
+        if scaled is not None:
+            scaled.close()
         group, self._group = self._group, None
         if group is not None:
             group.close()
@@ -201,7 +237,7 @@ class ExactlyOnceWriter:
 
     # -- several sinks: the atomic group --------------------------------------------------------
 
-    def _write_atomic(self, epoch: int, batch: ArrowData) -> EpochResult:
+    def _write_atomic(self, epoch: int, batch: ArrowData | None, run: Any = None) -> EpochResult:
         from laminar._atomic import AtomicGroup
 
         if self._group is None:
@@ -224,8 +260,17 @@ class ExactlyOnceWriter:
                 if not group.started:
                     group.start()
                     self._epoch_base = group.epoch_base
+                    if self.scale_out:
+                        from laminar.scaleout import ScaleOutCoordinator
+
+                        if self._scaled is None:
+                            self._scaled = ScaleOutCoordinator(group)
+                        self._scaled.recover()
                     self._start_watcher()
-                committed = group.write_epoch(self._epoch_base + epoch, batch)
+                if run is not None:
+                    committed = self._scaled.write_epoch(self._epoch_base + epoch, run)
+                else:
+                    committed = group.write_epoch(self._epoch_base + epoch, batch)
                 return EpochResult(epoch, committed=committed, attempts=attempt)
             except (AbortableError, InDoubtError) as err:
                 if attempt > self.retries or (isinstance(err, InDoubtError) and group.awaiting):
@@ -249,12 +294,17 @@ class ExactlyOnceWriter:
 
         postgres = [s for s in self.sinks if isinstance(s, PostgresSink)]
         kafka = [s for s in self.sinks if isinstance(s, KafkaSink)]
+        # the writer owns its Postgres sinks' prepared gids (a stray one of a dead task too)
+        extra: dict[str, Any] = {"sink_ids": [p.sink_id for p in postgres]}
+        if self._scaled is not None:
+            extra["kafka_sink"] = self._scaled.kafka_sink
         self._watcher = Watcher(
             postgres[0].resolved_dsn,
             group_id=self.group_id,
             kafka_sinks=kafka,
             interval_s=self.watcher_interval_s,
             lock=self._lock,
+            **extra,
         )
         self._watcher.start()
 
@@ -439,6 +489,7 @@ def exactly_once(
     group_id: str | None = None,
     watcher: bool = False,
     watcher_interval_s: float = 30.0,
+    scale_out: bool = False,
 ) -> ExactlyOnceWriter:
     """A writer that lands each epoch in ``sinks`` exactly once (several sinks: atomically).
 
@@ -458,6 +509,11 @@ def exactly_once(
     - ``group_id``: the atomic group's id in ``laminar.sinks`` (default: the sink ids joined).
     - ``watcher=True``: a background resolution watcher (``laminar.watcher``) every
       ``watcher_interval_s`` seconds.
+    - ``scale_out=True``: Spark tasks write the partitions of each batch as two-phase
+      participants and this process coordinates them (docs/protocol.md §4; the foreachBatch
+      function uses ``df.mapInArrow`` instead of ``toArrow``; without Spark:
+      ``writer.write_epoch_scaled``). Needs a PostgresSink (its database decides) and
+      ``max_prepared_transactions`` of at least the number of partitions.
     """
     return ExactlyOnceWriter(
         sinks,
@@ -469,4 +525,5 @@ def exactly_once(
         group_id=group_id,
         watcher=watcher,
         watcher_interval_s=watcher_interval_s,
+        scale_out=scale_out,
     )

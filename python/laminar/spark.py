@@ -126,6 +126,9 @@ class ForeachBatchWriter:
             self._prepare(df)
         self.batches += 1
         started = time.perf_counter()
+        if self.writer.scale_out:
+            self._scaled(df, epoch, started)
+            return
         table = df.toArrow()
         if table.num_rows == 0:
             self.empty_batches += 1
@@ -141,6 +144,23 @@ class ForeachBatchWriter:
             table.num_rows,
             (fetched - started) * 1e3,
             (time.perf_counter() - fetched) * 1e3,
+            result.attempts,
+        )
+
+    def _scaled(self, df: Any, epoch: int, started: float) -> None:
+        """Scale-out mode: the batch's partitions are written by Spark tasks (``mapInArrow``)
+        and this process decides (docs/protocol.md §4); only the small result rows come back."""
+        from laminar.scaleout import RESULT_DDL
+
+        def run(task: Any) -> list[Any]:
+            return list(df.mapInArrow(task, RESULT_DDL).collect())
+
+        result = self.writer.write_epoch_scaled(epoch, run)
+        log.info(
+            "epoch %d: %s through scale-out tasks (%.1f ms, %d attempt(s))",
+            epoch,
+            "committed" if result.committed else "nothing written (replayed or empty batch)",
+            (time.perf_counter() - started) * 1e3,
             result.attempts,
         )
 

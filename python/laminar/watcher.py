@@ -225,9 +225,11 @@ class Watcher:
         resolve_after_s: float = 60.0,
         lingering_after_s: float = 300.0,
         lock: Any = None,
+        sink_ids: Sequence[str] | None = None,
     ) -> None:
         self.dsn = dsn
         self.group_id = group_id
+        self.sink_ids = None if sink_ids is None else list(sink_ids)
         by_id = {s.sink_id: s for s in kafka_sinks}
         self._kafka_sink: KafkaSinkFactory | None = (
             kafka_sink if kafka_sink is not None else (by_id.get if by_id else None)
@@ -252,7 +254,9 @@ class Watcher:
     def run_once(self) -> WatcherReport:
         """Inspect, resolve what the rules say, and report (logs the summary line)."""
         with self._lock, psycopg.connect(self.dsn) as conn:
-            items = inspect(conn, group_id=self.group_id, kafka_sink=self._kafka_sink)
+            items = inspect(
+                conn, group_id=self.group_id, kafka_sink=self._kafka_sink, sink_ids=self.sink_ids
+            )
             for item in items:
                 item.action = watcher_action(
                     item.kind,  # type: ignore[arg-type]
@@ -319,16 +323,18 @@ class Watcher:
         if item.kind == "distributed":
             if action == "set_rollback_then_roll_back" and not _set_rollback(conn, item.id):
                 return  # decided meanwhile: the next pass completes it
-            prefixes = [
-                r[0]
-                for r in conn.execute(
-                    sql.SQL(
-                        "SELECT resource FROM {t} WHERE dtid = %s AND kind = 'postgres'"
-                    ).format(t=table("dt_participant")),
-                    (item.id,),
-                )
-            ]
+            resources = conn.execute(
+                sql.SQL(
+                    "SELECT kind, resource FROM {t}"
+                    " WHERE dtid = %s AND kind IN ('postgres', 'kafka')"
+                ).format(t=table("dt_participant")),
+                (item.id,),
+            ).fetchall()
             conn.commit()
+            prefixes = [r for k, r in resources if k == "postgres"]
+            kafka = [r for k, r in resources if k == "kafka"]
+            if kafka and not self._settle_kafka(conn, item, kafka, commit=action == "complete"):
+                return
             remaining = [
                 p.gid for p in list_prepared(conn) if any(p.gid.startswith(r) for r in prefixes)
             ]
@@ -345,6 +351,30 @@ class Watcher:
             item.outcome = "resolved"
             how = "committed" if action == "complete" else "rolled back"
             item.detail = f"{len(remaining)} participant(s) {how}, concluded"
+
+    def _settle_kafka(
+        self, conn: psycopg.Connection[Any], item: Item, tids: list[str], *, commit: bool
+    ) -> bool:
+        """The Kafka participants of a distributed transaction (scale-out): committed through
+        their ``txn_state`` decisions (EndTxn, docs/protocol.md §3's recipe), or aborted by a
+        fresh producer's ``init_transactions``. False (item left unresolved) if one cannot be."""
+        if self._kafka_sink is None:
+            item.detail = f"Kafka participants {tids} need their sinks' configuration"
+            return False
+        sinks = [self._kafka_sink(t) for t in tids]
+        missing = [t for t, s in zip(tids, sinks, strict=True) if s is None]
+        if missing:
+            item.detail = f"Kafka participants {missing} are not registered"
+            return False
+        if commit:
+            awaiting = settle_kafka_sinks(conn, sinks, init=lambda s: s.init_transactions())
+            if awaiting:
+                item.detail = f"Kafka participants {sorted(awaiting)} cannot be committed"
+                return False
+        else:
+            for sink in sinks:
+                sink.init_transactions()
+        return True
 
     # -- background thread ----------------------------------------------------------------------
 

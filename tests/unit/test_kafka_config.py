@@ -189,3 +189,10 @@ def test_lifecycle_calls_out_of_order_are_illegal_without_touching_the_network()
         sink.write(None)
     with pytest.raises(IllegalStateError):
         sink.prepare_transaction()
+
+
+def test_producer_config_does_not_replace_the_key_column() -> None:
+    sink = laminar.KafkaSink(
+        "b:9092", "orders", "tx", key="id", producer_config={"message.max.bytes": 20_000}
+    )
+    assert sink.key == "id"

@@ -279,9 +279,9 @@ class KafkaSink(TransactionalSink):
             transaction_timeout_ms=transaction_timeout_ms,
         )
         if producer_config is not None:
-            for key in producer_config:
-                if not isinstance(key, str):
-                    raise ConfigError(f"producer_config keys must be strings, got {key!r}")
+            for name in producer_config:
+                if not isinstance(name, str):
+                    raise ConfigError(f"producer_config keys must be strings, got {name!r}")
             config = dict(producer_config)
         super().__init__(transactional_id)
         self._bootstrap_setting: Setting = bootstrap_servers
@@ -571,6 +571,21 @@ class KafkaSink(TransactionalSink):
         last = self._read_last_committed(rt)
         self._set_last_committed(last)
         return self.tracker.last_committed_epoch
+
+    def release_prepared(self) -> None:
+        """Release the clients *without* aborting a prepared transaction: it stays open on the
+        broker for a coordinator's ``EndTxn`` with the producer id/epoch of its
+        `PreparedTxnState` (scale-out participants, docs/protocol.md §4). librdkafka's destroy
+        does not abort; the next ``init_transactions`` of this transactional id would."""
+        rt = self._rt
+        if rt is None:
+            return
+        self._close_producer(rt)
+        if rt.consumer is not None:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                rt.consumer.close()
+            rt.consumer = None
+        self._rt = None
 
     def close(self) -> None:
         """Abort an open transaction (best effort) and release the clients."""

@@ -402,7 +402,8 @@ class PostgresSink(TransactionalSink):
             self.recover()
         if self._two_phase_part is not None and self._max_prepared == 0:
             raise self._prepared_disabled()
-        lingering = self.prepared_transactions()
+        # a scale-out participant sees its sibling partitions' prepared gids: expected
+        lingering = self.prepared_transactions() if self._two_phase_part is None else []
         if lingering:
             log.warning(
                 "sink %s: %d prepared transaction(s) await a decision: %s (oldest %.0f s); the "
