@@ -12,7 +12,7 @@ import psycopg
 from psycopg import sql
 
 from laminar._redact import SECRET, redact_dsn, redact_text
-from laminar.errors import LaminarError
+from laminar.errors import FatalError, LaminarError
 from laminar.metadata import applied_version, table
 from laminar.recovery import read_decisions, settle_kafka_sinks
 from laminar.sinks._pg_names import parse_gid
@@ -81,6 +81,7 @@ class _KafkaFactory:
         self.configs: dict[str, dict[str, Any]] = {r[0]: dict(r[1] or {}) for r in rows}
         self.extra = extra
         self.sinks: dict[str, Any] = {}
+        self._reachability: dict[str, str] = {}
 
     def __call__(self, transactional_id: str) -> Any:
         from laminar.sinks.kafka import KafkaSink
@@ -103,6 +104,7 @@ class _KafkaFactory:
             k: v for k, v in dict(config.get("producer_config") or {}).items() if v != SECRET
         }
         producer.update(self.extra)
+        self._check_reachable(str(config["bootstrap_servers"]), producer)
         sink = KafkaSink(
             config["bootstrap_servers"],
             config["topic"],
@@ -115,6 +117,27 @@ class _KafkaFactory:
         )
         self.sinks[transactional_id] = sink
         return sink
+
+    def _check_reachable(self, bootstrap: str, producer: dict[str, Any]) -> None:
+        """Fail fast (a few seconds, once per cluster) when a registered sink's brokers do not
+        answer — a decommissioned cluster must not stall `status` or `recover` behind
+        librdkafka's retries."""
+        from laminar.kafka_log import ClientSecurity, KafkaLogClient, UnsupportedSecurityError
+
+        known = self._reachability.get(bootstrap)
+        if known is None:
+            known = ""
+            try:
+                security = ClientSecurity.from_config(producer)
+                with KafkaLogClient(bootstrap, timeout=5.0, security=security) as client:
+                    client.connect()
+            except UnsupportedSecurityError:
+                pass  # not checkable here: librdkafka's own timeouts apply
+            except LaminarError as e:
+                known = str(e)
+            self._reachability[bootstrap] = known
+        if known:
+            raise FatalError(f"the brokers at {bootstrap} do not answer: {known}")
 
     def close(self) -> None:
         for sink in self.sinks.values():

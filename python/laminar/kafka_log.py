@@ -729,6 +729,10 @@ class KafkaLogClient:
 
     # -- connections ------------------------------------------------------------------------
 
+    def connect(self) -> None:
+        """Connect to one of the bootstrap brokers (`KafkaLogError` if none answers)."""
+        self._bootstrap_connection()
+
     def _bootstrap_connection(self) -> _Connection:
         if self._any is None:
             errors = []

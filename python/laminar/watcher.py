@@ -147,10 +147,10 @@ def inspect(
             continue
         if kafka_sink is None:
             continue
-        sink = kafka_sink(row.transactional_id)
-        if sink is None:
-            continue
         try:
+            sink = kafka_sink(row.transactional_id)
+            if sink is None:
+                continue
             marker = sink.last_committed_epoch()
         except LaminarError as e:
             items.append(

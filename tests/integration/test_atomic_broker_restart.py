@@ -41,12 +41,15 @@ def bounce(broker: Any, how: str) -> None:
 
 
 @pytest.fixture
-def durable(broker_factory: Callable[..., Any], pg_dsn: str, unique_name: Any) -> Any:
+def durable(broker_factory: Callable[..., Any], postgres: Any, unique_name: Any) -> Any:
+    """A durable broker of its own, and a database of its own: its sinks' registry rows point
+    at a broker that is gone after the test, which other tests' `laminar status` need not see."""
     broker = broker_factory(durable=True)
     topic, table = unique_name("topic"), unique_name("tbl")
     broker.create_topic(topic, partitions=2)
-    create_table(pg_dsn, table)
-    return broker, topic, table
+    dsn = postgres.create_database(unique_name("db"))
+    create_table(dsn, table)
+    return broker, topic, table, dsn
 
 
 def timed_write(writer: laminar.ExactlyOnceWriter, epoch: int) -> laminar.EpochResult:
@@ -58,8 +61,8 @@ def timed_write(writer: laminar.ExactlyOnceWriter, epoch: int) -> laminar.EpochR
 
 
 @pytest.mark.parametrize("how", ["restart", "kill"])
-def test_broker_bounced_between_epochs(durable: Any, pg_dsn: str, how: str) -> None:
-    broker, topic, table = durable
+def test_broker_bounced_between_epochs(durable: Any, how: str) -> None:
+    broker, topic, table, pg_dsn = durable
     writer = make_group(broker.bootstrap_servers, topic, pg_dsn, table, f"tid-{topic}")
     for epoch in range(2):
         assert timed_write(writer, epoch).committed
@@ -72,11 +75,11 @@ def test_broker_bounced_between_epochs(durable: Any, pg_dsn: str, how: str) -> N
 
 @pytest.mark.parametrize(("how", "redo"), [("kill", "replay"), ("restart", "log")])
 def test_broker_bounced_while_an_epoch_is_in_flight(
-    durable: Any, pg_dsn: str, how: str, redo: str, monkeypatch: pytest.MonkeyPatch
+    durable: Any, how: str, redo: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The broker goes away after the epoch's records were produced, before its marker and
     flush: nothing is decided; the epoch is aborted and written again by the writer's retry."""
-    broker, topic, table = durable
+    broker, topic, table, pg_dsn = durable
     writer = make_group(broker.bootstrap_servers, topic, pg_dsn, table, f"tid-{topic}", redo=redo)
     assert timed_write(writer, 0).committed
     real = KafkaSink.prepare_transaction
@@ -100,12 +103,12 @@ def test_broker_bounced_while_an_epoch_is_in_flight(
 
 @pytest.mark.parametrize("redo", ["replay", "log"])
 def test_broker_killed_after_the_decision(
-    durable: Any, pg_dsn: str, redo: str, monkeypatch: pytest.MonkeyPatch
+    durable: Any, redo: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The broker dies after PostgreSQL decided the epoch, before Kafka's commit: the epoch is
     decided, so Kafka's part is completed — by EndTxn, the redo log, or the replay of the
     batch — never rolled back and never written twice."""
-    broker, topic, table = durable
+    broker, topic, table, pg_dsn = durable
     tid = f"tid-{topic}"
     writer = make_group(broker.bootstrap_servers, topic, pg_dsn, table, tid, redo=redo)
     assert timed_write(writer, 0).committed

@@ -171,3 +171,38 @@ def test_reset_starts_a_group_over_for_a_new_query(
     assert again.epoch_base == 3
     again.close()
     assert count(pg_dsn, f"SELECT count(*) FROM {table} WHERE epoch = 10") == 20
+
+
+def test_a_sink_whose_brokers_are_gone_does_not_stall_status_or_recover(
+    postgres: Any,
+    broker_factory: Any,
+    unique_name: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A registered Kafka sink on a decommissioned cluster: `status` reports it as unknown and
+    `recover` still resolves the rest, each within seconds, not librdkafka's retry horizon."""
+    import time
+
+    dsn = postgres.create_database(unique_name("db"))
+    broker = broker_factory()
+    topic, table = unique_name("topic"), unique_name("tbl")
+    broker.create_topic(topic, partitions=1)
+    create_table(dsn, table)
+    writer = make_group(broker.bootstrap_servers, topic, dsn, table, f"tid-{topic}")
+    writer.write_epoch(0, epoch_table(0))
+    writer.close()
+    gid = f"laminar:public.{table}:7:0"
+    hand_made_prepared(dsn, table, gid)
+    broker.stop()
+
+    started = time.monotonic()
+    assert main(["status", "--dsn", dsn, "--json"]) == 5
+    doc = json.loads(capsys.readouterr().out)
+    kafka_rows = [s for s in doc["sinks"] if s["kind"] == "kafka"]
+    assert len(kafka_rows) == 1
+    assert str(kafka_rows[0]["last_committed_epoch"]).startswith("?")
+    assert gid in [i["id"] for i in doc["in_doubt"]]
+    assert main(["recover", "--dsn", dsn, "--older-than", "0"]) in (0, 5)
+    capsys.readouterr()
+    assert count(dsn, f"SELECT count(*) FROM pg_prepared_xacts WHERE gid = '{gid}'") == 0
+    assert time.monotonic() - started < 60
