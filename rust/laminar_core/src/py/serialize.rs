@@ -158,6 +158,27 @@ impl PyKafkaRecords {
     }
 }
 
+/// The Kafka encoding plan for `data` and its record batches, every batch checked (with the GIL
+/// released): what `encode_kafka` and `iter_kafka` share.
+fn plan_kafka_input(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    value_format: &str,
+    key: Option<String>,
+    value_column: Option<String>,
+) -> PyResult<(kafka::KafkaPlan, Vec<RecordBatch>)> {
+    let options = kafka_options(value_format, key, value_column).py_err(py)?;
+    let (schema, batches) = import_batches(py, data)?;
+    let plan = run_detached(py, || {
+        let plan = kafka::plan_kafka(&schema, &options)?;
+        for batch in &batches {
+            check_batch(batch)?;
+        }
+        Ok(plan)
+    })?;
+    Ok((plan, batches))
+}
+
 /// Encodes every row of `data` as a Kafka `(key, value)` payload.
 #[pyfunction]
 #[pyo3(signature = (data, *, value_format = "json", key = None, value_column = None))]
@@ -168,15 +189,7 @@ fn encode_kafka(
     key: Option<String>,
     value_column: Option<String>,
 ) -> PyResult<PyKafkaRecords> {
-    let options = kafka_options(value_format, key, value_column).py_err(py)?;
-    let (schema, batches) = import_batches(py, data)?;
-    let plan = run_detached(py, || {
-        let plan = kafka::plan_kafka(&schema, &options)?;
-        for batch in &batches {
-            check_batch(batch)?;
-        }
-        Ok(plan)
-    })?;
+    let (plan, batches) = plan_kafka_input(py, data, value_format, key, value_column)?;
     let num_rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
     let keyed = plan.has_key();
     let mut encoder = kafka::KafkaEncoder::new(plan, batches);
@@ -274,15 +287,7 @@ fn iter_kafka(
     key: Option<String>,
     value_column: Option<String>,
 ) -> PyResult<PyKafkaRecordStream> {
-    let options = kafka_options(value_format, key, value_column).py_err(py)?;
-    let (schema, batches) = import_batches(py, data)?;
-    let plan = run_detached(py, || {
-        let plan = kafka::plan_kafka(&schema, &options)?;
-        for batch in &batches {
-            check_batch(batch)?;
-        }
-        Ok(plan)
-    })?;
+    let (plan, batches) = plan_kafka_input(py, data, value_format, key, value_column)?;
     let encoder = kafka::KafkaEncoder::new(plan, batches);
     let num_rows = encoder.num_rows();
     let chunk = encoder.new_chunk();
