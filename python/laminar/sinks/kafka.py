@@ -816,25 +816,29 @@ class KafkaSink(TransactionalSink):
                 log.warning("sink %s: abort of epoch %d failed: %s", self.sink_id, epoch, err)
 
     def _abort_producer_quietly(self, rt: _Runtime) -> None:
-        try:
-            if rt.producer is None:  # given up after a stuck call: a new one aborts it
-                raise _StuckCallError("abort_transaction")
-            _bounded_call(
-                rt.producer, "abort_transaction", (self._commit_timeout_s,), self._commit_timeout_s
-            )
-            rt.identity_changed()
-        except _StuckCallError:
-            self._stuck(rt, "abort_transaction", None, self._commit_timeout_s)
-            with contextlib.suppress(LaminarError):
-                self._reinit_producer(rt)
-        except KafkaException as e:
-            log.warning(
-                "sink %s: abort after a failed commit failed (%s); re-initialising the producer",
-                self.sink_id,
-                self._scrub(str(e)),
-            )
-            with contextlib.suppress(LaminarError):
-                self._reinit_producer(rt)
+        """Abort the producer's transaction after a failed commit; if that fails too (or the
+        producer was given up after a stuck call), a new producer's init aborts it."""
+        if rt.producer is not None:
+            try:
+                _bounded_call(
+                    rt.producer,
+                    "abort_transaction",
+                    (self._commit_timeout_s,),
+                    self._commit_timeout_s,
+                )
+                rt.identity_changed()
+                return
+            except _StuckCallError:
+                self._stuck(rt, "abort_transaction", None, self._commit_timeout_s)
+            except KafkaException as e:
+                log.warning(
+                    "sink %s: abort after a failed commit failed (%s); re-initialising the "
+                    "producer",
+                    self.sink_id,
+                    self._scrub(str(e)),
+                )
+        with contextlib.suppress(LaminarError):
+            self._reinit_producer(rt)
 
     # -- producer identity --------------------------------------------------------------------
 
