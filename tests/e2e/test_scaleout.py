@@ -16,7 +16,7 @@ import pytest
 import laminar
 from laminar.scaleout import RESULT_DDL, ScaleOutTask
 from laminar.spark import ForeachBatchWriter
-from tests.e2e.spark_helpers import assert_exactly_once, client, kafka_ids, pg_ids
+from tests.e2e.spark_helpers import assert_exactly_once, kafka_ids, pg_ids
 
 try:  # the failing task wrapper below travels by value to the server's Python workers
     from pyspark import cloudpickle
@@ -45,12 +45,6 @@ class FailOnce:
             Path(self.marker).write_text("failed once\n")
             raise RuntimeError("injected task failure")
         yield from self.task(batches)
-
-
-@pytest.fixture(scope="module")
-def spark_client(spark_remote: str) -> Iterator[Any]:
-    with client(spark_remote) as session:
-        yield session
 
 
 def make_writer(bootstrap: str, topic: str, dsn: str, table: str, tid: str) -> Any:

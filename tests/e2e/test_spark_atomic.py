@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,6 @@ import laminar.spark
 from tests.e2e.spark_helpers import (
     ArmedForeachBatch,
     assert_exactly_once,
-    client,
     held_pid,
     kafka_epochs,
     kafka_ids,
@@ -34,12 +32,6 @@ from tests.e2e.spark_helpers import (
     wait_terminated,
     write_json_files,
 )
-
-
-@pytest.fixture(scope="module")
-def spark_client(spark_remote: str) -> Iterator[Any]:
-    with client(spark_remote) as session:
-        yield session
 
 
 def atomic_sinks(

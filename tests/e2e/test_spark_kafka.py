@@ -5,7 +5,6 @@ hide aborted records from read_committed consumers, so a consumer would be no pr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,19 +15,12 @@ import laminar.spark
 from tests.e2e.spark_helpers import (
     ArmedForeachBatch,
     assert_exactly_once,
-    client,
     kafka_epochs,
     kafka_ids,
     wait_for,
     wait_terminated,
     write_json_files,
 )
-
-
-@pytest.fixture(scope="module")
-def spark_client(spark_remote: str) -> Iterator[Any]:
-    with client(spark_remote) as session:
-        yield session
 
 
 def kafka_sink(bootstrap: str, topic: str, transactional_id: str) -> laminar.KafkaSink:

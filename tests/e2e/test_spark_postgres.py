@@ -7,7 +7,6 @@ All tests share the session's Spark Connect server (a client session per module)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +18,12 @@ import laminar.spark
 from tests.e2e.spark_helpers import (
     ArmedForeachBatch,
     assert_exactly_once,
-    client,
     pg_epoch,
     pg_ids,
     wait_for,
     wait_terminated,
     write_json_files,
 )
-
-
-@pytest.fixture(scope="module")
-def spark_client(spark_remote: str) -> Iterator[Any]:
-    with client(spark_remote) as session:
-        yield session
 
 
 def create_orders(dsn: str, table: str) -> None:

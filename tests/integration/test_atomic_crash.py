@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import random
 import time
-from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -20,30 +18,12 @@ from laminar.kafka_log import read_committed
 from tests.integration.atomic_helpers import (
     abort_prepared,
     assert_exactly_once,
-    create_table,
     killed,
     run_writer,
 )
 
 EPOCHS = 4
 STEPS = [f"atomic.step{n}" for n in range(1, 9)]
-
-
-@pytest.fixture
-def world(
-    kafka_broker: Any, kafka_bootstrap: str, pg_dsn: str, unique_name: Any, tmp_path: Path
-) -> dict[str, str]:
-    topic, table = unique_name("topic"), unique_name("tbl")
-    kafka_broker.create_topic(topic, partitions=2)
-    create_table(pg_dsn, table)
-    return {
-        "bootstrap": kafka_bootstrap,
-        "topic": topic,
-        "dsn": pg_dsn,
-        "table": table,
-        "tid": f"tid-{topic}",
-        "checkpoint": str(tmp_path / "checkpoint"),
-    }
 
 
 def args(w: dict[str, str], redo: str) -> list[str]:

@@ -23,30 +23,13 @@ import pytest
 import laminar
 from laminar.kafka_log import read_committed
 from laminar.scaleout import ParticipantResult, ScaleOutTask
-from tests.integration.atomic_helpers import assert_exactly_once, create_table, make_group
+from tests.integration.atomic_helpers import assert_exactly_once, make_group
 from tests.integration.kafka_helpers import ids_of
 from tests.integration.scaleout_crash_writer import TASK_CRASH_VAR, partition
 
 PARTS = 4
 EPOCHS = 3
 WRITER = Path(__file__).with_name("scaleout_crash_writer.py")
-
-
-@pytest.fixture
-def world(
-    kafka_broker: Any, kafka_bootstrap: str, pg_dsn: str, unique_name: Any, tmp_path: Path
-) -> dict[str, str]:
-    topic, table = unique_name("topic"), unique_name("tbl")
-    kafka_broker.create_topic(topic, partitions=2)
-    create_table(pg_dsn, table)
-    return {
-        "bootstrap": kafka_bootstrap,
-        "topic": topic,
-        "dsn": pg_dsn,
-        "table": table,
-        "tid": f"tid-{topic}",
-        "checkpoint": str(tmp_path / "checkpoint"),
-    }
 
 
 def writer_for(w: dict[str, str]) -> laminar.ExactlyOnceWriter:
