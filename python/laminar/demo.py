@@ -650,7 +650,7 @@ class Demo:
 
     def print_report(self, r: DemoReport) -> None:
         if self.o.json:
-            print(json.dumps(r.to_dict(), indent=2), file=self.out)
+            print(json.dumps(r.to_dict(), indent=2), file=self.out, flush=True)
             return
         lat = r.commit_latency_ms
         verdict = "PASS: every order exactly once in both stores" if r.ok else "FAIL"
@@ -690,7 +690,7 @@ class Demo:
             f"  Kafka        {self.bootstrap}   (topic {TOPIC})\n"
             f"  Spark        {self.remote}\n"
             f"  try          laminar status --dsn '{self.dsn}'",
-            file=self.out,
+            file=self.progress.stream,  # stderr under --json: stdout holds the report alone
             flush=True,
         )
         with contextlib.suppress(KeyboardInterrupt):

@@ -9,11 +9,22 @@ otherwise start is the same `laminar.embedded.SparkConnectServer` the e2e tests 
 from __future__ import annotations
 
 import json
+import queue
+import re
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
+
+from laminar.demo import TABLE, TOPIC
+from laminar.kafka_log import read_committed
 
 
 @pytest.mark.parametrize("crash_at", ["after-decision", "after-flush"])
@@ -77,3 +88,109 @@ def test_demo_proves_exactly_once_after_killing_the_writer(
     assert latency["p99"] is not None
     # progress went to stderr, the report alone to stdout
     assert "SIGKILLed the foreachBatch worker" in result.stderr
+
+
+class _Demo:
+    """``laminar demo`` running in the background, its stderr (progress) read line by line."""
+
+    def __init__(self, spark_remote: str, work_dir: Path, *extra: str) -> None:
+        command = [sys.executable, "-m", "laminar.cli", "demo", "--json"]
+        command += ["--spark-remote", spark_remote, "--work-dir", str(work_dir), *extra]
+        self.proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.put(line)
+
+    def wait_for(self, pattern: str, timeout: float = 240) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=1)
+            except queue.Empty:
+                assert self.proc.poll() is None, "".join(self.seen)
+                continue
+            self.seen.append(line)
+            if found := re.search(pattern, line):
+                return found
+        self.proc.kill()
+        raise AssertionError(f"no {pattern!r} in:\n{''.join(self.seen)}")
+
+    def finish(self, sig: signal.Signals) -> tuple[int, str]:
+        self.proc.send_signal(sig)
+        assert self.proc.stdout is not None
+        stdout = self.proc.stdout.read()
+        code = self.proc.wait(timeout=120)
+        time.sleep(0.5)  # the reader thread drains the last lines
+        while not self.lines.empty():
+            self.seen.append(self.lines.get())
+        return code, stdout
+
+    def servers(self) -> tuple[str, str]:
+        """(PostgreSQL host:port, Kafka bootstrap) from the "servers up" line."""
+        found = self.wait_for(r"servers up: PostgreSQL (\S+), Kafka (\S+),")
+        return found.group(1), found.group(2)
+
+
+def _refused(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=2).close()
+    except OSError:
+        return True
+    return False
+
+
+def test_demo_keep_leaves_the_servers_up_until_ctrl_c(spark_remote: str, tmp_path: Path) -> None:
+    demo = _Demo(spark_remote, tmp_path / "demo", "--duration", "5", "--rate", "20", "--keep")
+    pg_address, bootstrap = demo.servers()
+    dsn = demo.wait_for(r"^\s+PostgreSQL\s+(postgresql://\S+)").group(1)
+    assert demo.wait_for(r"^\s+Kafka\s+(\S+)").group(1) == bootstrap
+    # the report is out and the servers still answer, holding what the demo wrote
+    with psycopg.connect(dsn, connect_timeout=10) as conn:
+        row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
+            sql.Identifier(*TABLE.split(".")))).fetchone()  # fmt: skip
+    assert row is not None
+    in_postgres = row[0]
+    in_kafka = sum(1 for _ in read_committed(bootstrap, TOPIC))
+
+    code, stdout = demo.finish(signal.SIGINT)
+    assert code == 0, "".join(demo.seen)
+    report = json.loads(stdout)  # stdout holds the report alone, even with --keep
+    assert report["ok"] is True, report["problems"]
+    assert in_postgres == in_kafka == report["orders_produced"] > 0
+    assert _refused(pg_address), "PostgreSQL outlived the demo"
+    assert _refused(bootstrap), "the broker outlived the demo"
+    assert any("stopping the servers" in line for line in demo.seen), "".join(demo.seen)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_demo_interrupted_mid_stream_stops_everything_it_started(
+    spark_remote: str, tmp_path: Path, sig: signal.Signals
+) -> None:
+    demo = _Demo(spark_remote, tmp_path / "demo", "--duration", "120", "--rate", "20")
+    pg_address, bootstrap = demo.servers()
+    demo.wait_for(r"streaming 20 orders/s")
+    demo.wait_for(r"last decided epoch \d+")  # a batch has committed: the query is running
+    code, stdout = demo.finish(sig)
+    assert code == 130, "".join(demo.seen)
+    assert stdout == ""  # no report for a run that did not finish
+    assert any("interrupted; everything it started is stopped" in line for line in demo.seen)
+    assert _refused(pg_address), "PostgreSQL outlived the demo"
+    assert _refused(bootstrap), "the broker outlived the demo"
+    assert not (tmp_path / "demo" / "held").exists() or _held_writer_gone(tmp_path / "demo")
+
+
+def _held_writer_gone(work_dir: Path) -> bool:
+    """A writer held at the crash point when Ctrl-C came was killed with the demo."""
+    text = (work_dir / "held").read_text().split()
+    return not text or not Path(f"/proc/{text[0]}").exists()
