@@ -150,11 +150,12 @@ def claim_ownership(
     return base
 
 
-_LOCK_GROUP = sql.SQL(
+# Shared with laminar.scaleout: the group's lock and the decision row are the same there.
+LOCK_GROUP = sql.SQL(
     "UPDATE {t} SET last_commit_ms = coalesce(%s, last_commit_ms) WHERE sink_id = %s"
     " RETURNING generation"
 ).format(t=table("sinks"))
-_UPSERT_DECISION = sql.SQL(
+UPSERT_DECISION = sql.SQL(
     "INSERT INTO {t} AS s (transactional_id, epoch, previous_epoch, prepared_state, group_id,"
     " decided_at) VALUES (%s, %s, %s, %s, %s, now())"
     " ON CONFLICT (transactional_id) DO UPDATE SET epoch = EXCLUDED.epoch,"
@@ -322,7 +323,7 @@ class AtomicGroup:
         decided = False
         try:
             # 1. the decision transaction; the group's row lock and fencing token
-            row = conn.execute(_LOCK_GROUP, (self.last_commit_ms, self.group_id)).fetchone()
+            row = conn.execute(LOCK_GROUP, (self.last_commit_ms, self.group_id)).fetchone()
             stored = -1 if row is None else int(row[0])
             fenced = check_generation(self.group_id, self.generation, stored)
             if fenced is not None:
@@ -366,7 +367,7 @@ class AtomicGroup:
             # 6. the decision rows
             for k in kafka:
                 conn.execute(
-                    _UPSERT_DECISION,
+                    UPSERT_DECISION,
                     (
                         k.sink_id,
                         epoch,

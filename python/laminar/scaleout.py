@@ -52,6 +52,7 @@ import psycopg
 import pyarrow as pa  # type: ignore[import-untyped]
 from psycopg import sql
 
+from laminar._atomic import LOCK_GROUP, UPSERT_DECISION
 from laminar._core import check_generation, decide
 from laminar._faults import crash_point
 from laminar.errors import AbortableError, ConfigError, FencedError, InDoubtError, LaminarError
@@ -396,10 +397,6 @@ _CREATE = sql.SQL(
     "INSERT INTO {t} (dtid, group_id, epoch, state) VALUES (%s, %s, %s, 'prepare')"
     " ON CONFLICT (dtid) DO NOTHING RETURNING 1"
 ).format(t=table("dt_state"))
-_LOCK_GROUP = sql.SQL(
-    "UPDATE {t} SET last_commit_ms = coalesce(%s, last_commit_ms) WHERE sink_id = %s"
-    " RETURNING generation"
-).format(t=table("sinks"))
 _START_COMMIT = sql.SQL(
     "UPDATE {t} SET state = 'commit', updated_at = now() WHERE dtid = %s AND state = 'prepare'"
     " RETURNING 1"
@@ -415,13 +412,6 @@ _MARK = sql.SQL(
     "UPDATE {t} SET state = 'prepared' WHERE dtid = %s AND participant = ANY(%s)"
 ).format(t=table("dt_participant"))
 _CONCLUDE = sql.SQL("DELETE FROM {t} WHERE dtid = %s").format(t=table("dt_state"))
-_UPSERT_DECISION = sql.SQL(
-    "INSERT INTO {t} AS s (transactional_id, epoch, previous_epoch, prepared_state, group_id,"
-    " decided_at) VALUES (%s, %s, %s, %s, %s, now())"
-    " ON CONFLICT (transactional_id) DO UPDATE SET epoch = EXCLUDED.epoch,"
-    " previous_epoch = EXCLUDED.previous_epoch, prepared_state = EXCLUDED.prepared_state,"
-    " group_id = EXCLUDED.group_id, decided_at = EXCLUDED.decided_at"
-).format(t=table("txn_state"))
 
 
 def roll_back_distributed(
@@ -567,7 +557,7 @@ class ScaleOutCoordinator:
         attempts: dict[int, set[str]] = {}
         for r in results:
             attempts.setdefault(r.part, set()).add(r.attempt)
-        row = conn.execute(_LOCK_GROUP, (group.last_commit_ms, group.group_id)).fetchone()
+        row = conn.execute(LOCK_GROUP, (group.last_commit_ms, group.group_id)).fetchone()
         fenced = check_generation(group.group_id, group.generation, -1 if row is None else row[0])
         if fenced is not None:
             raise FencedError(fenced, epoch=epoch)
@@ -611,7 +601,7 @@ class ScaleOutCoordinator:
         for r in results:
             if r.kind == "kafka" and r.status == "prepared":
                 conn.execute(
-                    _UPSERT_DECISION,
+                    UPSERT_DECISION,
                     (r.resource, epoch, r.marker, r.prepared_state, group.group_id),
                 )
         conn.commit()  # the decision

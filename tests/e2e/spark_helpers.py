@@ -185,3 +185,28 @@ def held_pid(hold_file: Path) -> int | None:
     except FileNotFoundError:
         return None
     return int(text[0]) if text else None
+
+
+def start_files_query(spark: Any, source: Path, checkpoint: str, function: Any) -> Any:
+    """A streaming query over the JSON files in ``source`` (one file per batch, as
+    `write_json_files` writes them) into ``foreachBatch(function)``, run to the end of the files."""
+    orders = (
+        spark.readStream.schema("id long, amount double")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(source))
+    )
+    return (
+        orders.writeStream.foreachBatch(function)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting to be reaped does not count)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "State:\tZ" not in status

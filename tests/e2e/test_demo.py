@@ -12,7 +12,6 @@ import json
 import queue
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +23,7 @@ import pytest
 from psycopg import sql
 
 from laminar.demo import TABLE, TOPIC
+from laminar.embedded._process import port_accepts
 from laminar.kafka_log import read_committed
 
 
@@ -143,11 +143,7 @@ class _Demo:
 
 def _refused(address: str) -> bool:
     host, port = address.rsplit(":", 1)
-    try:
-        socket.create_connection((host, int(port)), timeout=2).close()
-    except OSError:
-        return True
-    return False
+    return not port_accepts(host, int(port), timeout=2)
 
 
 def test_demo_keep_leaves_the_servers_up_until_ctrl_c(spark_remote: str, tmp_path: Path) -> None:

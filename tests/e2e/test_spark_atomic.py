@@ -28,6 +28,7 @@ from tests.e2e.spark_helpers import (
     kafka_ids,
     pg_epoch,
     pg_ids,
+    start_files_query,
     wait_for,
     wait_terminated,
     write_json_files,
@@ -155,17 +156,7 @@ def test_worker_sigkilled_mid_epoch_then_query_restarted(
     real = laminar.spark.foreach_batch(writer, checkpoint_location=checkpoint)
 
     def start(function: Any) -> Any:
-        orders = (
-            spark_client.readStream.schema("id long, amount double")
-            .option("maxFilesPerTrigger", 1)
-            .json(str(source))
-        )
-        return (
-            orders.writeStream.foreachBatch(function)
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .start()
-        )
+        return start_files_query(spark_client, source, checkpoint, function)
 
     # The third epoch (2) holds at the step; the worker's pid is in the hold file.
     crashed = start(ArmedForeachBatch(real, f"{point}@3", str(hold)))

@@ -22,37 +22,17 @@ import laminar.spark
 from tests.e2e.spark_helpers import (
     ArmedForeachBatch,
     abandon,
+    alive,
     assert_exactly_once,
     client,
     held_pid,
     pg_epoch,
     pg_ids,
+    start_files_query,
     wait_for,
     wait_terminated,
     write_json_files,
 )
-
-
-def alive(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-    return "State:\tZ" not in status
-
-
-def start_files_query(spark: Any, source: Path, checkpoint: str, function: Any) -> Any:
-    orders = (
-        spark.readStream.schema("id long, amount double")
-        .option("maxFilesPerTrigger", 1)
-        .json(str(source))
-    )
-    return (
-        orders.writeStream.foreachBatch(function)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
 
 
 def test_server_sigkilled_mid_epoch_then_restarted(

@@ -17,6 +17,7 @@ from tests.e2e.spark_helpers import (
     assert_exactly_once,
     kafka_epochs,
     kafka_ids,
+    start_files_query,
     wait_for,
     wait_terminated,
     write_json_files,
@@ -91,17 +92,7 @@ def test_worker_sigkilled_mid_epoch_then_query_restarted(
     real = laminar.spark.foreach_batch(laminar.exactly_once(sink), checkpoint_location=checkpoint)
 
     def start(function: Any) -> Any:
-        orders = (
-            spark_client.readStream.schema("id long, amount double")
-            .option("maxFilesPerTrigger", 1)
-            .json(str(source))
-        )
-        return (
-            orders.writeStream.foreachBatch(function)
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .start()
-        )
+        return start_files_query(spark_client, source, checkpoint, function)
 
     error = wait_terminated(start(ArmedForeachBatch(real, point)))
     assert error is not None

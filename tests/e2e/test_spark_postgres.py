@@ -20,6 +20,7 @@ from tests.e2e.spark_helpers import (
     assert_exactly_once,
     pg_epoch,
     pg_ids,
+    start_files_query,
     wait_for,
     wait_terminated,
     write_json_files,
@@ -128,17 +129,7 @@ def test_worker_sigkilled_mid_epoch_then_query_restarted(
     writer = laminar.exactly_once(sink)
 
     def start(function: Any) -> Any:
-        orders = (
-            spark_client.readStream.schema("id long, amount double")
-            .option("maxFilesPerTrigger", 1)
-            .json(str(source))
-        )
-        return (
-            orders.writeStream.foreachBatch(function)
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .start()
-        )
+        return start_files_query(spark_client, source, checkpoint, function)
 
     real = laminar.spark.foreach_batch(writer, checkpoint_location=checkpoint)
     crashed = start(ArmedForeachBatch(real, point))

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from laminar.embedded import SparkConnectServer
+from tests.e2e.spark_helpers import alive
 from tests.fixtures import unavailable
 
 
@@ -23,15 +24,6 @@ def worker_pids(remote: str) -> set[int]:
         return {row[0] for row in session.range(4).select(pid("id")).collect()}
     finally:
         session.stop()
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting to be reaped does not count)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-    return "State:\tZ" not in status
 
 
 def test_kill_takes_workers_down_and_start_comes_back_on_the_same_port(

@@ -578,14 +578,8 @@ class KafkaSink(TransactionalSink):
         `PreparedTxnState` (scale-out participants, docs/protocol.md §4). librdkafka's destroy
         does not abort; the next ``init_transactions`` of this transactional id would."""
         rt = self._rt
-        if rt is None:
-            return
-        self._close_producer(rt)
-        if rt.consumer is not None:
-            with contextlib.suppress(KafkaException, RuntimeError):
-                rt.consumer.close()
-            rt.consumer = None
-        self._rt = None
+        if rt is not None:
+            self._release_clients(rt)
 
     def close(self) -> None:
         """Abort an open transaction (best effort) and release the clients."""
@@ -597,6 +591,10 @@ class KafkaSink(TransactionalSink):
             with contextlib.suppress(LaminarError):
                 assert state.epoch is not None
                 self.abort_transaction(state.epoch)
+        self._release_clients(rt)
+
+    def _release_clients(self, rt: _Runtime) -> None:
+        """Close the producer and the consumer; the next use opens new ones."""
         self._close_producer(rt)
         if rt.consumer is not None:
             with contextlib.suppress(KafkaException, RuntimeError):
