@@ -426,10 +426,13 @@ class TansuBroker:
         return answers_metadata(self.bootstrap_servers)
 
 
-def answers_metadata(bootstrap_servers: str, *, need_brokers: bool = False) -> bool:
+def answers_metadata(
+    bootstrap_servers: str, *, need_brokers: bool = False, cluster_id: str | None = None
+) -> bool:
     """Whether the broker answers a metadata request (within 2 s); with ``need_brokers``, also
     whether the answer names at least one broker (a KRaft broker that has not registered with
-    its controller yet answers with none)."""
+    its controller yet answers with none); with ``cluster_id``, whether it is that cluster (and
+    not another server that holds the port)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
@@ -438,6 +441,8 @@ def answers_metadata(bootstrap_servers: str, *, need_brokers: bool = False) -> b
         admin = AdminClient(config)
         metadata = admin.list_topics(timeout=2)
     except KafkaException:
+        return False
+    if cluster_id is not None and metadata.cluster_id != cluster_id:
         return False
     return bool(metadata.brokers) or not need_brokers
 

@@ -257,7 +257,8 @@ class KafkaBroker:
 
     def start(self) -> KafkaBroker:
         """Start the broker (again, on the same ports, after `stop`/`kill`) and wait until it
-        answers a Kafka metadata request naming itself; return ``self``.
+        answers a Kafka metadata request naming itself (its cluster id: not another server
+        holding the port); return ``self``.
 
         The first start formats the log directory (Kafka's ``StorageTool``, a JVM of its own).
         """
@@ -283,7 +284,8 @@ class KafkaBroker:
                 self._launch(java, libs)
                 return self
             except EmbeddedServerError:
-                in_use = "Address already in use" in log_tail(self.log_path, 40)
+                # The bind error sits before the JVM's shutdown messages: look further back.
+                in_use = "Address already in use" in log_tail(self.log_path, 400)
                 if attempt + 1 < attempts and in_use:
                     self.port = self.controller_port = 0
                     continue
@@ -398,7 +400,9 @@ class KafkaBroker:
                 abort=process.exit_reason,
             )
             wait_until(
-                lambda: answers_metadata(self.bootstrap_servers, need_brokers=True),
+                lambda: answers_metadata(
+                    self.bootstrap_servers, need_brokers=True, cluster_id=self.cluster_id
+                ),
                 timeout=self.startup_timeout,
                 what=what,
                 interval=0.2,
