@@ -350,6 +350,7 @@ pub struct CopyEncoder<'a> {
     started: bool,
     finished: bool,
     writers: Option<Vec<ColumnWriter>>,
+    chunk_bytes: usize,
 }
 
 impl<'a> CopyEncoder<'a> {
@@ -364,7 +365,15 @@ impl<'a> CopyEncoder<'a> {
             started: false,
             finished: false,
             writers: None,
+            chunk_bytes: CHUNK_BYTES,
         }
+    }
+
+    /// Ends each chunk once it reaches `bytes` (default [`CHUNK_BYTES`]; whole rows, at least
+    /// one per chunk). Small values let tests put chunk boundaries anywhere.
+    pub fn with_chunk_bytes(mut self, bytes: usize) -> Self {
+        self.chunk_bytes = bytes.max(1);
+        self
     }
 
     fn writers_for(plan: &CopyPlan, batch: &RecordBatch) -> CoreResult<Vec<ColumnWriter>> {
@@ -414,7 +423,7 @@ impl<'a> CopyEncoder<'a> {
                     }
                 }
                 self.row += 1;
-                if out.len() >= CHUNK_BYTES {
+                if out.len() >= self.chunk_bytes {
                     return Ok(true);
                 }
             }
