@@ -12,8 +12,8 @@ when they share a database::
 
 Catalog reads (`load_table`, and `current_table` in each epoch's transaction: both in
 `laminar.sinks._pg_table`, re-exported here) and column planning (`plan_copy`) check everything
-that can be checked before a row is sent. The two-phase helpers (`prepare_transaction`, `commit_prepared`,
-`rollback_prepared`, `list_prepared`) implement the participant side of §4.
+that can be checked before a row is sent. The two-phase helpers (`prepare_transaction`,
+`commit_prepared`, `rollback_prepared`, `list_prepared`) implement the participant side of §4.
 """
 
 from __future__ import annotations
