@@ -132,5 +132,5 @@ class IllegalStateError(LaminarError):
     """A lifecycle call that is not legal in the current state: a bug in the caller."""
 
 
-class InvalidStateEncoding(LaminarError, ValueError):  # noqa: N818 (the public name in DESIGN.md)
+class InvalidStateEncoding(LaminarError, ValueError):  # noqa: N818 (a public name: kept)
     """A persisted state string or blob that does not decode (corrupt, truncated or too new)."""
