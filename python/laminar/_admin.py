@@ -35,7 +35,9 @@ class CommandError(Exception):
 def run(args: argparse.Namespace, kafka_extra: dict[str, str]) -> int:
     """Run one command; returns its exit code."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    password = str(psycopg.conninfo.conninfo_to_dict(args.dsn).get("password") or "")
+    password = str(
+        psycopg.conninfo.conninfo_to_dict(args.dsn).get("password") or ""
+    )  # cli.py checked
     try:
         conn = psycopg.connect(args.dsn, connect_timeout=10)
     except psycopg.Error as e:
@@ -45,6 +47,8 @@ def run(args: argparse.Namespace, kafka_extra: dict[str, str]) -> int:
     with conn:
         if applied_version(conn) is None:
             conn.rollback()
+            if args.command == "status":
+                return _empty_status(args)
             raise CommandError(
                 f"{redact_dsn(args.dsn)} has no laminar metadata (schema laminar): no sink has "
                 "written to this database yet"
@@ -188,6 +192,7 @@ def _status(conn: psycopg.Connection[Any], args: argparse.Namespace, kafka: _Kaf
         item.lingering = item.age_s >= args.lingering_after
     doc = {
         "database": redact_dsn(args.dsn),
+        "metadata": True,
         "sinks": listed,
         "in_doubt": [vars(i) for i in items],
         "lingering": sum(1 for i in items if i.lingering),
@@ -253,6 +258,18 @@ def _status(conn: psycopg.Connection[Any], args: argparse.Namespace, kafka: _Kaf
                 )
             )
     return 5 if items else 0
+
+
+def _empty_status(args: argparse.Namespace) -> int:
+    """`status` of a database no sink has written to: nothing registered, nothing in doubt."""
+    database = redact_dsn(args.dsn)
+    doc = {"database": database, "metadata": False, "sinks": [], "in_doubt": [], "lingering": 0}
+    if args.json:
+        print(json.dumps({**doc, "distributed": []}, indent=2))
+    else:
+        print(f"laminar status: {database}\n\nno laminar metadata: no sink has written here\n")
+        print("in doubt: none")
+    return 0
 
 
 def _distributed(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:

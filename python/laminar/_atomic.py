@@ -29,11 +29,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import psycopg
+import pyarrow as pa  # type: ignore[import-untyped]
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from laminar._core import check_generation, encode_redo, plan_epoch
 from laminar._faults import crash_point
+from laminar._input import materialize
 from laminar._redact import redact_config, redact_dsn
 from laminar._types import ArrowData
 from laminar.errors import (
@@ -283,7 +285,9 @@ class AtomicGroup:
     # -- one epoch ------------------------------------------------------------------------------
 
     def write_epoch(self, epoch: int, batch: ArrowData) -> bool:
-        """Write ``epoch`` atomically to every sink that needs it; False if all had it."""
+        """Write ``epoch`` atomically to every sink that needs it; False if all had it. A
+        stream is read once, here, so that every sink writes the same rows."""
+        batch = materialize(batch)
         if not self.started:
             self.start()
         progress = [(s.sink_id, self.last.get(s.sink_id)) for s in self.sinks]
@@ -315,7 +319,11 @@ class AtomicGroup:
         return True
 
     def _write(
-        self, epoch: int, batch: ArrowData, postgres: list[PostgresSink], kafka: list[KafkaSink]
+        self,
+        epoch: int,
+        batch: pa.Table | pa.RecordBatch,
+        postgres: list[PostgresSink],
+        kafka: list[KafkaSink],
     ) -> None:
         started = time.perf_counter()
         conn = self._connect()
@@ -328,6 +336,11 @@ class AtomicGroup:
             fenced = check_generation(self.group_id, self.generation, stored)
             if fenced is not None:
                 raise FencedError(fenced, epoch=epoch)
+            # every Postgres sink's table: locked until the decision, its definition checked
+            # (read again if it changed) and the COPY planned — an incompatible change is a
+            # ConfigError here, before any byte is sent to Kafka or PostgreSQL
+            for p in postgres:
+                p.check_in_transaction(conn, batch.schema)
             crash_point("atomic.step1")
             # 2. Kafka transactions
             for k in kafka:
@@ -352,7 +365,7 @@ class AtomicGroup:
             crash_point("atomic.step4")
             # 5. rows (+ redo)
             for p in postgres:
-                if p.write_in_transaction(conn, epoch, batch) is None:
+                if p.write_in_transaction(conn, epoch, batch, checked=True) is None:
                     raise FencedError(
                         f"PostgreSQL sink {p.sink_id!r} already holds epoch {epoch}: another "
                         "writer uses its sink id outside this group",

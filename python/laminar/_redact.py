@@ -18,9 +18,12 @@ _SECRET_KEY = re.compile(
 )
 # postgresql://user:password@host/db  (password up to the last '@' before the host part)
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@\s]*)@")
-# key=value DSN: password=secret or password='se cret'
-_KV_PASSWORD = re.compile(
-    r"(?P<key>\b(?:password|sslpassword)\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'|\S+)"
+# key=value DSN: the key of a password; its value is found by `_value_end` (libpq's rules)
+_KV_PASSWORD = re.compile(r"\b(?:password|sslpassword)\s*=\s*")
+# The key=value pairs between an opening quote and a password key: the DSN is quoted in the text
+# (a repr, a message), so the quote closes it — it is not part of the password.
+_QUOTED_DSN_BEFORE = re.compile(
+    r"""(?P<quote>['"])(?:\s*[A-Za-z_][\w.-]*\s*=\s*(?:'(?:[^'\\]|\\.)*'|(?:\\.|[^\s\\'"])+))*\s*$"""
 )
 
 
@@ -35,9 +38,53 @@ def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def redact_dsn(dsn: str) -> str:
-    """A Postgres DSN (URL or key=value form) with its password replaced by ``***``."""
+    """A Postgres DSN (URL or key=value form), or text containing one, with its password replaced
+    by ``***``.
+
+    A key=value password ends where libpq ends it: a quoted value at its closing quote, an
+    unquoted one at whitespace (a backslash escapes the next character, a space too). When the
+    DSN is itself quoted in the text (``dsn='host=h password=pw'``), its closing quote ends the
+    password as well, and a mask ends itself (text redacted twice is unchanged): only the
+    password is masked, never the text after it.
+    """
     out = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{SECRET}@", dsn)
-    return _KV_PASSWORD.sub(lambda m: f"{m['key']}{SECRET}", out)
+    parts: list[str] = []
+    done = 0
+    for match in _KV_PASSWORD.finditer(out):
+        if match.start() < done:
+            continue  # inside a value already masked
+        end = _value_end(out, match.end(), _enclosing_quote(out[: match.start()]))
+        parts += [out[done : match.end()], SECRET]
+        done = end
+    parts.append(out[done:])
+    return "".join(parts)
+
+
+def _enclosing_quote(before: str) -> str | None:
+    """The quote that opened the DSN a password key belongs to, if the DSN is quoted."""
+    found = _QUOTED_DSN_BEFORE.search(before)
+    return found["quote"] if found else None
+
+
+def _value_end(text: str, start: int, closer: str | None) -> int:
+    """Where the conninfo value starting at ``start`` ends (libpq's parser, module doc). A value
+    already masked ends after the mask: redacting twice changes nothing."""
+    if text.startswith(SECRET, start):
+        return start + len(SECRET)
+    if text.startswith("'", start):
+        i = start + 1
+        while i < len(text):
+            if text[i] == "\\":
+                i += 2
+            elif text[i] == "'":
+                return i + 1
+            else:
+                i += 1
+        return len(text)
+    i = start
+    while i < len(text) and not text[i].isspace() and text[i] != closer:
+        i += 2 if text[i] == "\\" else 1
+    return min(i, len(text))
 
 
 def redact_text(text: str, secrets: list[str] | tuple[str, ...] = ()) -> str:

@@ -141,16 +141,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         extra = _key_values(args.kafka_config)
+        _check_dsn(args.dsn)
     except ValueError as e:
-        print(f"laminar {args.command}: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return _fail(args, str(e), EXIT_USAGE)
     from laminar import _admin
 
     try:
         return int(_admin.run(args, extra))
     except _admin.CommandError as e:
-        print(f"laminar {args.command}: {e}", file=sys.stderr)
-        return e.code
+        return _fail(args, str(e), e.code)
+
+
+def _fail(args: argparse.Namespace, message: str, code: int) -> int:
+    """Report a command's failure on stderr — and, under ``--json``, as a JSON document on
+    stdout too, so that a script reading stdout always gets JSON."""
+    print(f"laminar {args.command}: {message}", file=sys.stderr)
+    if getattr(args, "json", False):
+        print(json.dumps({"error": message, "exit_code": code}, indent=2))
+    return code
+
+
+def _check_dsn(dsn: str) -> None:
+    """A ``ValueError`` (a usage error) when ``--dsn`` is not a libpq connection string or URI;
+    the message shows it with its password masked (libpq's own message may quote it)."""
+    import psycopg
+
+    from laminar._redact import redact_dsn
+
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        raise ValueError(
+            f"--dsn {redact_dsn(dsn)!r} is not a libpq connection string or URI; give e.g. "
+            "'postgresql://user@host:5432/db' or 'host=... dbname=... user=...'"
+        ) from None
 
 
 def _key_values(items: list[str]) -> dict[str, str]:

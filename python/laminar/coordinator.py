@@ -4,7 +4,7 @@ One sink: its own transaction, with retries of abortable errors and resolution o
 Several sinks: the atomic recipe of docs/protocol.md §3 (Postgres as the decision log), in
 `laminar._atomic`.
 
-A replayed epoch (``epoch <= last committed``) is skipped, as DESIGN.md says. When the writer knows
+A replayed epoch (``epoch <= last committed``) is skipped (docs/protocol.md). When the writer knows
 its query (``owner=``: the streaming query's identity, which ``laminar.spark`` supplies), two more
 rules hold — the checkpoint-reset guard of docs/protocol.md §5: an epoch *older* than a committed
 one is refused (Spark only replays its last batch, so such an epoch comes from a reset or foreign
@@ -27,6 +27,7 @@ from typing import Any, Literal
 import psycopg
 
 from laminar._handoff import reduce_checked
+from laminar._input import MAX_EPOCH, check_epoch, read_once
 from laminar._settings import is_deferred
 from laminar._types import ArrowData
 from laminar.errors import AbortableError, ConfigError, InDoubtError, LaminarError
@@ -166,14 +167,20 @@ class ExactlyOnceWriter:
         self._foreach_batch(df, batch_id)
 
     def write_epoch(self, epoch: int, batch: ArrowData) -> EpochResult:
-        """Write ``batch`` as epoch ``epoch`` exactly once (a replayed epoch is skipped)."""
+        """Write ``batch`` as epoch ``epoch`` exactly once (a replayed epoch is skipped).
+
+        ``batch`` is materialised once, before any sink sees it (`laminar._input.read_once`):
+        a one-shot stream (a ``RecordBatchReader``, any ``__arrow_c_stream__`` object) is read
+        into one Arrow table, so every sink and every retry write the same rows."""
+        epoch = check_epoch(epoch)
+        data = read_once(batch)
         with self._lock:
             if self.scale_out:
-                return self.write_epoch_scaled(epoch, lambda task: task.write_partition(0, [batch]))
+                return self.write_epoch_scaled(epoch, lambda task: task.write_partition(0, [data]))
             if len(self.sinks) != 1:
-                return self._write_atomic(epoch, batch)
+                return self._write_atomic(epoch, data)
             self._ensure_initialized()
-            return self._write_single(self.sinks[0], self._epoch_base + epoch, batch)
+            return self._write_single(self.sinks[0], self._based(epoch), data)
 
     def write_epoch_scaled(self, epoch: int, run: Any) -> EpochResult:
         """Scale-out mode (``scale_out=True``, docs/protocol.md §4): write ``epoch`` through
@@ -184,6 +191,7 @@ class ExactlyOnceWriter:
         completes the distributed transaction."""
         if not self.scale_out:
             raise ConfigError("write_epoch_scaled() needs exactly_once(..., scale_out=True)")
+        epoch = check_epoch(epoch)
         from laminar.scaleout import ParticipantResult
 
         def collect(task: Any) -> list[ParticipantResult]:
@@ -194,6 +202,12 @@ class ExactlyOnceWriter:
 
         with self._lock:
             return self._write_atomic(epoch, None, run=collect)
+
+    def _based(self, epoch: int) -> int:
+        """The epoch written for Spark's ``epoch``: plus the epoch base, still in range."""
+        if self._epoch_base + epoch > MAX_EPOCH:
+            check_epoch(self._epoch_base + epoch, what=f"epoch {epoch} + epoch base")
+        return self._epoch_base + epoch
 
     @property
     def epoch_base(self) -> int:
@@ -268,12 +282,16 @@ class ExactlyOnceWriter:
                         self._scaled.recover()
                     self._start_watcher()
                 if run is not None:
-                    committed = self._scaled.write_epoch(self._epoch_base + epoch, run)
+                    committed = self._scaled.write_epoch(self._based(epoch), run)
                 else:
-                    committed = group.write_epoch(self._epoch_base + epoch, batch)
+                    committed = group.write_epoch(self._based(epoch), batch)
                 return EpochResult(epoch, committed=committed, attempts=attempt)
             except (AbortableError, InDoubtError) as err:
-                if attempt > self.retries or (isinstance(err, InDoubtError) and group.awaiting):
+                if (
+                    attempt > self.retries
+                    or (isinstance(err, InDoubtError) and group.awaiting)
+                    or (isinstance(err, AbortableError) and not err.retriable)
+                ):
                     raise
                 delay = self.retry_backoff_s * (2 ** (attempt - 1))
                 log.warning(

@@ -7,12 +7,14 @@ known, and the root cause stays in ``__cause__`` (errors are wrapped at most onc
 
     LaminarError
     ├── AbortableError           abort the epoch, then retry it
-    │   └── RecordTooLargeError  a record over the size limit: abort; retrying cannot help
+    │   └── RecordTooLargeError  a record over the size limit (also a DataError): the epoch is
+    │                            aborted, the sink stays usable; retrying the batch cannot help
     ├── FatalError               close and stop
     │   ├── FencedError          another instance owns the transactional id / sink
     │   ├── AuthorizationError   credentials or ACLs refuse the operation
     │   ├── ConfigError          wrong settings, schema or types; fix and restart
     │   └── DataError            a value that cannot be written as asked (also a ValueError)
+    │       └── RecordTooLargeError
     ├── InDoubtError             a commit whose outcome is unknown: recovery resolves it
     ├── IllegalStateError        misuse of the lifecycle (a bug): never wrapped, never retried
     └── InvalidStateEncoding     persisted state that does not decode (also a ValueError)
@@ -85,16 +87,6 @@ class AbortableError(LaminarError):
     requires_abort = True
 
 
-class RecordTooLargeError(AbortableError):
-    """A record is larger than the client or broker accepts (KIP-691: abortable, not fatal).
-
-    The epoch's transaction is aborted and the sink stays usable, but retrying the same batch
-    cannot succeed: raise the size limit or write smaller records.
-    """
-
-    retriable = False
-
-
 class FatalError(LaminarError):
     """The sink cannot go on: close it and stop (fix the cause, then restart)."""
 
@@ -117,6 +109,21 @@ class DataError(FatalError, ValueError):
     """A value in the batch cannot be written as asked (e.g. out of range for its column)."""
 
 
+class RecordTooLargeError(AbortableError, DataError):
+    """A record is larger than the client or broker accepts.
+
+    Both an `AbortableError` (KIP-691: the epoch's transaction is aborted and the sink stays
+    usable) and a `DataError` (the batch's data is at fault: ``except DataError`` catches it).
+    Its flags say what to do: ``requires_abort`` (done by the sink), not ``retriable`` (the same
+    batch fails again), not ``fatal`` (the sink need not be closed). Raise the size limit or write
+    smaller records.
+    """
+
+    retriable = False
+    requires_abort = True
+    fatal = False
+
+
 class InDoubtError(LaminarError):
     """A commit whose outcome is unknown; never answered by an abort, recovery resolves it."""
 
@@ -125,5 +132,5 @@ class IllegalStateError(LaminarError):
     """A lifecycle call that is not legal in the current state: a bug in the caller."""
 
 
-class InvalidStateEncoding(LaminarError, ValueError):  # noqa: N818 (the public name in DESIGN.md)
+class InvalidStateEncoding(LaminarError, ValueError):  # noqa: N818 (a public name: kept)
     """A persisted state string or blob that does not decode (corrupt, truncated or too new)."""

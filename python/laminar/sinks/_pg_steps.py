@@ -10,9 +10,10 @@ when they share a database::
         record_epoch_totals(conn, sink_id, rows, nbytes)
     conn.commit()                                    # or prepare_transaction(conn, gid)
 
-Catalog reads (`load_table`) and column planning (`plan_copy`) check everything that can be
-checked before a row is sent. The two-phase helpers (`prepare_transaction`, `commit_prepared`,
-`rollback_prepared`, `list_prepared`) implement the participant side of §4.
+Catalog reads (`load_table`, and `current_table` in each epoch's transaction: both in
+`laminar.sinks._pg_table`, re-exported here) and column planning (`plan_copy`) check everything
+that can be checked before a row is sent. The two-phase helpers (`prepare_transaction`,
+`commit_prepared`, `rollback_prepared`, `list_prepared`) implement the participant side of §4.
 """
 
 from __future__ import annotations
@@ -30,9 +31,17 @@ from psycopg import sql
 
 from laminar._core import check_pg_copy_schema, encode_pg_copy
 from laminar._faults import crash_point
+from laminar._input import materialize
 from laminar.errors import ConfigError, DataError, LaminarError
 from laminar.metadata import table as meta_table
-from laminar.sinks._pg_names import GID_PREFIX, TableName, parse_gid, render_identifier
+from laminar.sinks._pg_names import GID_PREFIX, parse_gid
+from laminar.sinks._pg_table import (
+    ColumnInfo,
+    TableInfo,
+    current_table,
+    load_table,
+    lock_table,
+)
 
 __all__ = [
     "DEFAULT_SLICE_BYTES",
@@ -45,8 +54,10 @@ __all__ = [
     "commit_prepared",
     "committed_epoch",
     "copy_batch",
+    "current_table",
     "list_prepared",
     "load_table",
+    "lock_table",
     "plan_copy",
     "prepare_transaction",
     "record_epoch_totals",
@@ -55,18 +66,6 @@ __all__ = [
 
 #: Arrow bytes encoded (and sent) per COPY statement; bigger batches stream in several.
 DEFAULT_SLICE_BYTES = 64 << 20
-
-_COPYABLE_KINDS = {"r": "table", "p": "partitioned table", "f": "foreign table"}
-_RELKIND_NAMES = {
-    "v": "view",
-    "m": "materialized view",
-    "S": "sequence",
-    "c": "composite type",
-    "i": "index",
-    "I": "partitioned index",
-    "t": "TOAST table",
-}
-
 
 # -- the epoch marker -----------------------------------------------------------------------------
 
@@ -119,184 +118,6 @@ def committed_epoch(conn: psycopg.Connection[Any], sink_id: str) -> int | None:
     """The last epoch committed by ``sink_id`` (as this transaction sees it), or None."""
     row = conn.execute(_READ_EPOCH, (sink_id,)).fetchone()
     return None if row is None else int(row[0])
-
-
-# -- the target table -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ColumnInfo:
-    """One column of the target table, as the catalog describes it (domains resolved)."""
-
-    name: str
-    #: ``pg_type.typname`` of the column's (base) type: ``int4``, ``varchar``, ``_text``…
-    typname: str
-    typmod: int
-    #: The SQL spelling of the declared type, for messages (``character varying(10)``).
-    type_display: str
-    not_null: bool
-    has_default: bool
-    #: ``a`` (GENERATED ALWAYS AS IDENTITY), ``d`` (BY DEFAULT) or empty.
-    identity: str
-    #: ``s`` for a stored generated column, empty otherwise.
-    generated: str
-
-    @property
-    def fills_itself(self) -> bool:
-        """Whether the column gets a value when the batch has none for it."""
-        return self.has_default or bool(self.identity) or bool(self.generated)
-
-
-@dataclass(frozen=True)
-class TableInfo:
-    """The resolved target table."""
-
-    oid: int
-    schema: str
-    name: str
-    kind: str
-    columns: tuple[ColumnInfo, ...]
-    database: str
-    can_insert: bool
-
-    @property
-    def identifier(self) -> sql.Identifier:
-        """The schema-qualified, quoted name for SQL."""
-        return sql.Identifier(self.schema, self.name)
-
-    @property
-    def display(self) -> str:
-        """``schema.table`` as SQL text, quoted where needed."""
-        return f"{render_identifier(self.schema)}.{render_identifier(self.name)}"
-
-    def column(self, name: str) -> ColumnInfo | None:
-        """The column called exactly ``name``."""
-        for column in self.columns:
-            if column.name == name:
-                return column
-        return None
-
-
-_COLUMNS_QUERY = """
-SELECT a.attname, t.typname, a.atttypmod, format_type(a.atttypid, a.atttypmod),
-       a.attnotnull, a.atthasdef, a.attidentity::text, a.attgenerated::text,
-       t.typtype::text, t.typbasetype, t.typtypmod, t.typnotnull
-FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
-WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
-ORDER BY a.attnum
-"""
-
-
-def load_table(conn: psycopg.Connection[Any], name: TableName, where: str) -> TableInfo:
-    """Resolve ``name`` (through ``search_path`` when unqualified) and read its columns.
-
-    ``where`` describes the database for messages (a redacted DSN). Raises `ConfigError` naming
-    the table and database when it does not exist or is not a table COPY can write.
-    """
-    if name.schema is None:
-        regclass = sql.SQL("to_regclass(quote_ident(%s))")
-        params: tuple[str, ...] = (name.name,)
-    else:
-        regclass = sql.SQL("to_regclass(format('%%I.%%I', %s::text, %s::text))")
-        params = (name.schema, name.name)
-    row = conn.execute(
-        sql.SQL(
-            "SELECT c.oid, n.nspname, c.relname, c.relkind::text,"
-            " has_table_privilege(c.oid, 'INSERT'), current_database()"
-            " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE c.oid = {}"
-        ).format(regclass),
-        params,
-    ).fetchone()
-    if row is None:
-        raise ConfigError(_missing_table_message(conn, name, where))
-    oid, schema, relname, relkind, can_insert, database = row
-    if relkind not in _COPYABLE_KINDS:
-        kind = _RELKIND_NAMES.get(relkind, f"relation of kind {relkind!r}")
-        raise ConfigError(
-            f"{render_identifier(schema)}.{render_identifier(relname)} in {where} is a {kind}, "
-            "not a table: PostgresSink writes rows into a table"
-        )
-    columns = []
-    for (
-        attname,
-        typname,
-        typmod,
-        display,
-        notnull,
-        hasdef,
-        ident,
-        gen,
-        typtype,
-        base,
-        btm,
-        tnn,
-    ) in conn.execute(_COLUMNS_QUERY, (oid,)).fetchall():
-        if typtype == "d":  # a domain: COPY BINARY takes the base type's format
-            typname, typmod, domain_not_null = _domain_base(conn, base, btm)
-            notnull = notnull or tnn or domain_not_null
-        columns.append(
-            ColumnInfo(
-                name=attname,
-                typname=typname,
-                typmod=int(typmod),
-                type_display=display,
-                not_null=bool(notnull),
-                has_default=bool(hasdef),
-                identity=ident or "",
-                generated=gen or "",
-            )
-        )
-    return TableInfo(
-        oid=int(oid),
-        schema=schema,
-        name=relname,
-        kind=relkind,
-        columns=tuple(columns),
-        database=database,
-        can_insert=bool(can_insert),
-    )
-
-
-def _domain_base(conn: psycopg.Connection[Any], base: int, typmod: int) -> tuple[str, int, bool]:
-    not_null = False
-    for _ in range(32):  # domains over domains; PostgreSQL has no cycles here
-        row = conn.execute(
-            "SELECT typname, typtype::text, typbasetype, typtypmod, typnotnull FROM pg_type"
-            " WHERE oid = %s",
-            (base,),
-        ).fetchone()
-        if row is None:
-            break
-        typname, typtype, next_base, next_typmod, typnotnull = row
-        not_null = not_null or bool(typnotnull)
-        if typtype != "d":
-            return typname, typmod, not_null
-        base, typmod = next_base, (typmod if typmod != -1 else next_typmod)
-    raise ConfigError(f"cannot resolve the base type of domain type oid {base}")
-
-
-def _missing_table_message(conn: psycopg.Connection[Any], name: TableName, where: str) -> str:
-    message = f"table {name.display()} does not exist in {where}"
-    if name.schema is None:
-        path = conn.execute("SELECT current_setting('search_path')").fetchone()
-        message += f" (searched search_path: {path[0] if path else '?'})"
-    similar = conn.execute(
-        "SELECT n.nspname, c.relname FROM pg_class c"
-        " JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE lower(c.relname) = lower(%s) AND c.relkind IN ('r', 'p', 'f')"
-        " AND n.nspname NOT IN ('pg_catalog', 'information_schema')"
-        " ORDER BY 1, 2 LIMIT 5",
-        (name.name,),
-    ).fetchall()
-    if similar:
-        names = ", ".join(f"{render_identifier(s)}.{render_identifier(t)}" for s, t in similar)
-        message += (
-            f"; similar tables: {names} (table names are case-sensitive inside double quotes)"
-        )
-    else:
-        message += "; create it first (PostgresSink does not create tables)"
-    return message
 
 
 # -- mapping Arrow columns onto table columns ------------------------------------------------------
@@ -407,6 +228,14 @@ def plan_copy(
                 f"(GENERATED ALWAYS AS … STORED) and cannot be written; drop Arrow column "
                 f"{source!r} from the batch"
             )
+        if target.identity == "a":
+            # INSERT refuses a value here (without OVERRIDING SYSTEM VALUE); COPY does not check,
+            # so refusing is up to us: the column's sequence would hand out the same ids again.
+            raise ConfigError(
+                f"table {table.display}: column {target.name!r} is GENERATED ALWAYS AS IDENTITY "
+                f"and cannot be written (PostgreSQL numbers it); drop Arrow column {source!r} "
+                "from the batch, or make the column GENERATED BY DEFAULT AS IDENTITY"
+            )
         seen[target.name] = source
         targets.append(target)
     missing = [c for c in table.columns if c.name not in seen and c.not_null and not c.fills_itself]
@@ -474,19 +303,9 @@ def _arrow_type_for(typname: str) -> pa.DataType | None:
 
 
 def as_arrow(batch: Any) -> pa.Table | pa.RecordBatch:
-    """A pyarrow Table or RecordBatch for any accepted input (readers are read to the end)."""
-    if isinstance(batch, pa.Table | pa.RecordBatch):
-        return batch
-    if isinstance(batch, pa.RecordBatchReader):
-        return batch.read_all()
-    if hasattr(batch, "__arrow_c_stream__"):
-        return pa.table(batch)
-    if hasattr(batch, "__arrow_c_array__"):
-        return pa.record_batch(batch)
-    raise ConfigError(
-        f"a batch must be a pyarrow Table, RecordBatch or RecordBatchReader (or export the Arrow "
-        f"PyCapsule interface), not {type(batch).__name__}; from Spark use DataFrame.toArrow()"
-    )
+    """A pyarrow Table or RecordBatch for any accepted input (`laminar._input.materialize`: a
+    stream is read once, to the end)."""
+    return materialize(batch)
 
 
 def check_not_null(table: TableInfo, plan: CopyPlan, data: pa.Table | pa.RecordBatch) -> None:

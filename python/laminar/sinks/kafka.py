@@ -41,6 +41,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from laminar._core import PreparedTxnState, check_kafka_schema, encode_kafka
 from laminar._faults import crash_point
+from laminar._input import check_epoch, materialize
 from laminar._redact import redact_config, redact_text
 from laminar._settings import Setting, is_deferred, resolve, resolve_mapping
 from laminar._types import ArrowData
@@ -82,7 +83,10 @@ HEADER_SINK = "laminar.sink"
 #: Header carrying the epoch (decimal text) on every record.
 HEADER_EPOCH = "laminar.epoch"
 
-_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+#: Printable ASCII only: a NUL or non-ASCII transactional id passes librdkafka's checks but fails
+#: every transactional request, as a retriable error, forever.
+_TRANSACTIONAL_ID = re.compile(r"[\x20-\x7e]+")
 _CHUNK_ROWS = 65_536
 _TXN_CALLS = frozenset({"commit_transaction", "abort_transaction", "init_transactions"})
 _IGNORED_DELIVERY_CODES = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
@@ -244,15 +248,22 @@ class KafkaSink(TransactionalSink):
             not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip()
         ):
             raise ConfigError("KafkaSink needs bootstrap_servers, e.g. 'broker1:9092,broker2:9092'")
-        if not isinstance(topic, str) or not _TOPIC_NAME.match(topic):
+        if not isinstance(topic, str) or not _TOPIC_NAME.fullmatch(topic) or topic in (".", ".."):
             raise ConfigError(
                 f"KafkaSink topic {topic!r} is not a valid Kafka topic name (1-249 characters "
-                "of a-z A-Z 0-9 . _ -)"
+                "of a-z A-Z 0-9 . _ -, and not '.' or '..')"
             )
         if not isinstance(transactional_id, str) or not transactional_id.strip():
             raise ConfigError(
                 "KafkaSink needs a transactional_id: a name that stays the same across restarts "
                 "(e.g. 'orders-sink'), unique per writer"
+            )
+        if not _TRANSACTIONAL_ID.fullmatch(transactional_id):
+            raise ConfigError(
+                f"KafkaSink transactional_id {transactional_id!r} has a character outside "
+                "printable ASCII (letters, digits, punctuation, space): brokers and clients do "
+                "not agree on other characters, and every epoch would fail. Choose an ASCII name "
+                "(e.g. 'orders-sink')"
             )
         if value_format not in ("json", "raw"):
             raise ConfigError(f"value_format must be 'json' or 'raw', not {value_format!r}")
@@ -376,13 +387,22 @@ class KafkaSink(TransactionalSink):
         rt = self._rt or _Runtime()
         self._rt = rt
         rt.fenced = None
-        self._open_consumer(rt)
-        self._open_producer(rt)
-        last = self._read_last_committed(rt)
+        try:
+            self._open_consumer(rt)
+            self._open_producer(rt)
+            last = self._read_last_committed(rt)
+        except FatalError as err:
+            if not isinstance(err, FencedError):
+                # Unreachable brokers, bad credentials, a missing topic: the clients would
+                # otherwise go on reconnecting (and logging) in the background until close().
+                # The next call opens new ones.
+                self._release_clients(rt)
+            raise
         self._settle_after_reinit(last)
 
     def begin_transaction(self, epoch: int) -> bool:
         """Open the epoch's transaction; False (nothing opened) if the epoch is committed."""
+        epoch = check_epoch(epoch, sink_id=self.sink_id)
         rt = self._live()
         if self.tracker.state.name == "Failed":
             self.recover()
@@ -416,17 +436,18 @@ class KafkaSink(TransactionalSink):
         rt = self._live()
         epoch = self._open_epoch("write")
         try:
-            schema = _schema_of(batch)
-            if schema is not None:
-                check_kafka_schema(
-                    schema,
-                    value_format=self._value_format,  # type: ignore[arg-type]
-                    key=self._key,
-                    value_column=self._value_column,
-                )
+            # A stream is read once, here: a retry of this call then fails loudly (a spent
+            # reader is refused) instead of writing nothing (laminar._input).
+            data = materialize(batch)
+            check_kafka_schema(
+                data.schema,
+                value_format=self._value_format,  # type: ignore[arg-type]
+                key=self._key,
+                value_column=self._value_column,
+            )
             first = True
             row = 0
-            for chunk in _arrow_chunks(batch):
+            for chunk in _arrow_chunks(data):
                 records = encode_kafka(
                     chunk,
                     value_format=self._value_format,  # type: ignore[arg-type]
@@ -480,6 +501,7 @@ class KafkaSink(TransactionalSink):
 
     def commit_transaction(self, epoch: int) -> None:
         """Commit the epoch's records and its marker atomically (from Active: one phase)."""
+        epoch = check_epoch(epoch, sink_id=self.sink_id)
         rt = self._live()
         state = self.tracker.state
         if state.name in ("Active", "Prepared") and state.epoch != epoch:
@@ -514,6 +536,7 @@ class KafkaSink(TransactionalSink):
 
     def abort_transaction(self, epoch: int) -> None:
         """Discard the epoch's records (and its marker)."""
+        epoch = check_epoch(epoch, sink_id=self.sink_id)
         rt = self._live()
         if self.tracker.state.name == "Idle":
             # Opening a new producer (after one was given up) aborted the epoch already.
@@ -1253,34 +1276,14 @@ def _highest_epoch(records: Any, sink_id: str) -> int | None:
     return best
 
 
-def _schema_of(batch: ArrowData) -> Any:
-    return getattr(batch, "schema", None)
-
-
-def _arrow_chunks(batch: ArrowData) -> Iterator[Any]:
-    """The batch in slices of at most ``_CHUNK_ROWS`` rows (zero-copy), so that encoding holds
+def _arrow_chunks(data: pa.Table | pa.RecordBatch) -> Iterator[Any]:
+    """``data`` in slices of at most ``_CHUNK_ROWS`` rows (zero-copy), so that encoding holds
     one slice's payloads at a time whatever the batch size."""
-    if isinstance(batch, (pa.Table, pa.RecordBatch)):
-        if batch.num_rows <= _CHUNK_ROWS:
-            yield batch
-            return
-        for offset in range(0, batch.num_rows, _CHUNK_ROWS):
-            yield batch.slice(offset, _CHUNK_ROWS)
+    if data.num_rows <= _CHUNK_ROWS:
+        yield data
         return
-    if isinstance(batch, pa.RecordBatchReader):
-        for record_batch in batch:
-            yield from _arrow_chunks(record_batch)
-        return
-    if hasattr(batch, "__arrow_c_stream__"):
-        yield from _arrow_chunks(pa.RecordBatchReader.from_stream(batch))
-        return
-    if hasattr(batch, "__arrow_c_array__"):
-        yield from _arrow_chunks(pa.record_batch(batch))
-        return
-    raise ConfigError(
-        f"KafkaSink.write takes Arrow data (a pyarrow Table, RecordBatch or RecordBatchReader, "
-        f"or an object with __arrow_c_stream__ / __arrow_c_array__), not {type(batch).__name__}"
-    )
+    for offset in range(0, data.num_rows, _CHUNK_ROWS):
+        yield data.slice(offset, _CHUNK_ROWS)
 
 
 def _known(config: Mapping[str, Any] | None) -> Mapping[str, Any] | None:

@@ -40,6 +40,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from laminar._core import PreparedTxnState
 from laminar._faults import crash_point
+from laminar._input import check_epoch, materialize
 from laminar._redact import redact_dsn, redact_text
 from laminar._settings import Setting, is_deferred, resolve
 from laminar._types import ArrowData
@@ -67,10 +68,10 @@ from laminar.sinks._pg_steps import (
     CopyPlan,
     PreparedTransaction,
     TableInfo,
-    as_arrow,
     claim_epoch,
     committed_epoch,
     copy_batch,
+    current_table,
     list_prepared,
     load_table,
     plan_copy,
@@ -115,6 +116,7 @@ class PostgresSink(TransactionalSink):
     _runtime_attrs: ClassVar[tuple[str, ...]] = (
         "_conn",
         "_table_info",
+        "_table_checked",
         "_plan",
         "_ready",
         "_pending_decision",
@@ -169,7 +171,9 @@ class PostgresSink(TransactionalSink):
         super().__init__(sink_id)
         self._conn: psycopg.Connection[Any] | None = None
         self._table_info: TableInfo | None = None
-        self._plan: tuple[pa.Schema, CopyPlan] | None = None
+        #: Whether the open transaction holds the table's lock and checked its definition.
+        self._table_checked = False
+        self._plan: tuple[pa.Schema, TableInfo, CopyPlan] | None = None
         self._ready: bool | None = None
         self._pending_decision: str | None = None
         self._prepared_gid: str | None = None
@@ -428,9 +432,10 @@ class PostgresSink(TransactionalSink):
     def begin_transaction(self, epoch: int) -> bool:
         """Open ``epoch``'s transaction and claim the epoch; False (nothing open) if the sink id
         already committed it — then nothing must be written."""
+        epoch = check_epoch(epoch, sink_id=self.sink_id)
         if self.transaction_state.name == "Failed":
             self.recover()
-        if self.transaction_state.name != "Idle" or epoch < 0:
+        if self.transaction_state.name != "Idle":
             self.tracker.begin(epoch)  # raises IllegalStateError, changing nothing
         last = self.tracker.last_committed_epoch
         if last is not None and epoch <= last:
@@ -452,6 +457,7 @@ class PostgresSink(TransactionalSink):
             return self._skip(epoch, current)
         crash_point("postgres.after_claim")
         self.tracker.begin(epoch)
+        self._table_checked = False
         self._epoch_rows = self._epoch_bytes = 0
         self._prepare_sent = None
         return True
@@ -484,21 +490,31 @@ class PostgresSink(TransactionalSink):
         epoch = state.epoch
         conn = self._epoch_connection(epoch)
         try:
-            data = as_arrow(batch)
-            plan = self._plan_for(data.schema)
+            # A stream is read once, here: a retry of this call then fails loudly (a spent
+            # reader is refused) instead of writing nothing (laminar._input).
+            data = materialize(batch)
+            if not self._table_checked:
+                self._table_info = self._checked_table(conn)
+                self._table_checked = True
+            table = self._table()
             rows, nbytes = copy_batch(
-                conn, self._table(), plan, data, slice_bytes=self._slice_bytes
+                conn,
+                table,
+                self._plan_for(table, data.schema),
+                data,
+                slice_bytes=self._slice_bytes,
             )
-        except (ConfigError, DataError) as e:
+        except (ConfigError, DataError, AuthorizationError) as e:
             self._abort_after_error()
             if e.epoch is None and e.sink_id is None:
                 e.sink_id, e.epoch = self.sink_id, epoch
             raise
         except psycopg.Error as e:
-            error = self._err(e, f"writing to {self._table().display}", epoch)
+            error = self._err(e, f"writing to {self._shown_table()}", epoch)
+            # Whatever the server refused (a type, a column, a lost connection), the next epoch
+            # reads the table's definition again rather than trusting the cached one.
+            self._table_info = None
             self._plan = None
-            if isinstance(error, ConfigError):  # the table changed under us: re-read it
-                self._ready = None
             if not isinstance(error, AbortableError):
                 self._abort_after_error()
             raise error from e
@@ -514,12 +530,33 @@ class PostgresSink(TransactionalSink):
             )
         return self._table_info
 
-    def _plan_for(self, schema: pa.Schema) -> CopyPlan:
+    def _shown_table(self) -> str:
+        info = self._table_info
+        return info.display if info is not None else self._table_name.display()
+
+    def _checked_table(self, conn: psycopg.Connection[Any]) -> TableInfo:
+        """The table as this transaction writes it: locked, its definition compared with the
+        cached one and read again when it changed (`_pg_steps.current_table`; the COPY plan
+        follows: `_plan_for` re-plans for a new definition)."""
+        cached = self._table_info
+        info = current_table(conn, cached, self._table_name, self._where())
+        if info is not cached:
+            if cached is not None:
+                log.warning(
+                    "sink %s: the definition of table %s changed since it was read; writing "
+                    "with the new one",
+                    self.sink_id,
+                    info.display,
+                )
+            self._check_table(info)
+        return info
+
+    def _plan_for(self, table: TableInfo, schema: pa.Schema) -> CopyPlan:
         cached = self._plan
-        if cached is not None and cached[0].equals(schema):
-            return cached[1]
-        plan = plan_copy(self._table(), schema, self._columns)
-        self._plan = (schema, plan)
+        if cached is not None and cached[1] is table and cached[0].equals(schema):
+            return cached[2]
+        plan = plan_copy(table, schema, self._columns)
+        self._plan = (schema, table, plan)
         return plan
 
     def _finish_epoch(self, epoch: int) -> None:
@@ -584,6 +621,7 @@ class PostgresSink(TransactionalSink):
         A lost connection during the commit raises `InDoubtError`; ask `recover()` for the
         outcome (it reads ``laminar.sink_epochs``), never abort blindly.
         """
+        epoch = check_epoch(epoch, sink_id=self.sink_id)
         state = self.transaction_state
         if state.name == "Prepared" and state.epoch == epoch:
             self._commit_prepared_epoch(epoch)
@@ -668,6 +706,7 @@ class PostgresSink(TransactionalSink):
     def abort_transaction(self, epoch: int) -> None:
         """Discard the epoch's transaction (``ROLLBACK``, or ``ROLLBACK PREPARED`` after a
         prepare). Aborting an epoch the sink already rolled back itself is a no-op."""
+        epoch = check_epoch(epoch, sink_id=self.sink_id)
         state = self.transaction_state
         if state.name == "Idle":
             record = self.tracker.record(epoch)
@@ -826,8 +865,25 @@ class PostgresSink(TransactionalSink):
 
     # -- for a coordinator: this sink's steps inside a transaction it owns ------------------------
 
+    def check_in_transaction(self, conn: psycopg.Connection[Any], schema: pa.Schema) -> None:
+        """Lock the table on ``conn`` (in its current transaction), check its definition (read
+        again if it changed) and plan the COPY of ``schema``: a `ConfigError` here comes before
+        any byte is sent anywhere. A coordinator calls it first, then `write_in_transaction`
+        with ``checked=True`` in the same transaction."""
+        try:
+            self._table_info = self._checked_table(conn)
+            self._plan_for(self._table_info, schema)
+        except psycopg.Error as e:
+            self._table_info = self._plan = None
+            raise self._err(e, f"checking table {self._shown_table()}") from e
+
     def write_in_transaction(
-        self, conn: psycopg.Connection[Any], epoch: int, batch: ArrowData
+        self,
+        conn: psycopg.Connection[Any],
+        epoch: int,
+        batch: ArrowData,
+        *,
+        checked: bool = False,
     ) -> int | None:
         """Claim ``epoch`` and COPY ``batch`` on ``conn``, in its current transaction, without
         committing; return the rows written, or None if this sink id already committed the epoch
@@ -836,27 +892,29 @@ class PostgresSink(TransactionalSink):
         For a coordinator that puts several Postgres sinks of one database — and its own decision
         rows — into ONE transaction: it commits (or prepares, or rolls back) ``conn`` itself. The
         sink's own connection and state are not touched. Run `init_transactions` once first (it
-        creates the metadata schema and registers the sink). Errors are mapped as for `write`.
+        creates the metadata schema and registers the sink). ``checked=True``: the caller ran
+        `check_in_transaction` in this transaction. Errors are mapped as for `write`.
         """
+        epoch = check_epoch(epoch, sink_id=self.sink_id)
         try:
-            if self._table_info is None:
-                self._table_info = load_table(conn, self._table_name, self._where())
-                self._check_table(self._table_info)
+            data = materialize(batch)
             if not claim_epoch(conn, self.sink_id, epoch):
                 return None
-            data = as_arrow(batch)
+            if not checked or self._table_info is None:
+                self._table_info = self._checked_table(conn)
+            table = self._table_info
             rows, nbytes = copy_batch(
                 conn,
-                self._table_info,
-                self._plan_for(data.schema),
+                table,
+                self._plan_for(table, data.schema),
                 data,
                 slice_bytes=self._slice_bytes,
             )
             record_epoch_totals(conn, self.sink_id, rows, nbytes)
         except psycopg.Error as e:
-            raise self._err(
-                e, f"writing epoch {epoch} to {self._table_name.display()}", epoch
-            ) from e
+            error = self._err(e, f"writing epoch {epoch} to {self._shown_table()}", epoch)
+            self._table_info = self._plan = None
+            raise error from e
         return rows
 
     # -- two-phase participants: listing and resolving -------------------------------------------

@@ -199,10 +199,10 @@ fn encode_kafka(
     let (mut value_bytes, mut key_bytes) = (0, 0);
     // Encode one chunk without the GIL, turn it into `bytes` with the GIL, reuse the buffer.
     while run_detached(py, || encoder.next_chunk(&mut chunk))? {
-        value_bytes += chunk.values.data.len();
+        value_bytes += chunk.values.data_len();
         push_payloads(py, &chunk.values, &mut values);
         if let (Some(out), Some(chunk_keys)) = (keys.as_mut(), chunk.keys.as_ref()) {
-            key_bytes += chunk_keys.data.len();
+            key_bytes += chunk_keys.data_len();
             push_payloads(py, chunk_keys, out);
         }
     }

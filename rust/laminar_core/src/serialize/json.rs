@@ -36,7 +36,7 @@ use base64::Engine as _;
 
 use super::text::{
     DateCache, unit_scale, write_date, write_decimal_i128, write_decimal_i256, write_duration,
-    write_int, write_json_f32, write_json_f64, write_json_str, write_time_of_day,
+    write_int, write_json_f16, write_json_f32, write_json_f64, write_json_str, write_time_of_day,
     write_timestamp_cached,
 };
 use crate::error::{CoreError, CoreResult};
@@ -187,7 +187,10 @@ impl JsonRowEncoder {
 
 fn column(array: &dyn Array, value: Box<dyn JsonValue>) -> JsonColumn {
     JsonColumn {
-        nulls: array.nulls().cloned(),
+        // Logical nulls: a null-typed array (Spark's `lit(None)`) has no validity bitmap yet
+        // every value is null, and a dictionary's nulls may sit in its values. `is_null` must
+        // say so, or a null key would be written as the text `null` instead of no key.
+        nulls: array.logical_nulls(),
         value,
     }
 }
@@ -384,7 +387,7 @@ impl<N: ArrowNativeType + itoa::Integer> JsonValue for IntValue<N> {
 struct F16Value(ScalarBuffer<half::f16>);
 impl JsonValue for F16Value {
     fn write(&self, idx: usize, out: &mut Vec<u8>) {
-        write_json_f32(out, self.0[idx].to_f32());
+        write_json_f16(out, self.0[idx]);
     }
 }
 

@@ -154,16 +154,20 @@ pub fn plan_kafka(schema: &Schema, options: &KafkaOptions) -> CoreResult<KafkaPl
     Ok(KafkaPlan { value, key })
 }
 
-/// The payloads of some rows: bytes back to back, per-row end offsets and (when any is null)
-/// per-row presence.
+/// The payloads of some rows: bytes back to back, per-row end offsets and per-row validity.
+///
+/// The fields are private so that the one invariant cannot be broken from outside: once any row
+/// is null, `valid` holds exactly one flag per row (`valid.len() == ends.len()`); before that it
+/// is `None` and every row is present. (An earlier "empty means all present" encoding could not
+/// tell "no null yet" from "materialised with zero rows", so a null first row read back as `b""`.)
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Payloads {
     /// All payloads back to back.
-    pub data: Vec<u8>,
+    data: Vec<u8>,
     /// End offset of each row's payload in `data` (row `i` is `ends[i-1]..ends[i]`).
-    pub ends: Vec<u32>,
-    /// Per row: `false` when the payload is null (`None` in Python). Empty means all present.
-    pub present: Vec<bool>,
+    ends: Vec<u32>,
+    /// Per row: `false` when the payload is null (`None` in Python); `None`: no row is null.
+    valid: Option<Vec<bool>>,
 }
 
 impl Payloads {
@@ -171,7 +175,7 @@ impl Payloads {
         Self {
             data: Vec::with_capacity(bytes),
             ends: Vec::with_capacity(rows),
-            present: Vec::new(),
+            valid: None,
         }
     }
 
@@ -180,11 +184,23 @@ impl Payloads {
         self.ends.len()
     }
 
+    /// Bytes of all payloads.
+    pub fn data_len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Number of null rows.
+    pub fn null_count(&self) -> usize {
+        self.valid
+            .as_ref()
+            .map_or(0, |v| v.iter().filter(|&&present| !present).count())
+    }
+
     /// Empties the payloads, keeping the buffers' capacity.
     pub fn clear(&mut self) {
         self.data.clear();
         self.ends.clear();
-        self.present.clear();
+        self.valid = None;
     }
 
     /// Whether there are no rows.
@@ -192,14 +208,33 @@ impl Payloads {
         self.ends.is_empty()
     }
 
-    /// Row `i`'s payload, `None` when null.
+    /// Row `i`'s payload, `None` when null (or when there is no row `i`).
     pub fn get(&self, i: usize) -> Option<&[u8]> {
-        if !self.present.is_empty() && !self.present.get(i).copied().unwrap_or(false) {
-            return None;
+        if let Some(valid) = &self.valid {
+            if !valid.get(i).copied().unwrap_or(false) {
+                return None;
+            }
         }
         let end = *self.ends.get(i)? as usize;
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        let start = match i.checked_sub(1) {
+            Some(previous) => *self.ends.get(previous)? as usize,
+            None => 0,
+        };
         self.data.get(start..end)
+    }
+
+    /// Appends a row whose payload is `bytes`.
+    #[inline]
+    pub fn push(&mut self, bytes: &[u8]) -> CoreResult<()> {
+        self.data.extend_from_slice(bytes);
+        self.finish_row()
+    }
+
+    /// Appends a row whose payload is written by `write` (into the shared buffer).
+    #[inline]
+    fn push_with(&mut self, write: impl FnOnce(&mut Vec<u8>)) -> CoreResult<()> {
+        write(&mut self.data);
+        self.finish_row()
     }
 
     #[inline]
@@ -208,21 +243,24 @@ impl Payloads {
             CoreError::Data("a single Kafka payload exceeds 4 GiB; split the row".into())
         })?;
         self.ends.push(end);
-        if !self.present.is_empty() {
-            self.present.push(true);
+        if let Some(valid) = self.valid.as_mut() {
+            valid.push(true);
         }
         Ok(())
     }
 
+    /// Appends a null row (`None` in Python: no key, or a tombstone value).
     #[inline]
-    fn push_null(&mut self) -> CoreResult<()> {
-        if self.present.is_empty() {
-            self.present = vec![true; self.ends.len()];
-        }
-        self.finish_row()?;
-        if let Some(last) = self.present.last_mut() {
-            *last = false;
-        }
+    pub fn push_null(&mut self) -> CoreResult<()> {
+        let rows = self.ends.len();
+        let valid = self.valid.get_or_insert_with(|| vec![true; rows]);
+        valid.push(false);
+        let end = self.ends.last().copied().unwrap_or(0);
+        self.ends.push(end);
+        debug_assert_eq!(
+            self.valid.as_ref().map_or(rows + 1, Vec::len),
+            self.ends.len()
+        );
         Ok(())
     }
 }
@@ -331,6 +369,12 @@ impl ByteColumn {
         }
     }
 
+    /// Whether row `i` is null (string and binary arrays: their validity bitmap).
+    #[inline]
+    fn is_null(&self, i: usize) -> bool {
+        self.array().is_null(i)
+    }
+
     fn array(&self) -> &dyn Array {
         match self {
             Self::Str(a) => a,
@@ -362,6 +406,7 @@ pub struct KafkaEncoder {
     batch: usize,
     row: usize,
     writers: Option<(ValueWriter, Option<KeyWriter>)>,
+    chunk_bytes: usize,
 }
 
 impl KafkaEncoder {
@@ -374,7 +419,15 @@ impl KafkaEncoder {
             batch: 0,
             row: 0,
             writers: None,
+            chunk_bytes: CHUNK_BYTES,
         }
+    }
+
+    /// Ends each chunk once its values reach `bytes` (default [`CHUNK_BYTES`]; at least one row
+    /// per chunk). Small values let tests put chunk boundaries anywhere.
+    pub fn with_chunk_bytes(mut self, bytes: usize) -> Self {
+        self.chunk_bytes = bytes.max(1);
+        self
     }
 
     /// Rows in all batches.
@@ -412,7 +465,8 @@ impl KafkaEncoder {
         Ok((value, key))
     }
 
-    /// Clears `chunk` and fills it with the next rows, up to about [`CHUNK_BYTES`] of values.
+    /// Clears `chunk` and fills it with the next rows, up to about [`CHUNK_BYTES`] of values
+    /// (see [`Self::with_chunk_bytes`]).
     /// Returns `false` (and leaves `chunk` empty) when every row has been encoded.
     pub fn next_chunk(&mut self, chunk: &mut RecordChunk) -> CoreResult<bool> {
         chunk.clear();
@@ -427,15 +481,13 @@ impl KafkaEncoder {
                 let row = self.row;
                 match value {
                     ValueWriter::Json(enc) => {
-                        enc.write_row(row, &mut chunk.values.data);
-                        chunk.values.finish_row()?;
+                        chunk.values.push_with(|out| enc.write_row(row, out))?;
                     }
                     ValueWriter::Raw(col) => {
-                        if col.array().is_null(row) {
+                        if col.is_null(row) {
                             chunk.values.push_null()?;
                         } else {
-                            chunk.values.data.extend_from_slice(col.value(row));
-                            chunk.values.finish_row()?;
+                            chunk.values.push(col.value(row))?;
                         }
                     }
                 }
@@ -445,7 +497,7 @@ impl KafkaEncoder {
                     }
                 }
                 self.row += 1;
-                if chunk.values.data.len() >= CHUNK_BYTES {
+                if chunk.values.data_len() >= self.chunk_bytes {
                     return Ok(true);
                 }
             }
@@ -472,19 +524,17 @@ pub fn encode_kafka(plan: &KafkaPlan, batches: &[RecordBatch]) -> CoreResult<Kaf
 fn write_key(writer: &KeyWriter, row: usize, keys: &mut Payloads) -> CoreResult<()> {
     match writer {
         KeyWriter::Bytes(col) => {
-            if col.array().is_null(row) {
+            if col.is_null(row) {
                 keys.push_null()
             } else {
-                keys.data.extend_from_slice(col.value(row));
-                keys.finish_row()
+                keys.push(col.value(row))
             }
         }
         KeyWriter::Json(col) => {
             if col.is_null(row) {
                 keys.push_null()
             } else {
-                col.write(row, &mut keys.data);
-                keys.finish_row()
+                keys.push_with(|out| col.write(row, out))
             }
         }
     }
@@ -501,8 +551,8 @@ fn new_chunk(plan: &KafkaPlan, remaining_rows: usize) -> RecordChunk {
 
 impl KafkaRecords {
     fn push(&mut self, chunk: RecordChunk) {
-        self.value_bytes += chunk.values.data.len();
-        self.key_bytes += chunk.keys.as_ref().map_or(0, |k| k.data.len());
+        self.value_bytes += chunk.values.data_len();
+        self.key_bytes += chunk.keys.as_ref().map_or(0, Payloads::data_len);
         self.chunks.push(chunk);
     }
 

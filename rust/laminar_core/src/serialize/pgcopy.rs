@@ -25,6 +25,7 @@ use arrow_buffer::{ArrowNativeType, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Schema, TimeUnit};
 
 use super::json::{JsonColumn, check_json_type};
+use super::text::{time_of_day_error, time_of_day_in_range, unit_scale};
 use crate::error::{CoreError, CoreResult};
 
 /// The COPY BINARY signature, flags and (empty) header extension.
@@ -349,6 +350,7 @@ pub struct CopyEncoder<'a> {
     started: bool,
     finished: bool,
     writers: Option<Vec<ColumnWriter>>,
+    chunk_bytes: usize,
 }
 
 impl<'a> CopyEncoder<'a> {
@@ -363,7 +365,15 @@ impl<'a> CopyEncoder<'a> {
             started: false,
             finished: false,
             writers: None,
+            chunk_bytes: CHUNK_BYTES,
         }
+    }
+
+    /// Ends each chunk once it reaches `bytes` (default [`CHUNK_BYTES`]; whole rows, at least
+    /// one per chunk). Small values let tests put chunk boundaries anywhere.
+    pub fn with_chunk_bytes(mut self, bytes: usize) -> Self {
+        self.chunk_bytes = bytes.max(1);
+        self
     }
 
     fn writers_for(plan: &CopyPlan, batch: &RecordBatch) -> CoreResult<Vec<ColumnWriter>> {
@@ -413,7 +423,7 @@ impl<'a> CopyEncoder<'a> {
                     }
                 }
                 self.row += 1;
-                if out.len() >= CHUNK_BYTES {
+                if out.len() >= self.chunk_bytes {
                     return Ok(true);
                 }
             }
@@ -709,21 +719,24 @@ fn build_scalar_value(column: &str, array: &ArrayRef, pg: PgType) -> CoreResult<
             }),
             _ => Err(bad()),
         },
+        // Times outside the day are refused as the JSON encoder refuses them (text.rs).
         PgType::Time => match array.data_type() {
             D::Time32(TimeUnit::Second) => fixed::<Time32SecondType, 8, _>(column, array, |s| {
-                Ok((i64::from(s) * 1_000_000).to_be_bytes())
+                pg_time(i64::from(s), TimeUnit::Second)
             }),
             D::Time32(TimeUnit::Millisecond) => {
                 fixed::<Time32MillisecondType, 8, _>(column, array, |ms| {
-                    Ok((i64::from(ms) * 1_000).to_be_bytes())
+                    pg_time(i64::from(ms), TimeUnit::Millisecond)
                 })
             }
             D::Time64(TimeUnit::Microsecond) => {
-                fixed::<Time64MicrosecondType, 8, _>(column, array, |us| Ok(us.to_be_bytes()))
+                fixed::<Time64MicrosecondType, 8, _>(column, array, |us| {
+                    pg_time(us, TimeUnit::Microsecond)
+                })
             }
             D::Time64(TimeUnit::Nanosecond) => {
                 fixed::<Time64NanosecondType, 8, _>(column, array, |ns| {
-                    Ok(ns.div_euclid(1_000).to_be_bytes())
+                    pg_time(ns, TimeUnit::Nanosecond)
                 })
             }
             _ => Err(bad()),
@@ -768,6 +781,18 @@ fn build_scalar_value(column: &str, array: &ArrayRef, pg: PgType) -> CoreResult<
             ))),
         },
     }
+}
+
+/// A time of day in `unit`s as PostgreSQL's `time` (microseconds; nanoseconds truncated), refused
+/// outside `00:00:00 ..= 24:00:00`.
+fn pg_time(value: i64, unit: TimeUnit) -> Result<[u8; 8], String> {
+    let (per_second, _) = unit_scale(unit);
+    if !time_of_day_in_range(value, per_second) {
+        return Err(time_of_day_error(value, unit));
+    }
+    Ok((value.div_euclid(per_second) * 1_000_000
+        + value.rem_euclid(per_second) * 1_000_000 / per_second)
+        .to_be_bytes())
 }
 
 #[inline]
@@ -841,12 +866,10 @@ impl PgValue for TextValue {
             // Byte length bounds the character count: count only when it could exceed.
             if bytes.len() > max {
                 let chars = bytes.iter().filter(|&&b| (b & 0xc0) != 0x80).count();
-                let trimmed = if self.type_name == "bpchar" {
-                    // bpchar drops trailing spaces beyond the length, as Postgres does.
-                    chars - bytes.iter().rev().take_while(|&&b| b == b' ').count()
-                } else {
-                    chars
-                };
+                // varchar(n) and char(n) both accept a longer string whose excess characters are
+                // all spaces: PostgreSQL truncates it to n (its varchar_input / bpchar_input,
+                // which COPY BINARY runs with the column's typmod).
+                let trimmed = chars - bytes.iter().rev().take_while(|&&b| b == b' ').count();
                 if trimmed > max {
                     return Err(format!(
                         "a string of {chars} characters does not fit PostgreSQL {}({max})",

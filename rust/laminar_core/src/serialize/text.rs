@@ -4,6 +4,7 @@
 //! output buffer has grown to its working size.
 
 use std::cell::Cell;
+use std::io::Write as _;
 
 /// How a byte is written inside a JSON string: 0 = as is, `b'u'` = `\u00XX`, other = `\` + byte.
 static JSON_ESCAPE: [u8; 256] = {
@@ -80,6 +81,37 @@ pub fn write_json_f32(out: &mut Vec<u8>, v: f32) {
     } else {
         write_non_finite(out, v.is_nan(), v > 0.0);
     }
+}
+
+/// [`write_json_f64`] for `f16`: the shortest decimal that reads back to the same `f16` (0.1 → `0.1`,
+/// not the `f32` text `0.099975586` of the same value). Shortest round-trip printers (zmij, ryu)
+/// have no 16-bit mode, so the digits are searched: an `f16` needs at most 5 significant digits,
+/// and a decimal of ≤ 5 digits reads back exactly through `f64`, so printing that `f64` with
+/// [`write_json_f64`] gives those digits in the usual notation.
+pub fn write_json_f16(out: &mut Vec<u8>, v: half::f16) {
+    let wide = v.to_f64();
+    if !v.is_finite() || wide == 0.0 {
+        write_json_f64(out, wide);
+        return;
+    }
+    for digits in 1..=5usize {
+        // `-6.5504e4` at most: a stack buffer, no allocation.
+        let mut buf = std::io::Cursor::new([0u8; 32]);
+        if write!(buf, "{:.*e}", digits - 1, wide).is_err() {
+            break;
+        }
+        let written = usize::try_from(buf.position()).unwrap_or(0);
+        let candidate = std::str::from_utf8(&buf.get_ref()[..written])
+            .ok()
+            .and_then(|text| text.parse::<f64>().ok());
+        if let Some(candidate) = candidate {
+            if half::f16::from_f64(candidate).to_bits() == v.to_bits() {
+                write_json_f64(out, candidate);
+                return;
+            }
+        }
+    }
+    write_json_f64(out, wide);
 }
 
 #[cold]
@@ -244,6 +276,24 @@ pub fn write_time_of_day(out: &mut Vec<u8>, secs_of_day: u32, frac: u32, frac_di
     out.push(b':');
     push2(out, secs_of_day % 60);
     push_fraction(out, frac, frac_digits);
+}
+
+/// Whether `value` (in units of `1/per_second` s since midnight) is a time of day PostgreSQL's
+/// `time` accepts: `00:00:00` to `24:00:00` inclusive. Arrow time32/time64 values outside that
+/// range are malformed input; every encoder refuses them the same way (a `DataError`), so that
+/// Kafka and PostgreSQL never disagree about a batch.
+#[inline]
+pub fn time_of_day_in_range(value: i64, per_second: i64) -> bool {
+    (0..=86_400 * per_second).contains(&value)
+}
+
+/// The reason a time of day is refused (for [`time_of_day_in_range`] failures).
+#[cold]
+pub fn time_of_day_error(value: i64, unit: arrow_schema::TimeUnit) -> String {
+    format!(
+        "time {value} ({unit:?}s since midnight) is outside the day: a time of day is \
+         00:00:00 to 24:00:00"
+    )
 }
 
 /// Units per second and fraction digits of an Arrow time unit.
