@@ -894,6 +894,13 @@ class KafkaSink(TransactionalSink):
             bootstrap_servers=self._bootstrap_servers,
             group_id=self.marker_group,
         )
+        # The marker is read as committed, without waiting for stability: with read_committed,
+        # librdkafka's committed() asks for stable offsets (KIP-447), and Apache Kafka answers
+        # UNSTABLE_OFFSET_COMMIT while a transaction holding a marker is open — so recovery's
+        # first read, made before its EndTxn completes that prepared transaction, would wait for
+        # the broker to abort it. Every write follows this instance's init_transactions, which
+        # returns once the previous transaction is complete, so reads that decide see it whole.
+        config["isolation.level"] = "read_uncommitted"
         try:
             rt.consumer = Consumer(config)
             rt.group_metadata = rt.consumer.consumer_group_metadata()
