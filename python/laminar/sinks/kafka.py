@@ -144,6 +144,7 @@ class _Runtime:
     def __init__(self) -> None:
         self.producer: Any = None
         self.consumer: Any = None
+        self.pre_init_reader: Any = None  # see KafkaSink._marker_reader
         self.group_metadata: Any = None
         self.fenced: FencedError | None = None
         # failures heard through callbacks
@@ -596,10 +597,11 @@ class KafkaSink(TransactionalSink):
     def _release_clients(self, rt: _Runtime) -> None:
         """Close the producer and the consumer; the next use opens new ones."""
         self._close_producer(rt)
-        if rt.consumer is not None:
-            with contextlib.suppress(KafkaException, RuntimeError):
-                rt.consumer.close()
-            rt.consumer = None
+        for consumer in (rt.consumer, rt.pre_init_reader):
+            if consumer is not None:
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    consumer.close()
+        rt.consumer = rt.pre_init_reader = None
         self._rt = None
 
     # -- producing ----------------------------------------------------------------------------
@@ -894,18 +896,35 @@ class KafkaSink(TransactionalSink):
             bootstrap_servers=self._bootstrap_servers,
             group_id=self.marker_group,
         )
-        # The marker is read as committed, without waiting for stability: with read_committed,
-        # librdkafka's committed() asks for stable offsets (KIP-447), and Apache Kafka answers
-        # UNSTABLE_OFFSET_COMMIT while a transaction holding a marker is open — so recovery's
-        # first read, made before its EndTxn completes that prepared transaction, would wait for
-        # the broker to abort it. Every write follows this instance's init_transactions, which
-        # returns once the previous transaction is complete, so reads that decide see it whole.
-        config["isolation.level"] = "read_uncommitted"
         try:
             rt.consumer = Consumer(config)
             rt.group_metadata = rt.consumer.consumer_group_metadata()
         except KafkaException as e:
             raise self._error(e, "init_transactions", None, rt) from e
+
+    def _marker_reader(self, rt: _Runtime) -> Any:
+        """The consumer that reads the marker: the marker group's own (``read_committed``: a
+        *stable* read, KIP-447) once this instance's producer is initialised; before that, one
+        that reads committed offsets as they stand (``read_uncommitted``: a pending offset is
+        not returned). Apache Kafka answers a stable read with UNSTABLE_OFFSET_COMMIT while a
+        transaction holding a marker is open, so recovery's first read — made before its EndTxn
+        completes that very prepared transaction — would wait until the broker aborts it, and
+        ``laminar status`` would hang on it. A read before init decides no write: every write
+        follows init_transactions, which returns once the previous transaction is complete."""
+        if rt.producer is not None:
+            return rt.consumer
+        if rt.pre_init_reader is None:
+            config = consumer_config(
+                self._producer_config,
+                bootstrap_servers=self._bootstrap_servers,
+                group_id=self.marker_group,
+            )
+            config["isolation.level"] = "read_uncommitted"
+            try:
+                rt.pre_init_reader = Consumer(config)
+            except KafkaException as e:
+                raise self._error(e, "init_transactions", None, rt) from e
+        return rt.pre_init_reader
 
     def _open_producer(self, rt: _Runtime) -> None:
         """A new producer: topic check, ``init_transactions`` (fences every older producer with
@@ -1006,12 +1025,13 @@ class KafkaSink(TransactionalSink):
 
     def _read_marker(self, rt: _Runtime) -> int | None:
         """The marker group's committed offset on (topic, 0): the last committed epoch."""
+        reader = self._marker_reader(rt)
         try:
-            (committed,) = rt.consumer.committed(
+            (committed,) = reader.committed(
                 [TopicPartition(self._topic, 0)], timeout=self._init_timeout_s
             )
         except KafkaException as e:
-            rt.consumer.poll(0)
+            reader.poll(0)
             raise self._error(e, "init_transactions", None, rt, hint="reading the marker") from e
         if committed.error is not None:
             raise self._error(
