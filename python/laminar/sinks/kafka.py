@@ -144,7 +144,6 @@ class _Runtime:
     def __init__(self) -> None:
         self.producer: Any = None
         self.consumer: Any = None
-        self.pre_init_reader: Any = None  # see KafkaSink._marker_reader
         self.group_metadata: Any = None
         self.fenced: FencedError | None = None
         # failures heard through callbacks
@@ -549,7 +548,11 @@ class KafkaSink(TransactionalSink):
         rt = self._rt or _Runtime()
         self._rt = rt
         self._open_consumer(rt)
-        return self._read_last_committed(rt)
+        last = self._read_last_committed(rt)
+        # Right after this instance's own commit the marker may not read back yet (the broker
+        # writes the transaction's markers after answering the commit).
+        known = self.tracker.last_committed_epoch
+        return known if known is not None and (last is None or known > last) else last
 
     def recover(self) -> int | None:
         """Resolve an in-doubt commit (state Failed) from the durable marker; return the last
@@ -597,11 +600,10 @@ class KafkaSink(TransactionalSink):
     def _release_clients(self, rt: _Runtime) -> None:
         """Close the producer and the consumer; the next use opens new ones."""
         self._close_producer(rt)
-        for consumer in (rt.consumer, rt.pre_init_reader):
-            if consumer is not None:
-                with contextlib.suppress(KafkaException, RuntimeError):
-                    consumer.close()
-        rt.consumer = rt.pre_init_reader = None
+        if rt.consumer is not None:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                rt.consumer.close()
+            rt.consumer = None
         self._rt = None
 
     # -- producing ----------------------------------------------------------------------------
@@ -896,35 +898,20 @@ class KafkaSink(TransactionalSink):
             bootstrap_servers=self._bootstrap_servers,
             group_id=self.marker_group,
         )
+        # The marker is read as committed, not waiting for stable offsets (KIP-447): under
+        # read_committed librdkafka's committed() asks for them, and Apache Kafka answers
+        # UNSTABLE_OFFSET_COMMIT while any transaction holding a marker of this group is open —
+        # so recovery's first read (and the watcher's, and `laminar status`), made before its
+        # EndTxn completes that very prepared transaction, would wait until the broker aborts it.
+        # A pending marker is not returned, so this never reports an epoch not committed. A read
+        # that decides a write follows init_transactions, which returns once the previous
+        # transaction is complete; `last_committed_epoch` adds what this instance committed.
+        config["isolation.level"] = "read_uncommitted"
         try:
             rt.consumer = Consumer(config)
             rt.group_metadata = rt.consumer.consumer_group_metadata()
         except KafkaException as e:
             raise self._error(e, "init_transactions", None, rt) from e
-
-    def _marker_reader(self, rt: _Runtime) -> Any:
-        """The consumer that reads the marker: the marker group's own (``read_committed``: a
-        *stable* read, KIP-447) once this instance's producer is initialised; before that, one
-        that reads committed offsets as they stand (``read_uncommitted``: a pending offset is
-        not returned). Apache Kafka answers a stable read with UNSTABLE_OFFSET_COMMIT while a
-        transaction holding a marker is open, so recovery's first read — made before its EndTxn
-        completes that very prepared transaction — would wait until the broker aborts it, and
-        ``laminar status`` would hang on it. A read before init decides no write: every write
-        follows init_transactions, which returns once the previous transaction is complete."""
-        if rt.producer is not None:
-            return rt.consumer
-        if rt.pre_init_reader is None:
-            config = consumer_config(
-                self._producer_config,
-                bootstrap_servers=self._bootstrap_servers,
-                group_id=self.marker_group,
-            )
-            config["isolation.level"] = "read_uncommitted"
-            try:
-                rt.pre_init_reader = Consumer(config)
-            except KafkaException as e:
-                raise self._error(e, "init_transactions", None, rt) from e
-        return rt.pre_init_reader
 
     def _open_producer(self, rt: _Runtime) -> None:
         """A new producer: topic check, ``init_transactions`` (fences every older producer with
@@ -1025,13 +1012,12 @@ class KafkaSink(TransactionalSink):
 
     def _read_marker(self, rt: _Runtime) -> int | None:
         """The marker group's committed offset on (topic, 0): the last committed epoch."""
-        reader = self._marker_reader(rt)
         try:
-            (committed,) = reader.committed(
+            (committed,) = rt.consumer.committed(
                 [TopicPartition(self._topic, 0)], timeout=self._init_timeout_s
             )
         except KafkaException as e:
-            reader.poll(0)
+            rt.consumer.poll(0)
             raise self._error(e, "init_transactions", None, rt, hint="reading the marker") from e
         if committed.error is not None:
             raise self._error(
