@@ -150,9 +150,10 @@ maven_jars() {
         local staging="$home.partial"
         rm -rf "$staging"
         mkdir -p "$staging"
-        # -B: no progress bars; -q: errors only. The local repository (~/.m2) caches the downloads.
-        mvn -q -B -Dstyle.color=never -f "$pom" dependency:copy-dependencies -DincludeScope=runtime \
-            -DoutputDirectory="$staging/$subdir" >&2
+        # -B: no progress bars; -q: errors only (Maven 3.8 still prints colour resets: dropped).
+        # The local repository (~/.m2) caches the downloads.
+        mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime \
+            -DoutputDirectory="$staging/$subdir" 2>&1 | sed 's/\x1b\[[0-9;]*m//g' >&2
         echo "$want" >"$staging/.pom-sha256"
         rm -rf "$home"
         mv "$staging" "$home"

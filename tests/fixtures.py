@@ -175,6 +175,14 @@ class Servers:
             self._capabilities = probe_broker(self.broker().bootstrap_servers)
         return self._capabilities
 
+    def strict_capabilities(self) -> BrokerCapabilities:
+        """The session broker's capabilities; on the embedded Apache Kafka, every one or fail."""
+        capabilities = self.capabilities()
+        if isinstance(self.broker(), KafkaBroker) and capabilities.missing():
+            message = f"Apache Kafka failed its capability probe:\n{capabilities}"
+            pytest.fail(message, pytrace=False)
+        return capabilities
+
     def tansu(self) -> TansuBroker:
         if self._tansu is None:
             broker = TansuBroker(log_path=self.log_dir / "tansu.log")
@@ -347,10 +355,7 @@ def broker_capabilities(laminar_servers: Servers) -> BrokerCapabilities:
     """What the session's broker really does (probed once). On the embedded Apache Kafka every
     check must pass (else this fixture fails), so a test that relaxes an assertion by a
     capability is strict there; an external cluster is taken as probed."""
-    capabilities = laminar_servers.capabilities()
-    if isinstance(laminar_servers.broker(), KafkaBroker) and capabilities.missing():
-        pytest.fail(f"Apache Kafka failed its capability probe:\n{capabilities}", pytrace=False)
-    return capabilities
+    return laminar_servers.strict_capabilities()
 
 
 @pytest.fixture(scope="session")
@@ -391,18 +396,10 @@ class BrokerUnderTest:
 def broker_under_test(request: pytest.FixtureRequest) -> BrokerUnderTest:
     """The session's Apache Kafka broker, or Tansu when parametrized so (`on_both_brokers`):
     the compatibility subset runs once per broker, each with its own capabilities."""
-    name = getattr(request, "param", APACHE_KAFKA)
-    if name == TANSU:
-        return BrokerUnderTest(
-            TANSU,
-            request.getfixturevalue("tansu_broker"),
-            request.getfixturevalue("tansu_capabilities"),
-        )
-    return BrokerUnderTest(
-        APACHE_KAFKA,
-        request.getfixturevalue("kafka_broker"),
-        request.getfixturevalue("broker_capabilities"),
-    )
+    servers: Servers = request.config.stash[_SERVERS]
+    if getattr(request, "param", APACHE_KAFKA) == TANSU:
+        return BrokerUnderTest(TANSU, servers.tansu(), servers.tansu_capabilities())
+    return BrokerUnderTest(APACHE_KAFKA, servers.broker(), servers.strict_capabilities())
 
 
 @pytest.fixture(scope="session")

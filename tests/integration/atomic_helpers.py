@@ -36,8 +36,17 @@ def create_table(dsn: str, table: str) -> None:
 def make_group(
     bootstrap: str, topic: str, dsn: str, table: str, tid: str, **kw: Any
 ) -> laminar.ExactlyOnceWriter:
+    # A crash writer subprocess may be given a short transaction.timeout.ms (the transaction-
+    # timeout tests) through the environment.
+    timeout_ms = os.environ.get("LAMINAR_TEST_TRANSACTION_TIMEOUT_MS")
     kafka = laminar.KafkaSink(
-        bootstrap, topic, tid, key="id", commit_timeout_s=5.0, init_timeout_s=15.0
+        bootstrap,
+        topic,
+        tid,
+        key="id",
+        commit_timeout_s=5.0,
+        init_timeout_s=15.0,
+        transaction_timeout_ms=int(timeout_ms) if timeout_ms else None,
     )
     postgres = laminar.PostgresSink(dsn, table)
     kw.setdefault("retry_backoff_s", 0.1)

@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 import laminar
 from laminar.kafka_log import LogRecord, read_committed, read_partition
@@ -81,3 +81,50 @@ def consumer_values(
 
 def partition_log(bootstrap: str, topic: str, partition: int = 0) -> Any:
     return read_partition(bootstrap, topic, partition)
+
+
+def read_committed_to_end(bootstrap: str, topic: str, timeout: float = 30.0) -> list[bytes]:
+    """Every value a librdkafka ``read_committed`` consumer delivers from the start of each
+    partition of ``topic`` to its end (the broker's filtering of aborted records included):
+    the reader no one in this project wrote. Fails if a partition's end is not reached in time
+    (e.g. a transaction is still open and holds the last stable offset back)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        partitions = list(consumer.list_topics(topic, timeout=15).topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        pending, values = set(partitions), []
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            error = message.error()
+            if error is None:
+                values.append(message.value())
+            elif error.code() == KafkaError._PARTITION_EOF:
+                pending.discard(message.partition())
+        assert not pending, f"read_committed never reached the end of {topic}{sorted(pending)}"
+        return values
+    finally:
+        consumer.close()
+
+
+def assert_read_committed_exactly_once(bootstrap: str, topic: str, expected: set[int]) -> None:
+    """A librdkafka read_committed consumer sees every expected id once, and nothing else (no
+    record of an aborted attempt: every attempt writes the same ids, so one would show as a
+    duplicate)."""
+    counts = Counter(json.loads(value)["id"] for value in read_committed_to_end(bootstrap, topic))
+    duplicates = sorted(i for i, n in counts.items() if n > 1)
+    assert not duplicates, f"read_committed saw ids more than once: {duplicates[:10]}"
+    assert set(counts) == expected, (
+        f"read_committed: missing {sorted(expected - set(counts))[:10]}, "
+        f"unexpected {sorted(set(counts) - expected)[:10]}"
+    )

@@ -1,7 +1,7 @@
 """The atomic pair with its broker restarted (SIGTERM) or killed (SIGKILL) in the middle of a run:
-between epochs, while an epoch's records are in flight, and after the PostgreSQL decision. A
-durable broker (S3 storage) keeps its data across the restart. After recovery every record is in
-PostgreSQL once and among Kafka's committed records once.
+between epochs, while an epoch's records are in flight, and after the PostgreSQL decision. The
+test's own Apache Kafka broker keeps its data (its log directory) across the restart. After
+recovery every record is in PostgreSQL once and among Kafka's committed records once.
 
 What this guards: librdkafka's transactional calls can block past their timeout when the broker
 goes away under them (librdkafka #5456); the Kafka sink bounds every such call, gives the stuck
@@ -27,17 +27,22 @@ from tests.integration.atomic_helpers import (
 )
 
 #: A write that waits on a dead broker ends within commit_timeout_s (5 s in make_group) plus a
-#: grace period, per stuck call; the retries of one epoch fit well inside this bound.
+#: grace period, per stuck call; the retries of one epoch fit well inside this bound. The
+#: bounce itself (an Apache Kafka JVM restarting: 10-30 s on a loaded 2-core machine) happens
+#: inside the write in some tests and is not counted.
 BOUND_S = 60.0
 
 
-def bounce(broker: Any, how: str) -> None:
+def bounce(broker: Any, how: str) -> float:
+    """Restart (SIGTERM) or kill (SIGKILL) the broker and start it again; the seconds it took."""
+    started = time.monotonic()
     if how == "restart":
         broker.restart()
     else:
         broker.kill()
         time.sleep(0.5)
         broker.start()
+    return time.monotonic() - started
 
 
 @pytest.fixture
@@ -52,10 +57,12 @@ def durable(broker_factory: Callable[..., Any], postgres: Any, unique_name: Any)
     return broker, topic, table, dsn
 
 
-def timed_write(writer: laminar.ExactlyOnceWriter, epoch: int) -> laminar.EpochResult:
+def timed_write(
+    writer: laminar.ExactlyOnceWriter, epoch: int, bounces: list[float] | None = None
+) -> laminar.EpochResult:
     started = time.monotonic()
     result = writer.write_epoch(epoch, epoch_table(epoch))
-    elapsed = time.monotonic() - started
+    elapsed = time.monotonic() - started - sum(bounces or ())
     assert elapsed < BOUND_S, f"epoch {epoch} took {elapsed:.1f} s"
     return result
 
@@ -83,16 +90,15 @@ def test_broker_bounced_while_an_epoch_is_in_flight(
     writer = make_group(broker.bootstrap_servers, topic, pg_dsn, table, f"tid-{topic}", redo=redo)
     assert timed_write(writer, 0).committed
     real = KafkaSink.prepare_transaction
-    bounced: list[int] = []
+    bounced: list[float] = []
 
     def bounce_then_prepare(self: KafkaSink) -> Any:
         if not bounced:
-            bounced.append(1)
-            bounce(broker, how)
+            bounced.append(bounce(broker, how))
         return real(self)
 
     monkeypatch.setattr(KafkaSink, "prepare_transaction", bounce_then_prepare)
-    result = timed_write(writer, 1)
+    result = timed_write(writer, 1, bounced)
     monkeypatch.undo()
     assert bounced
     assert result.committed
@@ -114,11 +120,12 @@ def test_broker_killed_after_the_decision(
     assert timed_write(writer, 0).committed
     real = KafkaSink.commit_transaction
     bounced: list[int] = []
+    bounce_seconds: list[float] = []
 
     def kill_then_commit(self: KafkaSink, epoch: int) -> None:
         if not bounced:
             bounced.append(epoch)
-            bounce(broker, "kill")
+            bounce_seconds.append(bounce(broker, "kill"))
         real(self, epoch)
 
     monkeypatch.setattr(KafkaSink, "commit_transaction", kill_then_commit)
@@ -126,7 +133,7 @@ def test_broker_killed_after_the_decision(
     # The decided epoch may be left for recovery: completed below.
     with contextlib.suppress(laminar.LaminarError):
         writer.write_epoch(1, epoch_table(1))
-    assert time.monotonic() - started < BOUND_S
+    assert time.monotonic() - started - sum(bounce_seconds) < BOUND_S
     monkeypatch.undo()
     assert bounced == [1]
     # The next start (or Spark's replay of epoch 1) completes the decided epoch.

@@ -1,5 +1,7 @@
 """A KafkaSink writer killed with SIGKILL at each step of an epoch, then restarted: every row is
-committed exactly once (checked with laminar.kafka_log, so it holds on any broker).
+committed exactly once — among the committed records replayed by laminar.kafka_log (so it holds
+on any broker), and as a librdkafka read_committed consumer of Apache Kafka sees them (every
+committed record once, no record of the killed attempt).
 
 Each run kills the writer in epoch 1 (the point's 2nd occurrence; epoch 0 committed), restarts it
 to write epochs 0-3 again, and checks the committed records and the marker.
@@ -19,6 +21,7 @@ import pytest
 from tests.integration.kafka_helpers import (
     ROWS_PER_EPOCH,
     assert_exactly_once,
+    assert_read_committed_exactly_once,
     committed,
     make_sink,
     partition_log,
@@ -74,10 +77,9 @@ def test_a_writer_killed_mid_epoch_leaves_every_row_exactly_once(
     assert lines[1] == f"epoch 1: {expected_epoch_1}"
     assert lines[2:] == ["epoch 2: committed", "epoch 3: committed"]
 
-    records = committed(kafka_bootstrap, topic_name)
-    assert_exactly_once(
-        records, {e * 1000 + i for e in range(EPOCHS) for i in range(ROWS_PER_EPOCH)}
-    )
+    expected = {e * 1000 + i for e in range(EPOCHS) for i in range(ROWS_PER_EPOCH)}
+    assert_exactly_once(committed(kafka_bootstrap, topic_name), expected)
+    assert_read_committed_exactly_once(kafka_bootstrap, topic_name, expected)
     assert make_sink(kafka_bootstrap, topic_name, tid).last_committed_epoch() == EPOCHS - 1
     # after the flush the killed writer's epoch-1 records are on the broker: aborted (by the
     # restarted writer's init_transactions) or open, never committed

@@ -1,5 +1,7 @@
-"""laminar.kafka_log against the real broker: the control records it sees, and committed-only
-records whatever the broker's read_committed does."""
+"""laminar.kafka_log against the real brokers: the control records it sees, and committed-only
+records whatever the broker's read_committed does. Compatibility subset: every test runs on
+Apache Kafka and on Tansu, whose read_committed shows aborted records — kafka_log is what makes
+Laminar's own checks hold there."""
 
 from __future__ import annotations
 
@@ -8,10 +10,23 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from laminar.embedded import BrokerCapabilities
 from laminar.embedded._process import free_port
 from laminar.kafka_log import KafkaLogClient, KafkaLogError, read_committed, read_partition
+from tests.fixtures import BrokerUnderTest, on_both_brokers
 from tests.integration.kafka_helpers import consumer_values
+
+pytestmark = on_both_brokers
+
+
+@pytest.fixture
+def kafka_broker(broker_under_test: BrokerUnderTest) -> BrokerUnderTest:
+    """This module's broker: the broker under test (Apache Kafka, then Tansu)."""
+    return broker_under_test
+
+
+@pytest.fixture
+def kafka_bootstrap(broker_under_test: BrokerUnderTest) -> str:
+    return broker_under_test.bootstrap_servers
 
 
 def producer(bootstrap: str, tid: str, **extra: Any) -> Producer:
@@ -48,10 +63,7 @@ def test_control_records_sit_between_transactions(
 
 
 def test_aborted_records_are_never_committed_records(
-    kafka_broker: Any,
-    kafka_bootstrap: str,
-    topic_name: str,
-    broker_capabilities: BrokerCapabilities,
+    kafka_broker: BrokerUnderTest, kafka_bootstrap: str, topic_name: str
 ) -> None:
     kafka_broker.create_topic(topic_name, partitions=1)
     p = producer(kafka_bootstrap, f"tid-{topic_name}")
@@ -64,7 +76,7 @@ def test_aborted_records_are_never_committed_records(
     # Where the broker's read_committed does not filter aborted records (Tansu), kafka_log is
     # the only correct reader; where it does, both agree.
     seen = consumer_values(kafka_bootstrap, topic_name, 1, expect=4, timeout=3.0)
-    if broker_capabilities.hides_aborted_records:
+    if kafka_broker.capabilities.hides_aborted_records:
         assert seen == [b"kept-1", b"kept-2"]
     else:
         assert b"aborted-1" in seen

@@ -431,8 +431,8 @@ def answers_metadata(
 ) -> bool:
     """Whether the broker answers a metadata request (within 2 s); with ``need_brokers``, also
     whether the answer names at least one broker (a KRaft broker that has not registered with
-    its controller yet answers with none); with ``cluster_id``, whether it is that cluster (and
-    not another server that holds the port)."""
+    its controller yet answers with none) and every partition has a leader; with
+    ``cluster_id``, whether it is that cluster (and not another server that holds the port)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
@@ -444,7 +444,11 @@ def answers_metadata(
         return False
     if cluster_id is not None and metadata.cluster_id != cluster_id:
         return False
-    return bool(metadata.brokers) or not need_brokers
+    if not need_brokers:
+        return True
+    # Every partition led (after a restart, leaders come back shortly after the broker does).
+    partitions = [p for topic in metadata.topics.values() for p in topic.partitions.values()]
+    return bool(metadata.brokers) and all(p.leader >= 0 and p.error is None for p in partitions)
 
 
 def create_topic(

@@ -571,7 +571,11 @@ class KafkaSink(TransactionalSink):
         rt = self._rt or _Runtime()
         self._rt = rt
         self._open_consumer(rt)
-        return self._read_last_committed(rt)
+        last = self._read_last_committed(rt)
+        # Right after this instance's own commit the marker may not read back yet (the broker
+        # writes the transaction's markers after answering the commit).
+        known = self.tracker.last_committed_epoch
+        return known if known is not None and (last is None or known > last) else last
 
     def recover(self) -> int | None:
         """Resolve an in-doubt commit (state Failed) from the durable marker; return the last
@@ -917,6 +921,15 @@ class KafkaSink(TransactionalSink):
             bootstrap_servers=self._bootstrap_servers,
             group_id=self.marker_group,
         )
+        # The marker is read as committed, not waiting for stable offsets (KIP-447): under
+        # read_committed librdkafka's committed() asks for them, and Apache Kafka answers
+        # UNSTABLE_OFFSET_COMMIT while any transaction holding a marker of this group is open —
+        # so recovery's first read (and the watcher's, and `laminar status`), made before its
+        # EndTxn completes that very prepared transaction, would wait until the broker aborts it.
+        # A pending marker is not returned, so this never reports an epoch not committed. A read
+        # that decides a write follows init_transactions, which returns once the previous
+        # transaction is complete; `last_committed_epoch` adds what this instance committed.
+        config["isolation.level"] = "read_uncommitted"
         try:
             rt.consumer = Consumer(config)
             rt.group_metadata = rt.consumer.consumer_group_metadata()
