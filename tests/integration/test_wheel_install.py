@@ -21,7 +21,6 @@ import sys
 import zipfile
 from email.parser import Parser
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -57,13 +56,23 @@ def wheel() -> Path:
     return Path(path)
 
 
-def clean_env(venv: Path) -> dict[str, str]:
-    """The environment of a machine where laminar is only pip-installed: no Rust on PATH, no
-    repository on the import path, no build settings."""
+def run_in(
+    venv: Path, args: list[str], cwd: Path, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Runs ``venv``'s python with ``args`` as on a machine where laminar is only pip-installed:
+    no Rust on PATH, no repository on the import path, no build settings."""
     dropped = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CARGO_", "RUSTUP_", "MATURIN_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
     env["PATH"] = f"{venv / 'bin'}:{SYSTEM_PATH}"
-    return env
+    return subprocess.run(
+        [str(venv / "bin" / "python"), *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -72,20 +81,9 @@ def fresh_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = tmp_path_factory.mktemp("fresh") / "venv"
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", str(venv)], check=True, timeout=120)
-    install = subprocess.run(
-        [
-            str(venv / "bin" / "python"),
-            *("-m", "pip", "install", "--quiet", "--disable-pip-version-check"),
-            "--only-binary=:all:",  # nothing compiled on the way: a server has no toolchain
-            str(wheel),
-        ],
-        env=clean_env(venv),
-        cwd=venv,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    pip = ["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    # --only-binary: nothing compiled on the way, as on a server without a toolchain.
+    install = run_in(venv, [*pip, "--only-binary=:all:", str(wheel)], cwd=venv, timeout=600)
     assert install.returncode == 0, f"pip install {wheel.name} failed:\n{install.stderr[-4000:]}"
     return venv
 
@@ -124,28 +122,13 @@ def test_the_wheel_is_abi3_manylinux2014_with_runtime_dependencies_only(wheel: P
 
 
 def test_a_round_trip_from_the_wheel_in_a_fresh_virtualenv_is_exactly_once(
-    fresh_venv: Path,
-    kafka_broker: Any,
-    kafka_bootstrap: str,
-    pg_dsn: str,
-    unique_name: Any,
-    tmp_path: Path,
+    fresh_venv: Path, world: dict[str, str], tmp_path: Path
 ) -> None:
-    topic, table = unique_name("topic"), unique_name("tbl")
-    kafka_broker.create_topic(topic, partitions=2)
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE TABLE {table} (id bigint, name text, epoch bigint)")
-    tid = f"tid-{topic}"
-
-    args = [kafka_bootstrap, topic, pg_dsn, table, tid]
-    run = subprocess.run(
-        [str(fresh_venv / "bin" / "python"), str(ROUND_TRIP), *args],
-        env=clean_env(fresh_venv),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
+    bootstrap, topic, dsn, table, tid = (
+        world[k] for k in ("bootstrap", "topic", "dsn", "table", "tid")
+    )
+    run = run_in(
+        fresh_venv, [str(ROUND_TRIP), bootstrap, topic, dsn, table, tid], cwd=tmp_path, timeout=240
     )
     assert run.returncode == 0, f"round trip failed:\n{run.stderr[-4000:]}"
     report = json.loads(run.stdout.strip().splitlines()[-1])
@@ -164,21 +147,21 @@ def test_a_round_trip_from_the_wheel_in_a_fresh_virtualenv_is_exactly_once(
         for epoch in (0, 1)
         for i in range(ROWS_PER_EPOCH)
     ]
-    with psycopg.connect(pg_dsn) as conn:
+    with psycopg.connect(dsn) as conn:
         rows = conn.execute(f"SELECT id, name, epoch FROM {table} ORDER BY id").fetchall()
     assert rows == expected
 
-    records = read_committed(kafka_bootstrap, topic)
-    kafka = sorted(
+    kafka = [
+        (r.key, json.loads(r.value or b"null"), r.header("laminar.epoch"), r.header("laminar.sink"))
+        for r in read_committed(bootstrap, topic)
+    ]
+    wanted = [
         (
-            int(r.key or b""),
-            json.loads(r.value or b"null"),
-            r.header("laminar.epoch"),
-            r.header("laminar.sink"),
+            str(i).encode(),
+            {"id": i, "name": name, "epoch": epoch},
+            str(epoch).encode(),
+            tid.encode(),
         )
-        for r in records
-    )
-    assert kafka == [
-        (i, {"id": i, "name": name, "epoch": epoch}, str(epoch).encode(), tid.encode())
         for i, name, epoch in expected
     ]
+    assert sorted(kafka, key=repr) == sorted(wanted, key=repr)
