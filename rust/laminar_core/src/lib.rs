@@ -4,6 +4,7 @@
 //! `python` feature so that `cargo test` runs without an interpreter.
 
 pub mod epoch;
+pub mod kafka;
 pub mod error;
 pub mod prepared;
 pub mod recovery;
