@@ -4,8 +4,8 @@
 //! `python` feature so that `cargo test` runs without an interpreter.
 
 pub mod epoch;
-pub mod kafka;
 pub mod error;
+pub mod kafka;
 pub mod prepared;
 pub mod recovery;
 pub mod redo;

@@ -170,7 +170,13 @@ impl<T> Replay<T> {
 mod tests {
     use super::*;
 
-    fn txn(replay: &mut Replay<&'static str>, first: i64, pid: i64, epoch: i16, v: &[&'static str]) {
+    fn txn(
+        replay: &mut Replay<&'static str>,
+        first: i64,
+        pid: i64,
+        epoch: i16,
+        v: &[&'static str],
+    ) {
         let records = v.iter().enumerate().map(|(i, s)| (first + i as i64, *s));
         replay.data(pid, epoch, true, first + v.len() as i64 - 1, records);
     }

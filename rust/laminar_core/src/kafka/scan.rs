@@ -10,7 +10,7 @@
 use bytes::Bytes;
 use kafka_protocol::records::Record;
 
-use super::batch::{next_batch, Batch, Place};
+use super::batch::{Batch, Place, next_batch};
 use super::replay::{Outcome, Replay};
 use super::witness::Witness;
 use super::{KafkaError, KafkaResult};
@@ -61,8 +61,9 @@ pub enum Finished {
     Batches,
     /// Mode `replay`: the partition's records sorted into committed, aborted and open.
     Replay(Outcome<Record>),
-    /// Mode `witness`: the sink's highest committed epoch, if any.
-    Witness(Option<i64>),
+    /// Mode `witness`: the sink's highest committed epoch and the earliest timestamp of its
+    /// records, if any.
+    Witness(Option<(i64, i64)>),
 }
 
 impl PartitionScan {

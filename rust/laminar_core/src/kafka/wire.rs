@@ -8,12 +8,11 @@
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, EndTxnRequest, EndTxnResponse,
-    FetchRequest, FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse,
-    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse,
-    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
-    RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslAuthenticateResponse,
-    SaslHandshakeRequest, SaslHandshakeResponse,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, EndTxnRequest, EndTxnResponse, FetchRequest,
+    FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse, ListOffsetsRequest,
+    ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, RequestHeader, ResponseHeader,
+    SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
 };
 use kafka_protocol::messages::{fetch_request, list_offsets_request, metadata_request};
 use kafka_protocol::messages::{offset_commit_request, offset_fetch_request};
@@ -66,19 +65,27 @@ pub fn frame<R: Request>(
         .encode(&mut buf, R::header_version(version))
         .and_then(|()| request.encode(&mut buf, version))
         .map_err(|e| KafkaError::new(format!("could not encode request {}: {e:#}", R::KEY)))?;
-    let size = i32::try_from(buf.len() - 4)
-        .map_err(|_| KafkaError::new("request larger than 2 GiB"))?;
+    let size =
+        i32::try_from(buf.len() - 4).map_err(|_| KafkaError::new("request larger than 2 GiB"))?;
     buf[..4].copy_from_slice(&size.to_be_bytes());
     Ok(buf.to_vec())
 }
 
 /// The body of a response (the bytes after the size), checked against `correlation_id`.
-pub fn response<R: Request>(data: Bytes, version: i16, correlation_id: i32) -> KafkaResult<R::Response> {
+pub fn response<R: Request>(
+    data: Bytes,
+    version: i16,
+    correlation_id: i32,
+) -> KafkaResult<R::Response> {
     let mut buf = data;
     let what = |e: anyhow::Error| {
-        KafkaError::new(format!("the broker's answer to request {} (v{version}) does not decode: {e:#}", R::KEY))
+        KafkaError::new(format!(
+            "the broker's answer to request {} (v{version}) does not decode: {e:#}",
+            R::KEY
+        ))
     };
-    let header = ResponseHeader::decode(&mut buf, R::Response::header_version(version)).map_err(what)?;
+    let header =
+        ResponseHeader::decode(&mut buf, R::Response::header_version(version)).map_err(what)?;
     if header.correlation_id != correlation_id {
         return Err(KafkaError::new(format!(
             "the broker answered request {} out of order (correlation id {}, expected {correlation_id})",
@@ -113,8 +120,9 @@ pub fn api_ranges(response: &ApiVersionsResponse) -> Result<Vec<(i16, i16, i16)>
 /// Metadata for one topic, never creating it.
 pub fn metadata(topic: &str) -> MetadataRequest {
     MetadataRequest::default()
-        .with_topics(Some(vec![metadata_request::MetadataRequestTopic::default()
-            .with_name(Some(text(topic).into()))]))
+        .with_topics(Some(vec![
+            metadata_request::MetadataRequestTopic::default().with_name(Some(text(topic).into())),
+        ]))
         .with_allow_auto_topic_creation(false)
 }
 
@@ -141,7 +149,11 @@ pub fn topic_metadata(response: &MetadataResponse, topic: &str) -> TopicMetadata
         error_code: 3, // UNKNOWN_TOPIC_OR_PARTITION unless the answer names it
         partitions: Vec::new(),
     };
-    if let Some(t) = response.topics.iter().find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic)) {
+    if let Some(t) = response
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
+    {
         out.error_code = t.error_code;
         out.partitions = t
             .partitions
@@ -165,9 +177,11 @@ pub fn list_offsets(topic: &str, partitions: &[i32], timestamp: i64) -> ListOffs
         .collect();
     ListOffsetsRequest::default()
         .with_replica_id((-1).into())
-        .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
-            .with_name(text(topic).into())
-            .with_partitions(parts)])
+        .with_topics(vec![
+            list_offsets_request::ListOffsetsTopic::default()
+                .with_name(text(topic).into())
+                .with_partitions(parts),
+        ])
 }
 
 /// `(partition, error code, offset)` of a ListOffsets answer for `topic`.
@@ -182,19 +196,29 @@ pub fn offsets(response: &ListOffsetsResponse, topic: &str) -> Vec<(i32, i16, i6
 }
 
 /// Fetch (isolation READ_UNCOMMITTED: the replay decides) of one partition from `offset`.
-pub fn fetch(topic: &str, partition: i32, offset: i64, max_bytes: i32, max_wait_ms: i32) -> FetchRequest {
+pub fn fetch(
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    max_bytes: i32,
+    max_wait_ms: i32,
+) -> FetchRequest {
     FetchRequest::default()
         .with_replica_id((-1).into())
         .with_max_wait_ms(max_wait_ms)
-        .with_min_bytes(1)
+        .with_min_bytes(0)
         .with_max_bytes(max_bytes)
         .with_isolation_level(0)
-        .with_topics(vec![fetch_request::FetchTopic::default()
-            .with_topic(text(topic).into())
-            .with_partitions(vec![fetch_request::FetchPartition::default()
-                .with_partition(partition)
-                .with_fetch_offset(offset)
-                .with_partition_max_bytes(max_bytes)])])
+        .with_topics(vec![
+            fetch_request::FetchTopic::default()
+                .with_topic(text(topic).into())
+                .with_partitions(vec![
+                    fetch_request::FetchPartition::default()
+                        .with_partition(partition)
+                        .with_fetch_offset(offset)
+                        .with_partition_max_bytes(max_bytes),
+                ]),
+        ])
 }
 
 /// One partition of a Fetch answer.
@@ -209,18 +233,25 @@ pub struct FetchedPartition {
 }
 
 /// `topic[partition]` in a Fetch answer.
-pub fn fetched(response: FetchResponse, topic: &str, partition: i32) -> KafkaResult<FetchedPartition> {
+pub fn fetched(
+    response: FetchResponse,
+    topic: &str,
+    partition: i32,
+) -> KafkaResult<FetchedPartition> {
     if response.error_code != 0 {
         return Ok(FetchedPartition {
             error_code: response.error_code,
             ..FetchedPartition::default()
         });
     }
+    let mut seen = Vec::new();
     for t in response.responses {
         if t.topic.0.as_str() != topic {
+            seen.push(format!("{:?}/{}", t.topic.0.as_str(), t.topic_id));
             continue;
         }
         for p in t.partitions {
+            seen.push(format!("{topic}[{}]", p.partition_index));
             if p.partition_index == partition {
                 return Ok(FetchedPartition {
                     error_code: p.error_code,
@@ -230,7 +261,9 @@ pub fn fetched(response: FetchResponse, topic: &str, partition: i32) -> KafkaRes
             }
         }
     }
-    Err(KafkaError::new(format!("{topic}[{partition}]: the Fetch answer does not name it")))
+    Err(KafkaError::new(format!(
+        "{topic}[{partition}]: the Fetch answer does not name it (it names {seen:?})"
+    )))
 }
 
 /// FindCoordinator for a group (`key_type` 0) or a transactional id (1).
@@ -264,7 +297,12 @@ pub fn coordinator(response: &FindCoordinatorResponse) -> (i16, Option<String>, 
 }
 
 /// EndTxn: commit or abort the transaction `producer_id`/`producer_epoch` of `transactional_id`.
-pub fn end_txn(transactional_id: &str, producer_id: i64, producer_epoch: i16, commit: bool) -> EndTxnRequest {
+pub fn end_txn(
+    transactional_id: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+) -> EndTxnRequest {
     EndTxnRequest::default()
         .with_transactional_id(text(transactional_id).into())
         .with_producer_id(producer_id.into())
@@ -281,13 +319,19 @@ pub fn end_txn_error(response: &EndTxnResponse) -> i16 {
 pub fn offset_fetch(group: &str, topic: &str, partition: i32) -> OffsetFetchRequest {
     OffsetFetchRequest::default()
         .with_group_id(text(group).into())
-        .with_topics(Some(vec![offset_fetch_request::OffsetFetchRequestTopic::default()
-            .with_name(text(topic).into())
-            .with_partition_indexes(vec![partition])]))
+        .with_topics(Some(vec![
+            offset_fetch_request::OffsetFetchRequestTopic::default()
+                .with_name(text(topic).into())
+                .with_partition_indexes(vec![partition]),
+        ]))
 }
 
 /// `(error code, committed offset (-1: none), metadata)` of an OffsetFetch answer.
-pub fn committed(response: &OffsetFetchResponse, topic: &str, partition: i32) -> (i16, i64, Option<String>) {
+pub fn committed(
+    response: &OffsetFetchResponse,
+    topic: &str,
+    partition: i32,
+) -> (i16, i64, Option<String>) {
     if response.error_code != 0 {
         return (response.error_code, -1, None);
     }
@@ -298,7 +342,11 @@ pub fn committed(response: &OffsetFetchResponse, topic: &str, partition: i32) ->
         .flat_map(|t| t.partitions.iter())
         .find(|p| p.partition_index == partition)
         .map_or((0, -1, None), |p| {
-            (p.error_code, p.committed_offset, p.metadata.as_ref().map(ToString::to_string))
+            (
+                p.error_code,
+                p.committed_offset,
+                p.metadata.as_ref().map(ToString::to_string),
+            )
         })
 }
 
@@ -317,12 +365,16 @@ pub fn offset_commit(
         .with_generation_id_or_member_epoch(-1)
         .with_member_id(StrBytes::from_static_str(""))
         .with_retention_time_ms(retention_ms)
-        .with_topics(vec![offset_commit_request::OffsetCommitRequestTopic::default()
-            .with_name(text(topic).into())
-            .with_partitions(vec![offset_commit_request::OffsetCommitRequestPartition::default()
-                .with_partition_index(partition)
-                .with_committed_offset(offset)
-                .with_committed_metadata(Some(text(metadata)))])])
+        .with_topics(vec![
+            offset_commit_request::OffsetCommitRequestTopic::default()
+                .with_name(text(topic).into())
+                .with_partitions(vec![
+                    offset_commit_request::OffsetCommitRequestPartition::default()
+                        .with_partition_index(partition)
+                        .with_committed_offset(offset)
+                        .with_committed_metadata(Some(text(metadata))),
+                ]),
+        ])
 }
 
 /// The error code of `topic[partition]` in an OffsetCommit answer.
@@ -343,7 +395,11 @@ pub fn sasl_handshake(mechanism: &str) -> SaslHandshakeRequest {
 
 /// `(error code, mechanisms the broker enables)`.
 pub fn handshake(response: &SaslHandshakeResponse) -> (i16, Vec<String>) {
-    let mechanisms = response.mechanisms.iter().map(ToString::to_string).collect();
+    let mechanisms = response
+        .mechanisms
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     (response.error_code, mechanisms)
 }
 

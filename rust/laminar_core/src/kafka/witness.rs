@@ -34,7 +34,7 @@ pub fn epoch_of(record: &Record, sink_id: &str) -> Option<i64> {
 #[derive(Debug, Clone)]
 pub struct Witness {
     sink_id: String,
-    replay: Replay<i64>,
+    replay: Replay<(i64, i64)>,
 }
 
 impl Witness {
@@ -61,7 +61,7 @@ impl Witness {
                 let ours = batch
                     .records
                     .iter()
-                    .filter_map(|r| epoch_of(r, sink_id).map(|e| (r.offset, e)));
+                    .filter_map(|r| epoch_of(r, sink_id).map(|e| (r.offset, (e, r.timestamp))));
                 self.replay.data(
                     batch.producer_id,
                     batch.producer_epoch,
@@ -73,8 +73,17 @@ impl Witness {
         }
     }
 
-    /// The highest epoch among the sink's committed records seen, if any.
-    pub fn highest(self) -> Option<i64> {
-        self.replay.finish().committed.into_iter().map(|(_, e)| e).max()
+    /// The highest epoch among the sink's committed records seen, if any, with the earliest
+    /// timestamp among that epoch's records: every record of a later epoch was produced after
+    /// them (a later epoch begins after this one committed).
+    pub fn highest(self) -> Option<(i64, i64)> {
+        let committed = self.replay.finish().committed;
+        let epoch = committed.iter().map(|(_, (e, _))| *e).max()?;
+        let since = committed
+            .iter()
+            .filter(|(_, (e, _))| *e == epoch)
+            .map(|(_, (_, ts))| *ts)
+            .min()?;
+        Some((epoch, since))
     }
 }

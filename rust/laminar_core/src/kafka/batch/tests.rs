@@ -48,7 +48,11 @@ pub(crate) fn record(offset: i64, value: &str, sink: Option<(&str, i64)>) -> Rec
     }
 }
 
-fn compress(plain: &mut BytesMut, out: &mut BytesMut, compression: Compression) -> anyhow::Result<()> {
+fn compress(
+    plain: &mut BytesMut,
+    out: &mut BytesMut,
+    compression: Compression,
+) -> anyhow::Result<()> {
     match compression {
         Compression::None => out.extend_from_slice(plain),
         Compression::Gzip => Gzip::compress(out, |b| Ok(b.extend_from_slice(plain)))?,
@@ -73,8 +77,13 @@ pub(crate) fn encode(records: &[Record], compression: Compression) -> Bytes {
         version: 2,
         compression,
     };
-    RecordBatchEncoder::encode_with_custom_compression(&mut buf, records.iter(), &options, Some(compress))
-        .expect("encodes");
+    RecordBatchEncoder::encode_with_custom_compression(
+        &mut buf,
+        records.iter(),
+        &options,
+        Some(compress),
+    )
+    .expect("encodes");
     buf.freeze()
 }
 
@@ -83,12 +92,18 @@ pub(crate) fn marker(offset: i64, producer_id: i64, epoch: i16, kind: ControlTyp
     let mut r = record(offset, "", None);
     r.key = Some(Bytes::from(vec![0, 0, 0, kind as u8]));
     r.value = Some(Bytes::from_static(&[0, 0, 0, 0, 0, 0]));
-    (r.transactional, r.control, r.producer_id, r.producer_epoch) = (true, true, producer_id, epoch);
+    (r.transactional, r.control, r.producer_id, r.producer_epoch) =
+        (true, true, producer_id, epoch);
     encode(&[r], Compression::None)
 }
 
 /// A transactional batch of `values` of `producer_id`/`epoch` from `offset`.
-pub(crate) fn txn(offset: i64, producer_id: i64, epoch: i16, values: &[(&str, Option<(&str, i64)>)]) -> Bytes {
+pub(crate) fn txn(
+    offset: i64,
+    producer_id: i64,
+    epoch: i16,
+    values: &[(&str, Option<(&str, i64)>)],
+) -> Bytes {
     let records: Vec<Record> = values
         .iter()
         .enumerate()
@@ -112,13 +127,21 @@ const CODECS: [Compression; 5] = [
 #[test]
 fn every_codec_decodes_to_the_same_records() {
     let records: Vec<Record> = (0..300)
-        .map(|i| record(100 + i, &format!("value-{i}-{}", "x".repeat(40)), Some(("s", 7))))
+        .map(|i| {
+            record(
+                100 + i,
+                &format!("value-{i}-{}", "x".repeat(40)),
+                Some(("s", 7)),
+            )
+        })
         .collect();
     for compression in CODECS {
         let data = encode(&records, compression);
         let (batches, used) = decode_batches(&data, PLACE, true).expect("decodes");
         assert_eq!(used, data.len());
-        let [batch] = &batches[..] else { panic!("one batch") };
+        let [batch] = &batches[..] else {
+            panic!("one batch")
+        };
         assert_eq!(batch.compression, compression);
         assert_eq!((batch.base_offset, batch.last_offset), (100, 399));
         assert_eq!(batch.records.len(), 300);
@@ -139,7 +162,10 @@ fn codecs_mix_within_one_fetch_and_a_partial_tail_is_left_out() {
     let tail = encode(&[record(9, "cut", None)], Compression::Zstd);
     data.extend_from_slice(&tail[..tail.len() - 3]);
     let (batches, used) = decode_batches(&data.freeze(), PLACE, true).expect("decodes");
-    assert_eq!(batches.iter().map(|b| b.base_offset).collect::<Vec<_>>(), [0, 1, 2, 3, 4]);
+    assert_eq!(
+        batches.iter().map(|b| b.base_offset).collect::<Vec<_>>(),
+        [0, 1, 2, 3, 4]
+    );
     assert_eq!(used, whole);
 }
 
@@ -162,12 +188,21 @@ fn bad_crc_old_formats_and_corrupt_bodies_are_clear_errors() {
     let bad = bad.freeze();
     let err = decode_batches(&bad, PLACE, true).expect_err("crc");
     assert!(err.0.contains("t[0] offset 0: CRC mismatch"), "{err}");
-    assert_eq!(decode_batches(&bad, PLACE, false).expect("unchecked").0.len(), 1);
+    assert_eq!(
+        decode_batches(&bad, PLACE, false)
+            .expect("unchecked")
+            .0
+            .len(),
+        1
+    );
 
     let mut old = BytesMut::from(&good[..]);
     old[MAGIC_AT] = 1;
     let err = decode_batches(&old.freeze(), PLACE, true).expect_err("magic");
-    assert!(err.0.contains("message format v1 is not supported"), "{err}");
+    assert!(
+        err.0.contains("message format v1 is not supported"),
+        "{err}"
+    );
 
     let mut corrupt = BytesMut::from(&good[..]);
     let n = corrupt.len();
