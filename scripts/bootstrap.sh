@@ -6,7 +6,12 @@
 #      benchmarks), a C linker for Rust, Python's venv module;
 #   2. a virtualenv ($LAMINAR_VENV, default .venv) with laminar installed editable with its dev
 #      extras; the Rust extension is built in release by maturin. It is rebuilt only when the
-#      Rust sources or the packaging changed since the last run.
+#      Rust sources or the packaging changed since the last run;
+#   3. Java jars from Maven Central, with mvn, into the machine's cache ($LAMINAR_CACHE, default
+#      ~/.cache/laminar), each set resolved once and again only when its pom changed: the Apache
+#      Kafka broker the tests run (scripts/kafka/broker/pom.xml → kafka-<version>/libs) and Spark's
+#      Kafka connector for the Spark Connect server (scripts/kafka/spark/pom.xml →
+#      spark-sql-kafka-<version>/jars). Nothing is downloaded at test time.
 # The pip cache (~/.cache/pip) and the cargo target dir (see scripts/common.sh) stay in their
 # usual places on the machine; a clean machine works too, just slower.
 # Works from any working directory; safe to run concurrently (a lock serialises runs).
@@ -29,6 +34,7 @@ command -v java >/dev/null 2>&1 || [ -x "${JAVA_HOME:-/nonexistent}/bin/java" ] 
     missing+=(openjdk-17-jre-headless)
 [ -f /usr/share/java/postgresql.jar ] || missing+=(libpostgresql-jdbc-java)
 command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
 command -v useradd >/dev/null 2>&1 || [ -x /usr/sbin/useradd ] || missing+=(passwd)
 "$python" -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 
@@ -52,7 +58,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     "${sudo[@]}" apt-get update -qq
     "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
-    laminar_note "system packages present (PostgreSQL 15, Java, JDBC driver, C linker)"
+    laminar_note "system packages present (PostgreSQL 15, Java, JDBC driver, C linker, Maven)"
 fi
 
 # -- 2. the virtualenv ----------------------------------------------------------------------------
@@ -108,12 +114,64 @@ else
     laminar_note "virtualenv up to date ($LAMINAR_VENV)"
 fi
 
+# -- 3. Java jars from Maven Central ------------------------------------------------------------
+
+# laminar.embedded reads the same variable, with the same default.
+LAMINAR_CACHE="${LAMINAR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/laminar}"
+export LAMINAR_CACHE
+
+# maven_jars POM PROPERTY NAME SUBDIR: copies the runtime dependencies of POM into
+# $LAMINAR_CACHE/NAME-<PROPERTY's value>/SUBDIR, unless the pom is unchanged since the last
+# copy there (its sha256 is kept beside the jars). The copy is made aside and renamed into place,
+# under a lock of the cache's own, so concurrent runs (other worktrees) never see half a set.
+maven_jars() {
+    local pom="$1" property="$2" name="$3" subdir="$4"
+    local version
+    version="$(sed -n "s:.*<$property>\(.*\)</$property>.*:\1:p" "$pom" | head -n1)"
+    if [ -z "$version" ]; then
+        echo "bootstrap: no <$property> in $pom" >&2
+        return 1
+    fi
+    local home="$LAMINAR_CACHE/$name-$version"
+    local stamp="$home/.pom-sha256"
+    local want
+    want="$(sha256sum "$pom" | cut -d' ' -f1)"
+    if [ "$(cat "$stamp" 2>/dev/null || true)" = "$want" ] && [ -d "$home/$subdir" ]; then
+        laminar_note "$name $version jars present ($home/$subdir)"
+        return 0
+    fi
+    mkdir -p "$LAMINAR_CACHE"
+    (
+        flock 8
+        if [ "$(cat "$stamp" 2>/dev/null || true)" = "$want" ] && [ -d "$home/$subdir" ]; then
+            exit 0
+        fi
+        laminar_note "resolving $name $version with Maven into $home/$subdir"
+        local staging="$home.partial"
+        rm -rf "$staging"
+        mkdir -p "$staging"
+        # -B: no progress bars; -q: errors only. The local repository (~/.m2) caches the downloads.
+        mvn -q -B -Dstyle.color=never -f "$pom" dependency:copy-dependencies -DincludeScope=runtime \
+            -DoutputDirectory="$staging/$subdir" >&2
+        echo "$want" >"$staging/.pom-sha256"
+        rm -rf "$home"
+        mv "$staging" "$home"
+    ) 8>"$LAMINAR_CACHE/.maven.lock"
+}
+
+maven_jars scripts/kafka/broker/pom.xml kafka.version kafka libs
+maven_jars scripts/kafka/spark/pom.xml spark.kafka.version spark-sql-kafka jars
+
+# -- summary --------------------------------------------------------------------------------------
+
 "$LAMINAR_VENV/bin/python" - <<'EOF'
 import laminar
-from laminar.embedded import find_pg_bindir, find_tansu_binary
-from laminar.embedded.spark import find_spark_home
+from laminar.embedded import find_kafka_libs, find_pg_bindir, find_tansu_binary
+from laminar.embedded.spark import find_spark_home, find_spark_kafka_jars
 import pyspark
 
 print(f"[laminar] laminar {laminar.__version__}; PostgreSQL: {find_pg_bindir()}; "
-      f"Tansu: {find_tansu_binary()}; pyspark {pyspark.__version__}: {find_spark_home()}")
+      f"Tansu: {find_tansu_binary()}; Apache Kafka: {find_kafka_libs()}; "
+      f"pyspark {pyspark.__version__}: {find_spark_home()} "
+      f"(+ {len(find_spark_kafka_jars())} Kafka connector jars)")
 EOF

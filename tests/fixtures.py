@@ -1,13 +1,18 @@
 """Pytest plugin shared by tests/ and benches/: real servers, started lazily, once per session.
 
 - ``postgres`` / ``pg_dsn``: an `EphemeralPostgres`, or the server at ``$LAMINAR_PG_DSN``.
-- ``kafka_broker`` / ``kafka_bootstrap``: a Tansu broker, or the cluster at
-  ``$LAMINAR_KAFKA_BOOTSTRAP`` (e.g. a real Apache Kafka).
+- ``kafka_broker`` / ``kafka_bootstrap``: a real Apache Kafka broker (`KafkaBroker`, single-node
+  KRaft, jars from bootstrap's Maven step), or the cluster at ``$LAMINAR_KAFKA_BOOTSTRAP``.
 - ``broker_capabilities``: what that broker really does (`laminar.embedded.probe_broker`), run
-  once; the collection report prints it.
-- ``spark_remote`` / ``spark_server`` / ``spark``: a Spark Connect server (or
-  ``$LAMINAR_SPARK_REMOTE``) and a client session on it.
-- Factories for tests that stop, kill or restart a server (they get their own instance), unique
+  once; the collection report prints it. On the embedded Apache Kafka every check must pass:
+  a test that reads a capability to relax an assertion is therefore strict there.
+- ``tansu_broker`` / ``tansu_bootstrap``: a Tansu broker (``laminar demo``'s default), for the
+  compatibility subset; ``broker_under_test`` runs a test on either broker
+  (``@on_both_brokers``), with that broker's capabilities.
+- ``spark_remote`` / ``spark_server`` / ``spark``: a Spark Connect server with Spark's Kafka
+  connector (or ``$LAMINAR_SPARK_REMOTE``) and a client session on it.
+- Factories for tests that stop, kill or restart a server (they get their own instance:
+  ``broker_factory`` an Apache Kafka broker, ``tansu_broker_factory`` a Tansu one), unique
   topic/table names, and ``clean_prepared_xacts`` for two-phase-commit tests.
 
 A server that cannot be started skips the tests that need it, with the reason; under ``CI=true``
@@ -34,6 +39,7 @@ from laminar.embedded import (
     BrokerCapabilities,
     EmbeddedServerError,
     EphemeralPostgres,
+    KafkaBroker,
     S3Server,
     SparkConnectServer,
     TansuBroker,
@@ -43,7 +49,17 @@ from laminar.embedded.broker import create_topic
 
 IN_CI = os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
 
-BROKER_FIXTURES = frozenset({"kafka_broker", "kafka_bootstrap", "broker_capabilities"})
+BROKER_FIXTURES = frozenset(
+    {"kafka_broker", "kafka_bootstrap", "broker_capabilities", "broker_under_test"}
+)
+TANSU_FIXTURES = frozenset({"tansu_broker", "tansu_bootstrap", "tansu_capabilities"})
+
+#: The brokers of the compatibility subset: ``broker_under_test``'s parameters.
+APACHE_KAFKA, TANSU = "apache-kafka", "tansu"
+BOTH_BROKERS = (APACHE_KAFKA, TANSU)
+
+#: Runs a test (which asks for ``broker_under_test``) on the session's Apache Kafka and on Tansu.
+on_both_brokers = pytest.mark.parametrize("broker_under_test", BOTH_BROKERS, indirect=True)
 
 
 def unavailable(reason: str) -> NoReturn:
@@ -102,8 +118,10 @@ class Servers:
     config: pytest.Config
     _log_dir: Path | None = None
     _postgres: EphemeralPostgres | ExternalPostgres | None = None
-    _broker: TansuBroker | ExternalBroker | None = None
+    _broker: KafkaBroker | ExternalBroker | None = None
     _capabilities: BrokerCapabilities | None = None
+    _tansu: TansuBroker | None = None
+    _tansu_capabilities: BrokerCapabilities | None = None
     _spark: SparkConnectServer | None = None
     _spark_remote: str | None = None
     _errors: dict[str, str] = field(default_factory=dict)
@@ -141,21 +159,33 @@ class Servers:
                 self._postgres = self._start("PostgreSQL", server.start)
         return self._postgres
 
-    def broker(self) -> TansuBroker | ExternalBroker:
+    def broker(self) -> KafkaBroker | ExternalBroker:
         if self._broker is None:
             bootstrap = os.environ.get("LAMINAR_KAFKA_BOOTSTRAP")
             if bootstrap:
                 self._broker = ExternalBroker(bootstrap)
             else:
-                broker = TansuBroker(log_path=self.log_dir / "tansu.log")
+                broker = KafkaBroker(log_path=self.log_dir / "kafka.log")
                 self._owned.append(broker)
-                self._broker = self._start("Tansu broker", broker.start)
+                self._broker = self._start(KAFKA_KIND, broker.start)
         return self._broker
 
     def capabilities(self) -> BrokerCapabilities:
         if self._capabilities is None:
             self._capabilities = probe_broker(self.broker().bootstrap_servers)
         return self._capabilities
+
+    def tansu(self) -> TansuBroker:
+        if self._tansu is None:
+            broker = TansuBroker(log_path=self.log_dir / "tansu.log")
+            self._owned.append(broker)
+            self._tansu = self._start(TANSU_KIND, broker.start)
+        return self._tansu
+
+    def tansu_capabilities(self) -> BrokerCapabilities:
+        if self._tansu_capabilities is None:
+            self._tansu_capabilities = probe_broker(self.tansu().bootstrap_servers)
+        return self._tansu_capabilities
 
     def spark_remote(self) -> str:
         if self._spark_remote is None:
@@ -170,7 +200,10 @@ class Servers:
         if self._spark is None:
             if os.environ.get("LAMINAR_SPARK_REMOTE"):
                 pytest.skip("LAMINAR_SPARK_REMOTE is an external server: this test needs its own")
-            server = SparkConnectServer(log_path=self.log_dir / "spark-connect.log")
+            # With Spark's Kafka connector (bootstrap's Maven step): format("kafka") works.
+            server = SparkConnectServer(
+                log_path=self.log_dir / "spark-connect.log", kafka_connector=True
+            )
             self._owned.append(server)
             self._spark = self._start("Spark Connect server", server.start)
         return self._spark
@@ -183,6 +216,8 @@ class Servers:
                 print(f"laminar: could not stop {server!r}: {e}")
         self._owned.clear()
 
+
+KAFKA_KIND, TANSU_KIND = "Apache Kafka broker", "Tansu broker"
 
 _SERVERS = pytest.StashKey[Servers]()
 
@@ -205,7 +240,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [
         "laminar servers (started on first use): "
         f"postgres={where('LAMINAR_PG_DSN', 'embedded')}, "
-        f"kafka={where('LAMINAR_KAFKA_BOOTSTRAP', 'embedded Tansu')}, "
+        f"kafka={where('LAMINAR_KAFKA_BOOTSTRAP', 'embedded Apache Kafka')} (+ Tansu for the "
+        "compatibility subset), "
         f"spark={where('LAMINAR_SPARK_REMOTE', 'embedded Spark Connect')}; "
         f"CI={'true: a missing server fails' if IN_CI else 'false: a missing server skips'}",
     ]
@@ -214,18 +250,36 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def pytest_report_collectionfinish(
     config: pytest.Config, start_path: Path, items: list[pytest.Item]
 ) -> list[str]:
-    """Probe the broker before the first test, when any collected test needs it."""
-    if not any(BROKER_FIXTURES & set(getattr(item, "fixturenames", ())) for item in items):
+    """Probe the brokers before the first test, each when any collected test needs it."""
+    kinds = {kind for item in items for kind in _brokers_needed(item)}
+    if not kinds:
         return []
     servers = config.stash[_SERVERS]
-    try:
-        lines = [f"laminar server logs: {servers.log_dir}"]
-        return lines + servers.capabilities().summary().splitlines()
-    except (pytest.skip.Exception, pytest.fail.Exception) as e:
-        return [f"broker capabilities: not probed ({e.msg})"]
-    except Exception as e:  # reported again by the tests that need the broker
-        servers._errors.setdefault("Tansu broker", f"broker probe failed: {e}")
-        return [f"broker capabilities: probe failed: {e}"]
+    lines = [f"laminar server logs: {servers.log_dir}"]
+    probes = [(KAFKA_KIND, servers.capabilities), (TANSU_KIND, servers.tansu_capabilities)]
+    for kind, probe in probes:
+        if kind not in kinds:
+            continue
+        try:
+            lines += [f"{kind}:", *probe().summary().splitlines()]
+        except (pytest.skip.Exception, pytest.fail.Exception) as e:
+            lines.append(f"{kind} capabilities: not probed ({e.msg})")
+        except Exception as e:  # reported again by the tests that need the broker
+            servers._errors.setdefault(kind, f"broker probe failed: {e}")
+            lines.append(f"{kind} capabilities: probe failed: {e}")
+    return lines
+
+
+def _brokers_needed(item: pytest.Item) -> set[str]:
+    names = set(getattr(item, "fixturenames", ()))
+    kinds = set()
+    if names & BROKER_FIXTURES:
+        callspec = getattr(item, "callspec", None)
+        param = callspec.params.get("broker_under_test") if callspec is not None else None
+        kinds.add(TANSU_KIND if param == TANSU else KAFKA_KIND)
+    if names & TANSU_FIXTURES:
+        kinds.add(TANSU_KIND)
+    return kinds
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -236,9 +290,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_sep("-", "laminar servers")
     if started:
         terminalreporter.write_line(f"start-up times: {started}")
-    if servers._capabilities is not None:
-        missing = ", ".join(servers._capabilities.missing()) or "none"
-        terminalreporter.write_line(f"broker capabilities missing: {missing}")
+    for kind, caps in (
+        (KAFKA_KIND, servers._capabilities),
+        (TANSU_KIND, servers._tansu_capabilities),
+    ):
+        if caps is not None:
+            missing = ", ".join(caps.missing()) or "none"
+            terminalreporter.write_line(f"{kind} capabilities missing: {missing}")
     terminalreporter.write_line(f"server logs: {servers.log_dir}")
 
 
@@ -273,23 +331,78 @@ def pg_dsn(postgres: EphemeralPostgres | ExternalPostgres) -> str:
 
 
 @pytest.fixture(scope="session")
-def kafka_broker(laminar_servers: Servers) -> TansuBroker | ExternalBroker:
-    """The session's Kafka-protocol broker."""
+def kafka_broker(laminar_servers: Servers) -> KafkaBroker | ExternalBroker:
+    """The session's broker: Apache Kafka (or ``$LAMINAR_KAFKA_BOOTSTRAP``)."""
     return laminar_servers.broker()
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(kafka_broker: TansuBroker | ExternalBroker) -> str:
+def kafka_bootstrap(kafka_broker: KafkaBroker | ExternalBroker) -> str:
     """``bootstrap.servers`` of the session's broker."""
     return kafka_broker.bootstrap_servers
 
 
 @pytest.fixture(scope="session")
 def broker_capabilities(laminar_servers: Servers) -> BrokerCapabilities:
-    """What the session's broker really does (probed once). Tests whose assertion depends on a
-    capability check it and say which one, e.g.
-    ``if not broker_capabilities.hides_aborted_records: ...``."""
-    return laminar_servers.capabilities()
+    """What the session's broker really does (probed once). On the embedded Apache Kafka every
+    check must pass (else this fixture fails), so a test that relaxes an assertion by a
+    capability is strict there; an external cluster is taken as probed."""
+    capabilities = laminar_servers.capabilities()
+    if isinstance(laminar_servers.broker(), KafkaBroker) and capabilities.missing():
+        pytest.fail(f"Apache Kafka failed its capability probe:\n{capabilities}", pytrace=False)
+    return capabilities
+
+
+@pytest.fixture(scope="session")
+def tansu_broker(laminar_servers: Servers) -> TansuBroker:
+    """The session's Tansu broker (memory storage), for the compatibility subset."""
+    return laminar_servers.tansu()
+
+
+@pytest.fixture(scope="session")
+def tansu_bootstrap(tansu_broker: TansuBroker) -> str:
+    """``bootstrap.servers`` of the session's Tansu broker."""
+    return tansu_broker.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def tansu_capabilities(laminar_servers: Servers) -> BrokerCapabilities:
+    """What the session's Tansu broker really does (probed once)."""
+    return laminar_servers.tansu_capabilities()
+
+
+@dataclass(frozen=True)
+class BrokerUnderTest:
+    """One of the session's brokers, as a compatibility test sees it."""
+
+    name: str  # APACHE_KAFKA (or the external cluster) or TANSU
+    server: KafkaBroker | TansuBroker | ExternalBroker
+    capabilities: BrokerCapabilities
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.server.bootstrap_servers
+
+    def create_topic(self, name: str, partitions: int = 1, **kwargs: Any) -> None:
+        self.server.create_topic(name, partitions, **kwargs)
+
+
+@pytest.fixture
+def broker_under_test(request: pytest.FixtureRequest) -> BrokerUnderTest:
+    """The session's Apache Kafka broker, or Tansu when parametrized so (`on_both_brokers`):
+    the compatibility subset runs once per broker, each with its own capabilities."""
+    name = getattr(request, "param", APACHE_KAFKA)
+    if name == TANSU:
+        return BrokerUnderTest(
+            TANSU,
+            request.getfixturevalue("tansu_broker"),
+            request.getfixturevalue("tansu_capabilities"),
+        )
+    return BrokerUnderTest(
+        APACHE_KAFKA,
+        request.getfixturevalue("kafka_broker"),
+        request.getfixturevalue("broker_capabilities"),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -383,7 +496,29 @@ def postgres_factory(laminar_servers: Servers) -> Iterator[Callable[..., Ephemer
 
 
 @pytest.fixture
-def broker_factory(laminar_servers: Servers) -> Iterator[Callable[..., TansuBroker]]:
+def broker_factory(laminar_servers: Servers) -> Iterator[Callable[..., KafkaBroker]]:
+    """Makes private Apache Kafka brokers (for tests that stop, kill or restart one); their data
+    survives `restart`/`kill` + `start` on their own log directory. ``durable`` is accepted for
+    the Tansu factory's callers (an Apache Kafka broker always is). All are stopped after the
+    test."""
+    made: list[KafkaBroker] = []
+
+    def make(*, durable: bool = True, **kwargs: Any) -> KafkaBroker:
+        kwargs.setdefault("log_path", laminar_servers.log_dir / f"kafka-{uuid.uuid4().hex[:8]}.log")
+        broker = KafkaBroker(**kwargs)
+        made.append(broker)
+        try:
+            return broker.start()
+        except EmbeddedServerError as e:
+            unavailable(f"embedded Apache Kafka broker could not be started: {e}")
+
+    yield make
+    for server in reversed(made):
+        server.stop()
+
+
+@pytest.fixture
+def tansu_broker_factory(laminar_servers: Servers) -> Iterator[Callable[..., TansuBroker]]:
     """Makes private `TansuBroker` servers (for tests that stop, kill or restart one);
     ``make(durable=True)`` backs one with a local S3 store so its data survives restarts.
     All are stopped after the test."""

@@ -1,4 +1,5 @@
-"""laminar.embedded.TansuBroker (and S3Server) against the real broker binary."""
+"""laminar.embedded.KafkaBroker (Apache Kafka) and TansuBroker (with S3Server) against the real
+brokers: the session's broker for round trips, private ones for restarts and kills."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import signal
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from laminar.embedded import EmbeddedServerError, EphemeralPostgres, TansuBroker
+from laminar.embedded import EmbeddedServerError, EphemeralPostgres, KafkaBroker, TansuBroker
 from tests.fixtures import ExternalBroker
 
 
@@ -61,7 +63,7 @@ def committed_offset(bootstrap: str, group: str, topic: str) -> int:
 
 
 def test_produce_consume_round_trip(
-    kafka_broker: TansuBroker | ExternalBroker, topic_name: str
+    kafka_broker: KafkaBroker | ExternalBroker, topic_name: str
 ) -> None:
     kafka_broker.create_topic(topic_name, partitions=3)
     producer = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
@@ -76,7 +78,7 @@ def test_produce_consume_round_trip(
 
 
 def test_transactional_commit_is_visible_to_read_committed(
-    kafka_broker: TansuBroker | ExternalBroker, topic_name: str, unique_name: Callable[[str], str]
+    kafka_broker: KafkaBroker | ExternalBroker, topic_name: str, unique_name: Callable[[str], str]
 ) -> None:
     kafka_broker.create_topic(topic_name, partitions=1)
     producer = transactional_producer(kafka_broker.bootstrap_servers, unique_name("txn"))
@@ -90,10 +92,10 @@ def test_transactional_commit_is_visible_to_read_committed(
     assert got == [f"r{i}".encode() for i in range(5)]
 
 
-def test_memory_broker_restart_keeps_port_but_loses_topics(
-    broker_factory: Callable[..., TansuBroker], topic_name: str
+def test_memory_tansu_restart_keeps_port_but_loses_topics(
+    tansu_broker_factory: Callable[..., TansuBroker], topic_name: str
 ) -> None:
-    broker = broker_factory()
+    broker = tansu_broker_factory()
     bootstrap = broker.bootstrap_servers
     broker.create_topic(topic_name, partitions=1)
     assert not broker.durable
@@ -105,12 +107,9 @@ def test_memory_broker_restart_keeps_port_but_loses_topics(
     assert topic_name not in topics
 
 
-def test_durable_broker_survives_restart_and_kill(
-    broker_factory: Callable[..., TansuBroker],
-    topic_name: str,
-    unique_name: Callable[[str], str],
+def check_survives_restart_and_kill(
+    broker: KafkaBroker | TansuBroker, topic_name: str, unique_name: Callable[[str], str]
 ) -> None:
-    broker = broker_factory(durable=True)
     assert broker.durable
     bootstrap = broker.bootstrap_servers
     group, txn_id = unique_name("group"), unique_name("txn")
@@ -143,15 +142,60 @@ def test_durable_broker_survives_restart_and_kill(
     assert read_values(bootstrap, topic_name, 1, expect=6)[-1] == b"r5"
 
 
-def test_kill_is_a_sigkill(broker_factory: Callable[..., TansuBroker]) -> None:
-    broker = broker_factory()
-    process = broker._process
-    assert process is not None
+def test_apache_kafka_survives_restart_and_kill(
+    broker_factory: Callable[..., KafkaBroker],
+    topic_name: str,
+    unique_name: Callable[[str], str],
+) -> None:
+    """On its own log directory: records, transactions and committed offsets."""
+    check_survives_restart_and_kill(broker_factory(), topic_name, unique_name)
 
-    broker.kill()
 
-    assert process.returncode == -signal.SIGKILL
-    assert not broker.is_running()
+def test_durable_tansu_survives_restart_and_kill(
+    tansu_broker_factory: Callable[..., TansuBroker],
+    topic_name: str,
+    unique_name: Callable[[str], str],
+) -> None:
+    """On a local S3 store."""
+    check_survives_restart_and_kill(tansu_broker_factory(durable=True), topic_name, unique_name)
+
+
+def test_kill_is_a_sigkill(
+    broker_factory: Callable[..., KafkaBroker],
+    tansu_broker_factory: Callable[..., TansuBroker],
+) -> None:
+    for broker in (broker_factory(), tansu_broker_factory()):
+        process = broker._process
+        assert process is not None
+
+        broker.kill()
+
+        assert process.returncode == -signal.SIGKILL
+        assert not broker.is_running()
+
+
+def test_apache_kafka_runs_bounded_and_logs_with_the_other_servers(
+    kafka_broker: KafkaBroker | ExternalBroker, laminar_servers: Any
+) -> None:
+    if not isinstance(kafka_broker, KafkaBroker):
+        pytest.skip("LAMINAR_KAFKA_BOOTSTRAP is an external cluster")
+    assert kafka_broker.log_path.parent == laminar_servers.log_dir
+    assert "Kafka Server started" in kafka_broker.log_path.read_text(errors="replace")
+    with open(f"/proc/{kafka_broker.pid}/cmdline", "rb") as f:
+        argv = f.read().split(b"\0")
+    assert b"-Xmx512m" in argv
+    assert b"kafka.Kafka" in argv
+
+
+def test_a_port_taken_by_another_process_is_a_clear_error(
+    broker_factory: Callable[..., KafkaBroker], tmp_path: Any
+) -> None:
+    taken = broker_factory()
+    broker = KafkaBroker(port=taken.port, log_path=tmp_path / "kafka.log", startup_timeout=60)
+    with pytest.raises(EmbeddedServerError, match="Apache Kafka broker") as raised:
+        broker.start()
+    broker.stop()
+    assert "Address already in use" in str(raised.value)
 
 
 @pytest.mark.skipif(

@@ -1,4 +1,5 @@
-"""The broker capability probe agrees with behaviour observed directly, check by check."""
+"""The broker capability probe agrees with behaviour observed directly, check by check, on both
+brokers of the suite: Apache Kafka passes every check; Tansu fails the ones README lists."""
 
 from __future__ import annotations
 
@@ -9,14 +10,27 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from laminar.embedded import BrokerCapabilities, TansuBroker
-from tests.fixtures import ExternalBroker
+from laminar.embedded import BrokerCapabilities, KafkaBroker, TansuBroker
+from laminar.embedded.probe import PROBE_TRANSACTION_TIMEOUT_MS, TRANSACTION_TIMEOUT_WAIT_S
+from tests.fixtures import BrokerUnderTest, on_both_brokers
+
+pytestmark = on_both_brokers
 
 
 @pytest.fixture
-def topic(kafka_broker: TansuBroker | ExternalBroker, topic_name: str) -> str:
-    kafka_broker.create_topic(topic_name, partitions=1)
+def topic(broker_under_test: BrokerUnderTest, topic_name: str) -> str:
+    broker_under_test.create_topic(topic_name, partitions=1)
     return topic_name
+
+
+@pytest.fixture
+def bootstrap(broker_under_test: BrokerUnderTest) -> str:
+    return broker_under_test.bootstrap_servers
+
+
+@pytest.fixture
+def capabilities(broker_under_test: BrokerUnderTest) -> BrokerCapabilities:
+    return broker_under_test.capabilities
 
 
 def producer(bootstrap: str, transactional_id: str) -> Producer:
@@ -51,18 +65,30 @@ def read_committed_until(
     return values
 
 
-def test_transactions_are_supported(broker_capabilities: BrokerCapabilities) -> None:
+def test_transactions_are_supported(capabilities: BrokerCapabilities) -> None:
     # Every broker Laminar is tested against must at least commit transactions.
-    assert broker_capabilities.transactions, broker_capabilities.reasons["transactions"]
+    assert capabilities.transactions, capabilities.reasons["transactions"]
+
+
+def test_each_broker_does_what_readme_says(broker_under_test: BrokerUnderTest) -> None:
+    """README's compatibility table: Apache Kafka passes every check, Tansu 0.6.0 lacks these."""
+    capabilities = broker_under_test.capabilities
+    if isinstance(broker_under_test.server, TansuBroker):
+        expected = ("fencing", "hides_aborted_records", "offset_metadata", "transaction_timeout")
+        assert capabilities.missing() == expected, capabilities.summary()
+    elif isinstance(broker_under_test.server, KafkaBroker):
+        assert capabilities.full_exactly_once, capabilities.summary()
+    else:
+        pytest.skip("LAMINAR_KAFKA_BOOTSTRAP is an external cluster: no expectation")
 
 
 def test_aborted_records_visibility_matches_probe(
-    kafka_bootstrap: str,
-    broker_capabilities: BrokerCapabilities,
+    bootstrap: str,
+    capabilities: BrokerCapabilities,
     topic: str,
     unique_name: Callable[[str], str],
 ) -> None:
-    p = producer(kafka_bootstrap, unique_name("txn"))
+    p = producer(bootstrap, unique_name("txn"))
     p.begin_transaction()
     p.produce(topic, value=b"aborted", partition=0)
     p.flush(15)
@@ -71,18 +97,18 @@ def test_aborted_records_visibility_matches_probe(
     p.produce(topic, value=b"committed", partition=0)
     p.commit_transaction(15)
 
-    seen = read_committed_until(kafka_bootstrap, topic, b"committed")
+    seen = read_committed_until(bootstrap, topic, b"committed")
 
-    assert (b"aborted" not in seen) == broker_capabilities.hides_aborted_records, seen
+    assert (b"aborted" not in seen) == capabilities.hides_aborted_records, seen
 
 
 def test_open_transaction_visibility_matches_probe(
-    kafka_bootstrap: str,
-    broker_capabilities: BrokerCapabilities,
+    bootstrap: str,
+    capabilities: BrokerCapabilities,
     topic: str,
     unique_name: Callable[[str], str],
 ) -> None:
-    p = producer(kafka_bootstrap, unique_name("txn"))
+    p = producer(bootstrap, unique_name("txn"))
     p.begin_transaction()
     p.produce(topic, value=b"before", partition=0)
     p.commit_transaction(15)
@@ -92,7 +118,7 @@ def test_open_transaction_visibility_matches_probe(
 
     consumer = Consumer(
         {
-            "bootstrap.servers": kafka_bootstrap,
+            "bootstrap.servers": bootstrap,
             "group.id": unique_name("reader"),
             "isolation.level": "read_committed",
         }
@@ -108,18 +134,18 @@ def test_open_transaction_visibility_matches_probe(
     p.abort_transaction(15)
 
     assert b"before" in seen
-    assert (b"open" not in seen) == broker_capabilities.hides_open_transactions, seen
+    assert (b"open" not in seen) == capabilities.hides_open_transactions, seen
 
 
 def test_offset_commit_and_metadata_match_probe(
-    kafka_bootstrap: str,
-    broker_capabilities: BrokerCapabilities,
+    bootstrap: str,
+    capabilities: BrokerCapabilities,
     topic: str,
     unique_name: Callable[[str], str],
 ) -> None:
     group = unique_name("group")
-    group_consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
-    p = producer(kafka_bootstrap, unique_name("txn"))
+    group_consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    p = producer(bootstrap, unique_name("txn"))
     p.begin_transaction()
     p.produce(topic, value=b"x", partition=0)
     p.send_offsets_to_transaction(
@@ -132,23 +158,23 @@ def test_offset_commit_and_metadata_match_probe(
     committed = group_consumer.committed([TopicPartition(topic, 0)], timeout=15)[0]
     group_consumer.close()
 
-    assert (committed.offset == 7) == broker_capabilities.offset_commit
-    if broker_capabilities.offset_commit:
-        assert (committed.metadata == "laminar:epoch=7") == broker_capabilities.offset_metadata
+    assert (committed.offset == 7) == capabilities.offset_commit
+    if capabilities.offset_commit:
+        assert (committed.metadata == "laminar:epoch=7") == capabilities.offset_metadata
 
 
 def test_fencing_matches_probe(
-    kafka_bootstrap: str,
-    broker_capabilities: BrokerCapabilities,
+    bootstrap: str,
+    capabilities: BrokerCapabilities,
     topic: str,
     unique_name: Callable[[str], str],
 ) -> None:
     txn_id = unique_name("txn")
-    zombie = producer(kafka_bootstrap, txn_id)
+    zombie = producer(bootstrap, txn_id)
     zombie.begin_transaction()
     zombie.produce(topic, value=b"zombie", partition=0)
     zombie.flush(15)
-    successor = producer(kafka_bootstrap, txn_id)
+    successor = producer(bootstrap, txn_id)
 
     fenced = False
     committed = False
@@ -163,10 +189,48 @@ def test_fencing_matches_probe(
             KafkaError.INVALID_PRODUCER_EPOCH,
         )
 
-    assert fenced == broker_capabilities.fencing
+    assert fenced == capabilities.fencing
     # Whatever the broker answers, a zombie must never commit after its successor initialised.
     assert not committed
     successor.begin_transaction()
     successor.produce(topic, value=b"successor", partition=0)
     successor.commit_transaction(15)
-    assert b"successor" in read_committed_until(kafka_bootstrap, topic, b"successor")
+    assert b"successor" in read_committed_until(bootstrap, topic, b"successor")
+
+
+def test_transaction_timeout_matches_probe(
+    bootstrap: str,
+    capabilities: BrokerCapabilities,
+    topic: str,
+    unique_name: Callable[[str], str],
+) -> None:
+    """A transaction left open past its producer's transaction.timeout.ms: Apache Kafka aborts
+    it (read_committed gets past it; the writer's late commit fails as fenced, the broker having
+    bumped its producer epoch); Tansu keeps it open."""
+    expiring = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": unique_name("txn"),
+            "transaction.timeout.ms": PROBE_TRANSACTION_TIMEOUT_MS,
+        }
+    )
+    expiring.init_transactions(15)
+    expiring.begin_transaction()
+    expiring.produce(topic, value=b"expiring", partition=0)
+    expiring.flush(15)
+    other = producer(bootstrap, unique_name("txn"))
+    other.begin_transaction()
+    other.produce(topic, value=b"later", partition=0)
+    other.commit_transaction(15)
+
+    if capabilities.transaction_timeout:
+        seen = read_committed_until(bootstrap, topic, b"later", TRANSACTION_TIMEOUT_WAIT_S)
+        assert b"expiring" not in seen
+        with pytest.raises(KafkaException) as raised:
+            expiring.commit_transaction(5)
+        error: KafkaError = raised.value.args[0]
+        assert error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED), error
+    else:
+        with pytest.raises(AssertionError, match="never became visible"):
+            read_committed_until(bootstrap, topic, b"later", TRANSACTION_TIMEOUT_WAIT_S)
+        expiring.abort_transaction(15)

@@ -3,6 +3,7 @@
 Used by Laminar's own tests and benchmarks, and by ``laminar demo``:
 
 - `EphemeralPostgres` — a throw-away PostgreSQL cluster (``max_prepared_transactions`` > 0).
+- `KafkaBroker` — a real Apache Kafka broker (single-node KRaft, jars fetched by bootstrap).
 - `TansuBroker` — a Kafka-protocol broker (Tansu), in memory or on durable storage.
 - `S3Server` — a local S3-compatible object store, the durable storage for `TansuBroker`.
 - `SparkConnectServer` — a Spark Connect server in its own JVM, ``local[2]``.
@@ -14,6 +15,7 @@ Every server runs as a child process in its own process group, logs to a file, a
 
 from laminar.embedded._process import EmbeddedServerError, free_port
 from laminar.embedded.broker import S3Server, TansuBroker, find_tansu_binary
+from laminar.embedded.kafka import KafkaBroker, find_kafka_libs
 from laminar.embedded.postgres import EphemeralPostgres, find_pg_bindir
 from laminar.embedded.probe import BrokerCapabilities, probe_broker
 from laminar.embedded.spark import SparkConnectServer
@@ -22,9 +24,11 @@ __all__ = [
     "BrokerCapabilities",
     "EmbeddedServerError",
     "EphemeralPostgres",
+    "KafkaBroker",
     "S3Server",
     "SparkConnectServer",
     "TansuBroker",
+    "find_kafka_libs",
     "find_pg_bindir",
     "find_tansu_binary",
     "free_port",

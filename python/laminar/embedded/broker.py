@@ -423,14 +423,28 @@ class TansuBroker:
         return f"{scheme}{sep}{rest}"
 
     def _answers_metadata(self) -> bool:
-        from confluent_kafka import KafkaException
+        return answers_metadata(self.bootstrap_servers)
 
-        try:
-            admin = self.admin_client(logger=_QUIET)
-            admin.list_topics(timeout=2)
-            return True
-        except KafkaException:
-            return False
+
+def answers_metadata(
+    bootstrap_servers: str, *, need_brokers: bool = False, cluster_id: str | None = None
+) -> bool:
+    """Whether the broker answers a metadata request (within 2 s); with ``need_brokers``, also
+    whether the answer names at least one broker (a KRaft broker that has not registered with
+    its controller yet answers with none); with ``cluster_id``, whether it is that cluster (and
+    not another server that holds the port)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": _QUIET}
+    try:
+        admin = AdminClient(config)
+        metadata = admin.list_topics(timeout=2)
+    except KafkaException:
+        return False
+    if cluster_id is not None and metadata.cluster_id != cluster_id:
+        return False
+    return bool(metadata.brokers) or not need_brokers
 
 
 def create_topic(

@@ -1,9 +1,10 @@
 """Measure which exactly-once features a Kafka-protocol broker really provides.
 
 Tansu, for one, accepts every transactional request but (measured with tansu 0.6.0) does not
-filter the records of aborted transactions for ``read_committed`` consumers and drops the
-metadata string of committed offsets. Tests and ``laminar demo`` ask the broker instead of
-assuming: each check below is a real round trip with a short timeout.
+filter the records of aborted transactions for ``read_committed`` consumers, drops the
+metadata string of committed offsets and never times a transaction out; Apache Kafka passes
+every check. Tests ask the broker instead of assuming: each check below is a real round trip
+with a short timeout.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ __all__ = ["BrokerCapabilities", "probe_broker"]
 
 _log = logging.getLogger("laminar.embedded.probe")
 
+#: The ``transaction.timeout.ms`` of the probe's expiring transaction, and how long the probe
+#: waits for the broker to abort it (its timeout, plus Apache Kafka's default 10 s check
+#: interval, plus a margin).
+PROBE_TRANSACTION_TIMEOUT_MS = 2000
+TRANSACTION_TIMEOUT_WAIT_S = 15.0
+
 _FENCED_CODES = frozenset(
     {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 )
@@ -49,6 +56,11 @@ class BrokerCapabilities:
     - ``offset_commit``: an offset sent with ``send_offsets_to_transaction`` is the group's
       committed offset after the commit.
     - ``offset_metadata``: the metadata string of that offset survives.
+    - ``transaction_timeout``: the broker aborts a transaction left open longer than its
+      producer's ``transaction.timeout.ms`` (read_committed readers get past it, and the writer
+      can no longer commit it). A broker checks for expired transactions periodically (Apache
+      Kafka: ``transaction.abort.timed.out.transaction.cleanup.interval.ms``, 10 s by default);
+      the probe waits up to ``TRANSACTION_TIMEOUT_WAIT_S`` for it.
 
     ``reasons`` says, per flag, what was observed (why a check failed).
     """
@@ -60,6 +72,7 @@ class BrokerCapabilities:
         "hides_aborted_records",
         "offset_commit",
         "offset_metadata",
+        "transaction_timeout",
     )
 
     bootstrap_servers: str
@@ -73,6 +86,8 @@ class BrokerCapabilities:
         default_factory=lambda: MappingProxyType({}), compare=False, hash=False
     )
     elapsed_s: float = field(default=0.0, compare=False, hash=False)
+    # Added after the first release: last, with a default, so existing constructions still work.
+    transaction_timeout: bool = False
 
     def supported(self) -> tuple[str, ...]:
         """The names of the checks that passed."""
@@ -145,6 +160,7 @@ def probe_broker(
         hides_aborted_records=flags["hides_aborted_records"],
         offset_commit=flags["offset_commit"],
         offset_metadata=flags["offset_metadata"],
+        transaction_timeout=flags["transaction_timeout"],
         reasons=MappingProxyType(dict(reasons)),
         elapsed_s=time.monotonic() - started,
     )
@@ -173,13 +189,13 @@ class _Probe:
             **extra,
         }
 
-    def producer(self) -> Producer:
+    def producer(self, suffix: str = "", transaction_timeout_ms: int = 60000) -> Producer:
         producer = Producer(
             self._config(
                 **{
-                    "transactional.id": self.transactional_id,
-                    "transaction.timeout.ms": 60000,
-                    "message.timeout.ms": int(self.timeout * 1000),
+                    "transactional.id": self.transactional_id + suffix,
+                    "transaction.timeout.ms": transaction_timeout_ms,
+                    "message.timeout.ms": min(int(self.timeout * 1000), transaction_timeout_ms),
                 }
             )
         )
@@ -237,6 +253,7 @@ class _Probe:
         self.check_aborted_records_hidden(results, first)
         survivor = self.check_fencing(results, first)
         self.check_offsets(results, survivor)
+        self.check_transaction_timeout(results, survivor)
 
     def create_topic(self) -> None:
         admin = AdminClient(self._config())
@@ -402,6 +419,43 @@ class _Probe:
                 False,
                 f"metadata {metadata!r} reads back as {committed.metadata!r}",
             )
+
+    def check_transaction_timeout(self, results: _Results, committer: Producer) -> None:
+        name = "transaction_timeout"
+        limit = PROBE_TRANSACTION_TIMEOUT_MS
+        try:
+            expiring = self.producer("-expiring", transaction_timeout_ms=limit)
+            expiring.init_transactions(self.timeout)
+            expiring.begin_transaction()
+            expiring.produce(self.topic, value=b"expiring-1", partition=0)
+            expiring.flush(self.timeout)
+            committer.begin_transaction()
+            committer.produce(self.topic, value=b"after-expiring", partition=0)
+            committer.commit_transaction(self.timeout)
+        except KafkaException as e:
+            results.record(name, False, f"transactional call failed: {_describe(e)}")
+            return
+        # read_committed stops at the open transaction (last stable offset) until it ends.
+        seen = self.reader("read_committed").read_until(
+            lambda values: b"after-expiring" in values, TRANSACTION_TIMEOUT_WAIT_S
+        )
+        if b"after-expiring" not in seen:
+            results.record(
+                name,
+                False,
+                f"a transaction open past transaction.timeout.ms={limit} was still open "
+                f"{TRANSACTION_TIMEOUT_WAIT_S:.0f} s later",
+            )
+            with contextlib.suppress(KafkaException):
+                expiring.abort_transaction(self.timeout)
+            return
+        try:
+            expiring.commit_transaction(min(self.timeout, 5.0))
+        except KafkaException as e:
+            reason = f"aborted after transaction.timeout.ms={limit}; late commit: {_describe(e)}"
+            results.record(name, True, reason)
+        else:
+            results.record(name, False, "the transaction ended, but its writer still committed it")
 
 
 class _Reader:

@@ -24,9 +24,22 @@ from laminar.embedded._process import (
     wait_until,
 )
 
-__all__ = ["SparkConnectServer", "find_spark_home"]
+__all__ = ["SPARK_KAFKA_VERSION", "SparkConnectServer", "find_spark_home", "find_spark_kafka_jars"]
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+
+#: The ``spark-sql-kafka-0-10_2.13`` version bootstrap resolves (``<spark.kafka.version>`` in
+#: ``scripts/kafka/spark/pom.xml``; a unit test keeps the two equal). The newest served to this
+#: project; it runs on the pyspark 4.x the project installs.
+SPARK_KAFKA_VERSION = "4.2.0"
+
+#: The connector's jars: Spark's Kafka source and sink, and what they need that pyspark lacks.
+SPARK_KAFKA_ARTIFACTS = (
+    "spark-sql-kafka-0-10_2.13",
+    "spark-token-provider-kafka-0-10_2.13",
+    "kafka-clients",
+    "commons-pool2",
+)
 
 
 def find_spark_home() -> Path:
@@ -54,6 +67,32 @@ def find_spark_home() -> Path:
     return home
 
 
+def find_spark_kafka_jars() -> list[Path]:
+    """The jars of Spark's Kafka connector (``format("kafka")``), as ``scripts/bootstrap.sh``
+    resolves them into ``<cache>/spark-sql-kafka-<SPARK_KAFKA_VERSION>/jars``, or
+    ``$LAMINAR_SPARK_KAFKA_JARS`` (a directory). Nothing is fetched here: Spark's ``--packages``
+    (Ivy) is never used."""
+    from laminar.embedded.kafka import laminar_cache_dir
+
+    env = os.environ.get("LAMINAR_SPARK_KAFKA_JARS")
+    directory = (
+        Path(env)
+        if env
+        else laminar_cache_dir() / f"spark-sql-kafka-{SPARK_KAFKA_VERSION}" / "jars"
+    )
+    jars = sorted(directory.glob("*.jar"))
+    missing = [
+        a for a in SPARK_KAFKA_ARTIFACTS if not any(j.name.startswith(f"{a}-") for j in jars)
+    ]
+    if missing:
+        raise EmbeddedServerError(
+            f"Spark's Kafka connector is incomplete in {directory} (missing {', '.join(missing)}): "
+            "run scripts/bootstrap.sh (it resolves scripts/kafka/spark/pom.xml with Maven), or set "
+            "LAMINAR_SPARK_KAFKA_JARS to a directory holding those jars"
+        )
+    return jars
+
+
 class SparkConnectServer:
     """A Spark Connect server (``local[N]``) on a free port of 127.0.0.1, in its own JVM.
 
@@ -75,6 +114,7 @@ class SparkConnectServer:
         driver_memory: str = "1g",
         conf: Mapping[str, str] | None = None,
         jars: Sequence[str | os.PathLike[str]] = (),
+        kafka_connector: bool = False,
         env: Mapping[str, str] | None = None,
         spark_home: str | os.PathLike[str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
@@ -83,8 +123,9 @@ class SparkConnectServer:
         """Configure the server; nothing runs until `start`.
 
         ``conf`` adds Spark settings (``--conf k=v``), ``jars`` adds jars to the driver's class
-        path (e.g. a JDBC driver), ``env`` adds environment variables for the server and its
-        Python workers.
+        path (e.g. a JDBC driver), ``kafka_connector`` adds Spark's Kafka source and sink
+        (`find_spark_kafka_jars`; an `EmbeddedServerError` at `start` when bootstrap has not
+        fetched them), ``env`` adds environment variables for the server and its Python workers.
         """
         self.host = "127.0.0.1"
         self._requested_port = port
@@ -94,6 +135,7 @@ class SparkConnectServer:
         self.driver_memory = driver_memory
         self._conf = dict(conf or {})
         self._jars = [str(j) for j in jars]
+        self.kafka_connector = kafka_connector
         self._env = dict(env or {})
         self._spark_home = Path(spark_home) if spark_home is not None else None
         self._log_path_arg = Path(log_path) if log_path is not None else None
@@ -264,8 +306,11 @@ class SparkConnectServer:
             "--driver-memory",
             self.driver_memory,
         ]
-        if self._jars:
-            argv += ["--jars", ",".join(self._jars)]
+        jars = list(self._jars)
+        if self.kafka_connector:
+            jars += [str(j) for j in find_spark_kafka_jars()]
+        if jars:
+            argv += ["--jars", ",".join(jars)]
         for key, value in conf.items():
             argv += ["--conf", f"{key}={value}"]
         return argv
