@@ -35,6 +35,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, ClassVar
 
@@ -61,6 +62,7 @@ from laminar.kafka_log import (
     ClientSecurity,
     KafkaLogClient,
     KafkaLogError,
+    ReadStats,
     UnsupportedSecurityError,
 )
 from laminar.sinks._kafka_config import (
@@ -80,7 +82,7 @@ from laminar.sinks._kafka_errors import (
 )
 from laminar.sinks.base import TransactionalSink
 
-__all__ = ["HEADER_EPOCH", "HEADER_SINK", "KafkaSink"]
+__all__ = ["HEADER_EPOCH", "HEADER_SINK", "KafkaSink", "StartupRead"]
 
 log = logging.getLogger("laminar.kafka")
 
@@ -115,6 +117,18 @@ _IDENTIFIED: set[tuple[str, str, str]] = set()
 #: can block past its timeout when the coordinator went away). Kept referenced until that call
 #: returns, so the handle is never destroyed under it.
 _ABANDONED: set[Any] = set()
+
+
+@dataclass(frozen=True)
+class StartupRead:
+    """How the last committed epoch was found at the sink's last read of it (docs/protocol.md
+    §1): ``source`` is ``"marker"``, ``"new"`` (no marker, no history: nothing read),
+    ``"witness"`` (the bounded search ran) or ``"unreadable"`` (no marker, and the wire client
+    cannot connect); ``read`` counts what `laminar.kafka_log` read for it."""
+
+    source: str
+    epoch: int | None
+    read: ReadStats = field(default_factory=ReadStats)
 
 
 class _StuckCallError(Exception):
@@ -1027,14 +1041,19 @@ class KafkaSink(TransactionalSink):
             )
         self._witness_max_records: int | None = value
 
+    @property
+    def startup_read(self) -> StartupRead | None:
+        """How the last committed epoch was last found (``None`` before the first read)."""
+        return getattr(self, "_startup_read", None)
+
     def _read_last_committed(self, rt: _Runtime) -> int | None:
         """The last committed epoch by docs/protocol.md §1's rule: the marker; without it, the
         identity, the producer epoch and the watermarks say whether the bounded witness runs."""
         writer = rt.producer is not None
         marker = self._read_marker(rt)
         if marker is not None:
-            if writer:
-                self._ensure_identity()
+            read = self._ensure_identity() if writer else ReadStats()
+            self._startup_read = StartupRead("marker", marker, read)
             return marker
         cached = rt.without_marker
         if cached is not None and (cached[1] or not writer):
@@ -1080,6 +1099,7 @@ class KafkaSink(TransactionalSink):
         try:
             client = self._log_client()
         except UnsupportedSecurityError as e:
+            self._startup_read = StartupRead("unreadable", None)
             log.warning(
                 "sink %s: %s and laminar's wire client cannot connect (%s): neither the "
                 "identity nor the witness can be read; the sink is taken as new "
@@ -1111,11 +1131,12 @@ class KafkaSink(TransactionalSink):
                         if writer
                         else "no producer opened to ask the transaction coordinator",
                     )
-                    answer = None
+                    answer, source = None, "new"
                 else:
-                    answer = self._witness(client, f"{where} but {history}")
+                    answer, source = self._witness(client, f"{where} but {history}"), "witness"
                 if writer and identity is None:
                     self._record_identity(client)
+                self._startup_read = StartupRead(source, answer, client.stats)
         except KafkaLogError as e:
             raise self._wire_failure("read the identity and witness", e) from e
         return answer
@@ -1154,15 +1175,15 @@ class KafkaSink(TransactionalSink):
         )
         return found.epoch
 
-    def _ensure_identity(self) -> None:
-        """Records the identity if missing (once per process and sink)."""
+    def _ensure_identity(self) -> ReadStats:
+        """Records the identity if missing (checked once per process and sink)."""
         key = (self._bootstrap_servers, self._topic, self.sink_id)
         if key in _IDENTIFIED:
-            return
+            return ReadStats()
         try:
             client = self._log_client()
         except UnsupportedSecurityError:
-            return
+            return ReadStats()
         try:
             with client:
                 if client.committed_offset(self.identity_group, self._topic, 0) is None:
@@ -1170,6 +1191,7 @@ class KafkaSink(TransactionalSink):
         except KafkaLogError as e:
             raise self._wire_failure("record the sink's identity", e) from e
         _IDENTIFIED.add(key)
+        return client.stats
 
     def _record_identity(self, client: KafkaLogClient) -> None:
         metadata = json.dumps({"laminar": 1, "since_ms": time.time_ns() // 1_000_000})
