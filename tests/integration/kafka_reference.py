@@ -105,7 +105,6 @@ def _stream(name: str, data: bytes) -> bytes:
         return stream.read()
 
 
-
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, records count
 _BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -388,5 +387,3 @@ def _resolve(log: PartitionLog, pending: dict[int, list[LogRecord]], marker: Rec
 
 def _offset(record: LogRecord) -> int:
     return record.offset
-
-
