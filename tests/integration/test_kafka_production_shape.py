@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 import pyarrow as pa
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -17,6 +18,8 @@ import laminar
 from laminar.errors import FatalError
 from laminar.kafka_log import KafkaLogClient, read_committed, read_partition
 from tests.fixtures import on_both_brokers
+from tests.integration.atomic_helpers import ROWS_PER_EPOCH as ATOMIC_ROWS
+from tests.integration.atomic_helpers import killed, run_writer
 from tests.integration.kafka_fill import CODECS, fill, now_ms, settled_committed
 from tests.integration.kafka_helpers import (
     assert_exactly_once,
@@ -26,6 +29,7 @@ from tests.integration.kafka_helpers import (
 )
 
 ROWS = 50
+EPOCHS = 4
 
 
 def ids(epochs: range) -> set[int]:
@@ -253,3 +257,34 @@ def test_64_partitions_written_recovered_and_started(
     assert len({r.partition for r in records}) == 64
     expected = {e * 1000 + i for e in range(4) for i in range(rows)}
     assert sorted(ids_of(records)) == sorted(expected)
+
+
+@pytest.mark.parametrize("point", ["atomic.step4", "atomic.step7", "atomic.step8"])
+def test_the_atomic_pair_killed_on_a_zstd_topic_recovers_exactly_once(
+    world: dict[str, str], point: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The atomic crash test (test_atomic_crash.py) on a topic that foreign producers filled
+    with every codec, the sink writing zstd: recovery (EndTxn, redo log) and the oracle read
+    zstd batches like any other."""
+    fill(world["bootstrap"], world["topic"], 1_000, partitions=2, aborted_per_codec=2)
+    monkeypatch.setenv("LAMINAR_TEST_KAFKA_COMPRESSION", "zstd")
+    argv = [
+        world["bootstrap"], world["topic"], world["dsn"], world["table"], world["tid"],
+        str(EPOCHS), world["checkpoint"], "log",
+    ]  # fmt: skip
+    crashed = run_writer(argv, f"{point}@2")
+    assert killed(crashed), crashed.stdout + crashed.stderr[-2000:]
+    restarted = run_writer(argv, None)
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr[-2000:]
+    first = "skipped" if point in ("atomic.step7", "atomic.step8") else "committed"
+    assert restarted.stdout.splitlines()[0] == f"epoch 1: {first}"
+    if point == "atomic.step7":
+        assert "committed in Kafka by EndTxn" in restarted.stderr
+    expected = {e * 1000 + i for e in range(EPOCHS) for i in range(ATOMIC_ROWS)}
+    with psycopg.connect(world["dsn"]) as conn:
+        rows = [r[0] for r in conn.execute(f"SELECT id FROM {world['table']}").fetchall()]
+    assert sorted(rows) == sorted(expected)
+    assert_exactly_once(ours(world["bootstrap"], world["topic"], world["tid"]), expected)
+    with KafkaLogClient(world["bootstrap"]) as client:
+        codecs = {b.compression.name.lower() for b in client.iter_batches(world["topic"], 0)}
+    assert "zstd" in codecs

@@ -4,6 +4,7 @@
 
 use bytes::Bytes;
 use kafka_protocol::messages::FetchRequest;
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::Record;
 use pyo3::basic::CompareOp;
 use pyo3::prelude::*;
@@ -52,7 +53,7 @@ pub struct LogRecord {
     timestamp_ms: i64,
     key: Option<Bytes>,
     value: Option<Bytes>,
-    headers: Vec<(String, Option<Bytes>)>,
+    headers: Vec<(StrBytes, Option<Bytes>)>,
     #[pyo3(get)]
     producer_id: i64,
     #[pyo3(get)]
@@ -70,11 +71,7 @@ impl LogRecord {
             timestamp_ms: r.timestamp,
             key: r.key,
             value: r.value,
-            headers: r
-                .headers
-                .into_iter()
-                .map(|(k, v)| (k.as_str().to_owned(), v))
-                .collect(),
+            headers: r.headers.into_iter().collect(),
             producer_id: r.producer_id,
             producer_epoch: r.producer_epoch,
             transactional: r.transactional,
@@ -128,7 +125,7 @@ impl LogRecord {
             value: value.map(Bytes::from),
             headers: headers
                 .into_iter()
-                .map(|(k, v)| (k, v.map(Bytes::from)))
+                .map(|(k, v)| (StrBytes::from_string(k), v.map(Bytes::from)))
                 .collect(),
             producer_id,
             producer_epoch,
@@ -161,7 +158,11 @@ impl LogRecord {
 
     /// The value of the last header called `name` (`None` if absent).
     fn header<'py>(&self, py: Python<'py>, name: &str) -> Option<Bound<'py, PyBytes>> {
-        let found = self.headers.iter().rev().find(|(k, _)| k == name)?;
+        let found = self
+            .headers
+            .iter()
+            .rev()
+            .find(|(k, _)| k.as_str() == name)?;
         bytes_or_none(py, found.1.as_ref())
     }
 
