@@ -5,10 +5,11 @@ committed transactions):
 
     .venv/bin/pytest benches/bench_kafka_log.py -p no:cacheprovider -s
 
-Per codec, records per CPU second (``time.process_time``: one core, whatever else runs) of: the witness scan (decode + committed-only replay, no Python
-object per record: what a sink's start-up does), the full read (decode + replay + a `LogRecord`
-per committed record: `read_partition`), and the reference (decode + replay in Python). The
-issue's bar: the core decodes >= 1 M records/s on one core. No broker: the Fetch answer is built
+Per codec, records per CPU second (``time.process_time``: one core, whatever else runs) of:
+the witness scan (decode + committed-only replay, no Python object per record: what a sink's
+start-up does), the full read (decode + replay + a `LogRecord` per committed record:
+`read_partition`), and the reference (decode + replay in Python). The issue's bar: the core
+decodes >= 1 M records/s on one core. No broker: the Fetch answer is built
 here (v4 framing), so the numbers are the decoder's alone. Results in
 ``.benchmarks/kafka_log_summary.json``.
 """
