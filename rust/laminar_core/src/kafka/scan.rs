@@ -91,7 +91,7 @@ impl PartitionScan {
             offset: start,
             end: end.unwrap_or(high_watermark),
             follow: end.is_none(),
-            done: !end.is_none_or(|e| start < e),
+            done: end.is_some_and(|e| start >= e),
             verify_crc: true,
             keep,
             stats: ScanStats::default(),

@@ -62,6 +62,7 @@ fn encode_api_versions<'py>(
 
 /// `(error code, [(api key, min, max), ...])`.
 #[pyfunction]
+#[allow(clippy::type_complexity)]
 fn decode_api_versions(
     py: Python<'_>,
     data: PyBackedBytes,

@@ -55,8 +55,14 @@ fn compress(
 ) -> anyhow::Result<()> {
     match compression {
         Compression::None => out.extend_from_slice(plain),
-        Compression::Gzip => Gzip::compress(out, |b| Ok(b.extend_from_slice(plain)))?,
-        Compression::Snappy => Snappy::compress(out, |b| Ok(b.extend_from_slice(plain)))?,
+        Compression::Gzip => Gzip::compress(out, |b| {
+            b.extend_from_slice(plain);
+            Ok(())
+        })?,
+        Compression::Snappy => Snappy::compress(out, |b| {
+            b.extend_from_slice(plain);
+            Ok(())
+        })?,
         Compression::Lz4 => {
             let mut encoder = lz4_flex::frame::FrameEncoder::new(Vec::new());
             encoder.write_all(plain)?;
