@@ -32,6 +32,7 @@ __all__ = [
     "UnsupportedSecurityError",
     "error_name",
     "parse_bootstrap",
+    "scram_exchange",
 ]
 
 # API keys (Kafka protocol numbering).
@@ -335,32 +336,42 @@ class Connection:
         return bytes(answer)
 
     def _scram(self, mechanism: str, user: str, password: str) -> None:
-        """RFC 5802's exchange: client-first, server-first, client-final, server-final."""
-        digest = _SCRAM[mechanism]
-        name = user.replace("=", "=3D").replace(",", "=2C")
         nonce = base64.b64encode(os.urandom(24)).decode()
-        first_bare = f"n={name},r={nonce}"
-        server_first = self._sasl_step(f"n,,{first_bare}".encode(), mechanism).decode()
-        fields = dict(item.split("=", 1) for item in server_first.split(","))
-        if not fields.get("r", "").startswith(nonce):
-            raise KafkaLogError(f"SASL {mechanism} with {self.address}: the server's nonce is bad")
-        salted = hashlib.pbkdf2_hmac(
-            digest, password.encode(), base64.b64decode(fields["s"]), int(fields["i"])
-        )
-        client_key = hmac.new(salted, b"Client Key", digest).digest()
-        stored_key = hashlib.new(digest, client_key).digest()
-        final_bare = f"c=biws,r={fields['r']}"
-        auth = f"{first_bare},{server_first},{final_bare}".encode()
-        signature = hmac.new(stored_key, auth, digest).digest()
-        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
-        final = f"{final_bare},p={base64.b64encode(proof).decode()}"
-        server_final = self._sasl_step(final.encode(), mechanism).decode()
-        server_key = hmac.new(salted, b"Server Key", digest).digest()
-        expected = base64.b64encode(hmac.new(server_key, auth, digest).digest()).decode()
-        if server_final != f"v={expected}":
-            raise KafkaLogError(
-                f"SASL {mechanism} with {self.address}: the server's signature does not verify"
+        try:
+            scram_exchange(
+                mechanism, user, password, lambda m: self._sasl_step(m, mechanism), nonce
             )
+        except ValueError as e:
+            raise KafkaLogError(f"SASL {mechanism} with {self.address}: {e}") from e
+
+
+def scram_exchange(
+    mechanism: str, user: str, password: str, step: Callable[[bytes], bytes], nonce: str
+) -> None:
+    """RFC 5802's client side (SCRAM-SHA-256/512, no channel binding): client-first, then the
+    client-final message with the proof; ``step`` sends one message and returns the server's
+    answer. `ValueError` when the server's nonce or signature does not verify."""
+    digest = _SCRAM[mechanism]
+    name = user.replace("=", "=3D").replace(",", "=2C")
+    first_bare = f"n={name},r={nonce}"
+    server_first = step(f"n,,{first_bare}".encode()).decode()
+    fields = dict(item.split("=", 1) for item in server_first.split(","))
+    if not fields.get("r", "").startswith(nonce):
+        raise ValueError("the server's nonce does not extend the client's")
+    salted = hashlib.pbkdf2_hmac(
+        digest, password.encode(), base64.b64decode(fields["s"]), int(fields["i"])
+    )
+    client_key = hmac.new(salted, b"Client Key", digest).digest()
+    stored_key = hashlib.new(digest, client_key).digest()
+    final_bare = f"c=biws,r={fields['r']}"
+    auth = f"{first_bare},{server_first},{final_bare}".encode()
+    signature = hmac.new(stored_key, auth, digest).digest()
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    server_final = step(f"{final_bare},p={base64.b64encode(proof).decode()}".encode()).decode()
+    server_key = hmac.new(salted, b"Server Key", digest).digest()
+    expected = base64.b64encode(hmac.new(server_key, auth, digest).digest()).decode()
+    if server_final != f"v={expected}":
+        raise ValueError("the server's signature does not verify")
 
 
 def parse_bootstrap(bootstrap_servers: str) -> list[tuple[str, int]]:

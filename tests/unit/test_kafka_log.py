@@ -327,3 +327,33 @@ def test_a_marker_with_a_bumped_epoch_ends_the_previous_epochs_transaction() -> 
 def test_records_before_the_start_offset_are_left_out() -> None:
     log = resolve(txn(0, [b"a", b"b", b"c"], 1, 0), marker(3, ControlType.COMMIT, 1, 0), start=1)
     assert values_of(log.committed) == [b"b", b"c"]
+
+
+# -- SASL SCRAM (RFC 7677's example exchange) ----------------------------------------------------
+
+
+def test_scram_sha_256_follows_rfc_7677() -> None:
+    from laminar._kafka_conn import scram_exchange
+
+    nonce = "rOprNGfwEbeRWgbNEkqO"
+    server = f"{nonce}%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"
+    sent: list[bytes] = []
+    answers = iter(
+        [
+            f"r={server},s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096".encode(),
+            b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=",
+        ]
+    )
+
+    def step(message: bytes) -> bytes:
+        sent.append(message)
+        return next(answers)
+
+    scram_exchange("SCRAM-SHA-256", "user", "pencil", step, nonce)
+    assert sent == [
+        f"n,,n=user,r={nonce}".encode(),
+        f"c=biws,r={server},p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=".encode(),
+    ]
+    answers = iter([f"r={server},s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096".encode(), b"v=forged"])
+    with pytest.raises(ValueError, match="signature does not verify"):
+        scram_exchange("SCRAM-SHA-256", "user", "pencil", lambda m: next(answers), nonce)
