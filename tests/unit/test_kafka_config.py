@@ -148,8 +148,7 @@ def test_the_marker_consumer_connects_like_the_producer() -> None:
     assert config["sasl.password"] == "hunter2-secret"
     assert "linger.ms" not in config
     assert "compression.type" not in config
-    # the last committed marker at once, never UNSTABLE_OFFSET_COMMIT behind a pending one
-    assert config["isolation.level"] == "read_uncommitted"
+    assert config["isolation.level"] == "read_committed"
 
 
 def test_secret_values_are_collected() -> None:

@@ -200,11 +200,7 @@ def consumer_config(
             "bootstrap.servers": bootstrap_servers,
             "group.id": group_id,
             "enable.auto.commit": False,
-            # OffsetFetch without require_stable: the last *committed* marker at once. With it
-            # (read_committed), Apache Kafka answers UNSTABLE_OFFSET_COMMIT while a dead
-            # writer's transaction holds a pending marker, until transaction.timeout.ms —
-            # recovery reads the marker before its EndTxn completes that very transaction.
-            "isolation.level": "read_uncommitted",
+            "isolation.level": "read_committed",
             "enable.partition.eof": False,
         }
     )

@@ -1063,7 +1063,26 @@ class KafkaSink(TransactionalSink):
         return answer
 
     def _read_marker(self, rt: _Runtime) -> int | None:
-        """The marker group's committed offset on (topic, 0): the last committed epoch."""
+        """The marker group's committed offset on (topic, 0): the last committed epoch.
+
+        Before this instance's InitProducerId (recovery and `laminar status` read it first), a
+        dead writer's transaction may still hold a pending marker: OffsetFetch without
+        ``require_stable`` (the wire client) answers the committed value at once, where a
+        stable read would wait out the transaction's timeout — the very transaction recovery
+        completes with EndTxn. After it, the stable read (librdkafka, ``read_committed``) never
+        waits on another writer and never answers a value the last commit is replacing."""
+        if rt.producer is None:
+            try:
+                client = self._log_client()
+            except UnsupportedSecurityError:
+                client = None
+            if client is not None:
+                try:
+                    with client:
+                        found = client.committed_offset(self.marker_group, self._topic, 0)
+                except KafkaLogError as e:
+                    raise self._wire_failure("read the marker", e) from e
+                return None if found is None else found[0]
         try:
             (committed,) = rt.consumer.committed(
                 [TopicPartition(self._topic, 0)], timeout=self._init_timeout_s
