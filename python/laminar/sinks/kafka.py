@@ -407,7 +407,7 @@ class KafkaSink(TransactionalSink):
         rt.fenced = None
         self._open_consumer(rt)
         self._open_producer(rt)
-        last = self._read_last_committed(rt)
+        last = self._read_last_committed(rt, stable=True)  # after our own InitProducerId
         self._settle_after_reinit(last)
 
     def begin_transaction(self, epoch: int) -> bool:
@@ -1046,11 +1046,15 @@ class KafkaSink(TransactionalSink):
         """How the last committed epoch was last found (``None`` before the first read)."""
         return getattr(self, "_startup_read", None)
 
-    def _read_last_committed(self, rt: _Runtime) -> int | None:
+    def _read_last_committed(self, rt: _Runtime, *, stable: bool = False) -> int | None:
         """The last committed epoch by docs/protocol.md §1's rule: the marker; without it, the
-        identity, the producer epoch and the watermarks say whether the bounded witness runs."""
+        identity, the producer epoch and the watermarks say whether the bounded witness runs.
+        An epoch this instance committed itself counts even before its marker reads back."""
         writer = rt.producer is not None
-        marker = self._read_marker(rt)
+        marker = self._read_marker(rt, stable=stable)
+        known = self.tracker.last_committed_epoch
+        if known is not None and (marker is None or marker < known):
+            marker = known
         if marker is not None:
             read = self._ensure_identity() if writer else ReadStats()
             self._startup_read = StartupRead("marker", marker, read)
@@ -1062,16 +1066,16 @@ class KafkaSink(TransactionalSink):
         rt.without_marker = (answer, writer)
         return answer
 
-    def _read_marker(self, rt: _Runtime) -> int | None:
+    def _read_marker(self, rt: _Runtime, *, stable: bool = False) -> int | None:
         """The marker group's committed offset on (topic, 0): the last committed epoch.
 
-        Before this instance's InitProducerId (recovery and `laminar status` read it first), a
-        dead writer's transaction may still hold a pending marker: OffsetFetch without
-        ``require_stable`` (the wire client) answers the committed value at once, where a
-        stable read would wait out the transaction's timeout — the very transaction recovery
-        completes with EndTxn. After it, the stable read (librdkafka, ``read_committed``) never
-        waits on another writer and never answers a value the last commit is replacing."""
-        if rt.producer is None:
+        ``stable`` (right after this instance's InitProducerId, which completed whatever its
+        transactional id had in flight): librdkafka's ``read_committed`` read, which never
+        answers a value a just-completed commit is replacing. Otherwise the committed value
+        without ``require_stable`` (the wire client's OffsetFetch): a stable read would wait out
+        the timeout of a transaction that another writer — one that fenced this instance, or one
+        that died and that recovery is about to complete with EndTxn — holds open."""
+        if not stable:
             try:
                 client = self._log_client()
             except UnsupportedSecurityError:
@@ -1083,6 +1087,8 @@ class KafkaSink(TransactionalSink):
                 except KafkaLogError as e:
                     raise self._wire_failure("read the marker", e) from e
                 return None if found is None else found[0]
+        if rt.consumer is None:
+            self._open_consumer(rt)
         try:
             (committed,) = rt.consumer.committed(
                 [TopicPartition(self._topic, 0)], timeout=self._init_timeout_s
