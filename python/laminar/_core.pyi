@@ -1,7 +1,7 @@
 """Type stubs for the private Rust extension `laminar._core`."""
 
 from collections.abc import Sequence
-from typing import Any, Literal, TypedDict, final
+from typing import Any, Literal, TypeAlias, TypedDict, final
 
 from typing_extensions import Self, Unpack
 
@@ -717,3 +717,253 @@ def encode_redo(
 def decode_redo(blob: bytes) -> tuple[list[bytes | None], list[bytes | None]]:
     """Decodes one redo-log blob into ``(values, keys)``; raises ``InvalidStateEncoding`` for a
     corrupt, truncated or newer blob."""
+
+# --- the Kafka wire protocol (core: kafka/, on the kafka-protocol crate) --------------------------
+
+__all__ += [
+    "LogRecord",
+    "PartitionScan",
+    "decode_api_versions",
+    "decode_end_txn",
+    "decode_fetch",
+    "decode_find_coordinator",
+    "decode_list_offsets",
+    "decode_metadata",
+    "decode_offset_commit",
+    "decode_offset_fetch",
+    "decode_record_batches",
+    "decode_sasl_authenticate",
+    "decode_sasl_handshake",
+    "encode_api_versions",
+    "encode_end_txn",
+    "encode_fetch",
+    "encode_find_coordinator",
+    "encode_list_offsets",
+    "encode_metadata",
+    "encode_offset_commit",
+    "encode_offset_fetch",
+    "encode_sasl_authenticate",
+    "encode_sasl_handshake",
+    "kafka_api_version",
+    "replay_batches",
+]
+
+@final
+class LogRecord:
+    """One record as it sits in the log (``laminar.kafka_log.LogRecord``): compared, hashed and
+    shown by its fields, like a frozen dataclass."""
+
+    def __new__(
+        cls,
+        topic: str,
+        partition: int,
+        offset: int,
+        timestamp_ms: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]],
+        producer_id: int,
+        producer_epoch: int,
+        transactional: bool,
+    ) -> LogRecord: ...
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp_ms(self) -> int: ...
+    @property
+    def key(self) -> bytes | None:
+        """The record key."""
+    @property
+    def value(self) -> bytes | None:
+        """The record value."""
+    @property
+    def headers(self) -> tuple[tuple[str, bytes | None], ...]:
+        """The headers, in order: ``((name, value), ...)``."""
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def producer_epoch(self) -> int: ...
+    @property
+    def transactional(self) -> bool:
+        """Whether the record was written inside a transaction."""
+    def header(self, name: str) -> bytes | None:
+        """The value of the last header called ``name`` (``None`` if absent)."""
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+_BatchRow: TypeAlias = tuple[int, int, int, int, int, int, bool, int | None, list[LogRecord]]
+
+def decode_record_batches(
+    data: bytes, *, topic: str = "", partition: int = 0, verify_crc: bool = True
+) -> list[_BatchRow]:
+    """Decodes the record batches of a Fetch answer's ``records`` (GIL released): ``(base_offset,
+    last_offset, producer_id, producer_epoch, base_sequence, compression, transactional,
+    control, records)`` each; a trailing partial batch is left out."""
+
+def replay_batches(
+    batches: Sequence[tuple[int | None, int, int, bool, int, int, Sequence[tuple[int, Any]]]],
+    start_offset: int = 0,
+) -> tuple[list[Any], list[Any], list[Any], list[int], list[int], int]:
+    """The committed-only replay of decoded batches ``(control, producer_id, producer_epoch,
+    transactional, base_offset, last_offset, [(offset, record), ...])``: ``(committed, aborted,
+    open, commit_markers, abort_markers, end_offset)``."""
+
+@final
+class PartitionScan:
+    """One partition read fetch by fetch: send ``fetch_request()``, feed the answer, until
+    ``next_offset()`` is ``None``. Keeps the batches (``replay=False``), every record replayed
+    committed-only (``replay=True``) or only ``sink_id``'s witness."""
+
+    def __new__(
+        cls,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int | None,
+        high_watermark: int,
+        *,
+        replay: bool = True,
+        sink_id: str | None = None,
+        verify_crc: bool = True,
+    ) -> PartitionScan: ...
+    def next_offset(self) -> int | None:
+        """The offset to fetch next; ``None`` once the scan is complete."""
+    def fetch_request(
+        self, version: int, correlation_id: int, client_id: str, max_bytes: int, max_wait_ms: int
+    ) -> bytes:
+        """The Fetch request frame for the next offset."""
+    def feed(
+        self, response: bytes, version: int, correlation_id: int
+    ) -> tuple[int, int, list[_BatchRow]]:
+        """Feeds a Fetch answer (GIL released): ``(error code, high watermark, batches)``."""
+    @property
+    def stats(self) -> tuple[int, int, int, int]:
+        """What was read: ``(fetches, bytes, batches, records)``."""
+    def finish(self) -> Any:
+        """Replay: ``(committed, aborted, open, commit_markers, abort_markers, end_offset)``;
+        witness: ``(epoch, earliest timestamp of its records)`` or ``None``; batches: ``None``."""
+
+def kafka_api_version(
+    api_key: int, broker_min: int | None = None, broker_max: int | None = None
+) -> int | None:
+    """The version of ``api_key`` to use with a broker offering ``[broker_min, broker_max]``."""
+
+def encode_api_versions(correlation_id: int, client_id: str) -> bytes:
+    """ApiVersions (v0)."""
+
+def decode_api_versions(data: bytes, correlation_id: int) -> tuple[int, list[tuple[int, int, int]]]:
+    """``(error code, [(api key, min, max), ...])``."""
+
+def encode_metadata(topic: str, version: int, correlation_id: int, client_id: str) -> bytes:
+    """Metadata of one topic (never creating it)."""
+
+def decode_metadata(
+    data: bytes, version: int, correlation_id: int, topic: str
+) -> tuple[list[tuple[int, str, int]], int, list[tuple[int, int, int]]]:
+    """``(brokers, topic error code, [(partition, leader, error code)])``."""
+
+def encode_list_offsets(
+    topic: str,
+    partitions: Sequence[int],
+    timestamp: int,
+    version: int,
+    correlation_id: int,
+    client_id: str,
+) -> bytes:
+    """ListOffsets at ``timestamp`` (-2 earliest, -1 latest)."""
+
+def decode_list_offsets(
+    data: bytes, version: int, correlation_id: int, topic: str
+) -> list[tuple[int, int, int]]:
+    """``[(partition, error code, offset)]``."""
+
+def encode_fetch(
+    topic: str,
+    partition: int,
+    offset: int,
+    max_bytes: int,
+    max_wait_ms: int,
+    version: int,
+    correlation_id: int,
+    client_id: str,
+) -> bytes:
+    """Fetch (READ_UNCOMMITTED) of one partition from ``offset``."""
+
+def decode_fetch(
+    data: bytes, version: int, correlation_id: int, topic: str, partition: int
+) -> tuple[int, int, bytes]:
+    """``(error code, high watermark, raw record batches)``."""
+
+def encode_find_coordinator(
+    key: str, key_type: int, version: int, correlation_id: int, client_id: str
+) -> bytes:
+    """FindCoordinator of a group (``key_type=0``) or a transactional id (1)."""
+
+def decode_find_coordinator(
+    data: bytes, version: int, correlation_id: int
+) -> tuple[int, str | None, int, str, int]:
+    """``(error code, error message, node id, host, port)``."""
+
+def encode_end_txn(
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool,
+    version: int,
+    correlation_id: int,
+    client_id: str,
+) -> bytes:
+    """EndTxn (commit or abort)."""
+
+def decode_end_txn(data: bytes, version: int, correlation_id: int) -> int:
+    """The error code."""
+
+def encode_offset_fetch(
+    group: str, topic: str, partition: int, version: int, correlation_id: int, client_id: str
+) -> bytes:
+    """OffsetFetch of a group's committed offset on one partition."""
+
+def decode_offset_fetch(
+    data: bytes, version: int, correlation_id: int, topic: str, partition: int
+) -> tuple[int, int, str | None]:
+    """``(error code, committed offset (-1: none), metadata)``."""
+
+def encode_offset_commit(
+    group: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    metadata: str,
+    retention_ms: int,
+    version: int,
+    correlation_id: int,
+    client_id: str,
+) -> bytes:
+    """OffsetCommit by a group without members (``retention_ms``: versions 2-4)."""
+
+def decode_offset_commit(
+    data: bytes, version: int, correlation_id: int, topic: str, partition: int
+) -> int:
+    """The partition's error code (-1 if the answer does not name it)."""
+
+def encode_sasl_handshake(
+    mechanism: str, version: int, correlation_id: int, client_id: str
+) -> bytes:
+    """SaslHandshake."""
+
+def decode_sasl_handshake(data: bytes, version: int, correlation_id: int) -> tuple[int, list[str]]:
+    """``(error code, enabled mechanisms)``."""
+
+def encode_sasl_authenticate(
+    auth_bytes: bytes, version: int, correlation_id: int, client_id: str
+) -> bytes:
+    """SaslAuthenticate with the mechanism's next message."""
+
+def decode_sasl_authenticate(
+    data: bytes, version: int, correlation_id: int
+) -> tuple[int, str | None, bytes]:
+    """``(error code, error message, the broker's next message)``."""

@@ -37,8 +37,10 @@ def make_group(
     bootstrap: str, topic: str, dsn: str, table: str, tid: str, **kw: Any
 ) -> laminar.ExactlyOnceWriter:
     # A crash writer subprocess may be given a short transaction.timeout.ms (the transaction-
-    # timeout tests) through the environment.
+    # timeout tests) and a compression codec (the crash tests on a compressed topic) through
+    # the environment.
     timeout_ms = os.environ.get("LAMINAR_TEST_TRANSACTION_TIMEOUT_MS")
+    codec = os.environ.get("LAMINAR_TEST_KAFKA_COMPRESSION")
     kafka = laminar.KafkaSink(
         bootstrap,
         topic,
@@ -47,6 +49,7 @@ def make_group(
         commit_timeout_s=5.0,
         init_timeout_s=15.0,
         transaction_timeout_ms=int(timeout_ms) if timeout_ms else None,
+        producer_config={"compression.type": codec} if codec else None,
     )
     postgres = laminar.PostgresSink(dsn, table)
     kw.setdefault("retry_backoff_s", 0.1)

@@ -31,7 +31,10 @@ from laminar import (
     RecordTooLargeError,
 )
 from laminar.embedded._process import free_port
+from laminar.kafka_log import KafkaLogClient
 from tests.fixtures import BrokerUnderTest, on_both_brokers
+from tests.integration import kafka_reference
+from tests.integration.kafka_fill import settled_logs
 from tests.integration.kafka_helpers import (
     ROWS_PER_EPOCH,
     assert_exactly_once,
@@ -300,35 +303,45 @@ def test_an_expired_marker_is_replaced_by_the_header_witness(
     restarted.close()
 
 
-def test_the_librdkafka_witness_reads_the_same_epoch(kafka_bootstrap: str, topic: str) -> None:
-    """The witness for TLS/SASL clusters (read_committed through librdkafka), without aborted
-    epochs (which only `hides_aborted_records` brokers would filter)."""
+def test_the_witness_reads_over_sasl_with_the_same_client(kafka_bootstrap: str, topic: str) -> None:
+    """One witness for every cluster (docs/protocol.md §1): the sink's wire client, whatever the
+    security settings (no second implementation through librdkafka's read_committed)."""
     tid = f"tid-{topic}"
     sink = make_sink(kafka_bootstrap, topic, tid)
     writer = laminar.exactly_once(sink)
     for epoch in range(2):
         writer.write_epoch(epoch, epoch_table(epoch))
-    assert sink._rt is not None
-    assert sink._read_witness_consumer(sink._rt) == 1
-    assert sink._read_witness(sink._rt) == 1
     writer.close()
+    with KafkaLogClient(kafka_bootstrap) as client:
+        found = client.witness(topic, tid, max_records=-1)
+    assert (found.epoch, found.conclusive) == (1, True)
+    assert not hasattr(laminar.KafkaSink, "_read_witness_consumer")
 
 
 def test_sinks_with_different_ids_write_one_topic_in_parallel(
     kafka_bootstrap: str, topic: str
 ) -> None:
+    """Three sinks on one topic at once. When ids are missing, the failure says who lost them:
+    the reader (an independent decode of the same fetches finds them committed), the markers
+    (they are in the log but aborted or still open: a shared producer id, or markers not yet
+    written), or the broker (they are nowhere in the log although every record was
+    acknowledged)."""
     errors: list[BaseException] = []
     names = [f"tid-{topic}-{n}" for n in range(3)]
+    producers: dict[str, set[int]] = {}
 
     def run(tid: str, offset: int) -> None:
         try:
-            writer = laminar.exactly_once(make_sink(kafka_bootstrap, topic, tid))
+            sink = make_sink(kafka_bootstrap, topic, tid)
+            writer = laminar.exactly_once(sink)
             for epoch in range(4):
                 table = epoch_table(epoch)
                 table = table.set_column(
                     0, "id", pa.array([offset + i for i in table.column("id").to_pylist()])
                 )
                 writer.write_epoch(epoch, table)
+                if sink._rt is not None and sink._rt.identity is not None:
+                    producers.setdefault(tid, set()).add(sink._rt.identity[0])
             writer.write_epoch(3, epoch_table(3))  # a replay: skipped
             writer.close()
         except BaseException as e:  # reported below
@@ -340,10 +353,65 @@ def test_sinks_with_different_ids_write_one_topic_in_parallel(
     for thread in threads:
         thread.join(120)
     assert not errors, errors
+    shared = [
+        (a, b)
+        for a in names
+        for b in names
+        if a < b and producers.get(a, set()) & producers.get(b, set())
+    ]
+    assert not shared, (
+        f"the broker gave two transactional ids one producer id: {shared} {producers}"
+    )
+    logs = settled_logs(kafka_bootstrap, topic)
     for n, tid in enumerate(names):
-        records = committed(kafka_bootstrap, topic, tid)
-        assert sorted(ids_of(records)) == sorted(n * 100_000 + i for i in ids(range(4)))
+        expected = {n * 100_000 + i for i in ids(range(4))}
+        records = [r for p in sorted(logs) for r in logs[p].committed]
+        found = {i for i in ids_of(records) if i in expected}
+        assert found == expected, lost_records_report(
+            kafka_bootstrap, topic, tid, expected - found, logs
+        )
+        assert sorted(i for i in ids_of(records) if i in expected) == sorted(expected)
         assert make_sink(kafka_bootstrap, topic, tid).last_committed_epoch() == 3
+
+
+def lost_records_report(
+    bootstrap: str, topic: str, tid: str, missing: set[int], logs: dict[int, Any]
+) -> str:
+    """Who lost ``missing``: the same partitions fetched again as raw bytes and decoded by the
+    pre-core pure-Python decoder (tests/integration/kafka_reference.py)."""
+    reference: set[int] = set()
+    anywhere: dict[int, str] = {}
+    with KafkaLogClient(bootstrap) as client:
+        leaders = client.partition_leaders(topic)
+        for p, leader in leaders.items():
+            low, high = client.watermarks(topic, p)
+            batches, offset = [], low
+            while offset < high:
+                data, _ = client.fetch(topic, p, leader, offset)
+                decoded = list(
+                    kafka_reference.decode_record_batches(data, topic=topic, partition=p)
+                )
+                if not decoded:
+                    break
+                batches.extend(b for b in decoded if b.last_offset >= offset)
+                offset = decoded[-1].last_offset + 1
+            log = kafka_reference.committed_records(
+                batches, topic=topic, partition=p, start_offset=low
+            )
+            reference |= set(ids_of(log.committed)) & missing
+            for kind in ("aborted", "open"):
+                for i in set(ids_of(getattr(log, kind))) & missing:
+                    anywhere[i] = f"{kind} in partition {p}"
+    nowhere = missing - reference - set(anywhere)
+    marked = sorted(anywhere.items())[:3]
+    return (
+        f"sink {tid}: {len(missing)} ids missing per laminar.kafka_log, e.g. "
+        f"{sorted(missing)[:5]}; the reference decoder finds {len(reference)} of them "
+        f"committed (the reader lost them), {len(set(anywhere) - reference)} in the log but "
+        f"not committed (the markers: {marked}), {len(nowhere)} nowhere in the log (the broker "
+        "lost acknowledged records); partitions with open records: "
+        f"{[p for p, log in logs.items() if log.open]}"
+    )
 
 
 def test_a_missing_topic_is_a_clear_error(kafka_bootstrap: str, topic_name: str) -> None:

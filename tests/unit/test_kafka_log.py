@@ -1,8 +1,9 @@
-"""laminar.kafka_log on hand-made record batches: decoding (v2, none/gzip, control batches, CRC)
-and the transaction filter (which records a replay of the markers keeps as committed).
+"""laminar.kafka_log on hand-made record batches: decoding (v2, every codec, control batches,
+CRC) and the transaction filter (which records a replay of the markers keeps as committed).
 
 The batches are built here by an encoder written independently of the reader, from the Kafka
-protocol's description of message format v2.
+protocol's description of message format v2; the compressed bodies come from pyarrow's codecs
+(zstd and LZ4 frames, raw snappy) and the standard library's gzip.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import gzip
 import struct
 from collections.abc import Sequence
 
+import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 
 from laminar._core import crc32c
@@ -18,6 +20,7 @@ from laminar.kafka_log import (
     Compression,
     ControlType,
     KafkaLogError,
+    LogRecord,
     committed_records,
     decode_record_batches,
 )
@@ -78,6 +81,8 @@ def batch(
     payload = b"".join(records)
     if codec == 1:
         payload = gzip.compress(payload)
+    elif codec in _PYARROW_CODECS:
+        payload = pa.compress(payload, codec=_PYARROW_CODECS[codec], asbytes=True)
     attributes = codec | (0x10 if transactional else 0) | (0x20 if control else 0)
     if last_offset_delta is None:
         last_offset_delta = len(records) - 1
@@ -98,6 +103,9 @@ def batch(
     crc = crc32c(after_crc) ^ (1 if corrupt_crc else 0)
     rest = struct.pack(">ibI", 0, magic, crc) + after_crc
     return struct.pack(">qi", base_offset, len(rest)) + rest
+
+
+_PYARROW_CODECS = {2: "snappy", 3: "lz4", 4: "zstd"}
 
 
 def marker(offset: int, kind: ControlType, producer_id: int, producer_epoch: int) -> bytes:
@@ -155,18 +163,67 @@ def test_decodes_records_keys_headers_and_offsets() -> None:
     assert second.timestamp_ms == first.timestamp_ms + 5
 
 
-def test_gzip_batches_decode_like_uncompressed_ones() -> None:
-    records = [record(i, None, f"value-{i}".encode()) for i in range(50)]
+@pytest.mark.parametrize("codec", list(Compression)[1:], ids=lambda c: c.name.lower())
+def test_every_codec_decodes_like_uncompressed_batches(codec: Compression) -> None:
+    records = [record(i, None, f"value-{i}".encode(), [(b"h", b"x")]) for i in range(50)]
     plain = next(iter(decode_record_batches(batch(0, records))))
-    packed = next(iter(decode_record_batches(batch(0, records, codec=1))))
-    assert packed.compression is Compression.GZIP
+    packed = next(iter(decode_record_batches(batch(0, records, codec=int(codec)))))
+    assert packed.compression is codec
     assert values_of(packed.records) == values_of(plain.records)
+    assert packed.records == plain.records
 
 
-@pytest.mark.parametrize(("codec", "name"), [(2, "snappy"), (3, "lz4"), (4, "zstd")])
-def test_other_codecs_are_a_clear_error(codec: int, name: str) -> None:
-    with pytest.raises(KafkaLogError, match=f"{name} compression is not supported"):
-        list(decode_record_batches(batch(0, [record(0, None, b"x")], codec=codec)))
+def test_codecs_mix_within_one_partition() -> None:
+    data = b"".join(
+        txn_codec(i * 2, [f"c{i}".encode()], codec=int(c))
+        + marker(i * 2 + 1, ControlType.COMMIT, 1, 0)
+        for i, c in enumerate(Compression)
+    )
+    log = committed_records(decode_record_batches(data))
+    assert values_of(log.committed) == [b"c0", b"c1", b"c2", b"c3", b"c4"]
+
+
+def txn_codec(offset: int, values: Sequence[bytes], *, codec: int) -> bytes:
+    return batch(
+        offset,
+        [record(i, None, v) for i, v in enumerate(values)],
+        producer_id=1,
+        producer_epoch=0,
+        transactional=True,
+        codec=codec,
+    )
+
+
+def test_a_corrupt_compressed_body_is_a_clear_error() -> None:
+    good = bytearray(batch(0, [record(0, None, b"x" * 100)], codec=4))
+    good[-5:] = b"\xff" * 5
+    with pytest.raises(KafkaLogError, match="zstd batch does not decode"):
+        list(decode_record_batches(bytes(good), verify_crc=False))
+
+
+def test_log_records_compare_hash_and_show_like_values() -> None:
+    (first,) = decode_record_batches(batch(3, [record(0, b"k", b"v", [(b"a", b"1")])]), topic="t")
+    (again,) = decode_record_batches(batch(3, [record(0, b"k", b"v", [(b"a", b"1")])]), topic="t")
+    one, two = first.records[0], again.records[0]
+    assert one == two
+    assert hash(one) == hash(two)
+    assert one is not two
+    assert len({one, two}) == 1
+    assert "offset=3" in repr(one)
+    assert "value=b'v'" in repr(one)
+    built = LogRecord(
+        topic="t",
+        partition=0,
+        offset=3,
+        timestamp_ms=one.timestamp_ms,
+        key=b"k",
+        value=b"v",
+        headers=(("a", b"1"),),
+        producer_id=-1,
+        producer_epoch=-1,
+        transactional=False,
+    )
+    assert built == one
 
 
 def test_control_batches_carry_commit_and_abort() -> None:
@@ -270,3 +327,33 @@ def test_a_marker_with_a_bumped_epoch_ends_the_previous_epochs_transaction() -> 
 def test_records_before_the_start_offset_are_left_out() -> None:
     log = resolve(txn(0, [b"a", b"b", b"c"], 1, 0), marker(3, ControlType.COMMIT, 1, 0), start=1)
     assert values_of(log.committed) == [b"b", b"c"]
+
+
+# -- SASL SCRAM (RFC 7677's example exchange) ----------------------------------------------------
+
+
+def test_scram_sha_256_follows_rfc_7677() -> None:
+    from laminar._kafka_conn import scram_exchange
+
+    nonce = "rOprNGfwEbeRWgbNEkqO"
+    server = f"{nonce}%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"
+    sent: list[bytes] = []
+    answers = iter(
+        [
+            f"r={server},s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096".encode(),
+            b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=",
+        ]
+    )
+
+    def step(message: bytes) -> bytes:
+        sent.append(message)
+        return next(answers)
+
+    scram_exchange("SCRAM-SHA-256", "user", "pencil", step, nonce)
+    assert sent == [
+        f"n,,n=user,r={nonce}".encode(),
+        f"c=biws,r={server},p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=".encode(),
+    ]
+    answers = iter([f"r={server},s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096".encode(), b"v=forged"])
+    with pytest.raises(ValueError, match="signature does not verify"):
+        scram_exchange("SCRAM-SHA-256", "user", "pencil", lambda m: next(answers), nonce)

@@ -12,10 +12,11 @@ Per epoch::
 
 A sink is picklable configuration: the producer (and the consumer that reads the marker group) open
 lazily in the process that writes; ``init_transactions`` there fences any previous instance with the
-same transactional id and reads the last committed epoch back from the marker group — or, if the
-group's offsets have expired, from the ``laminar.epoch`` headers of the committed records at the
-tail of each partition (read with `laminar.kafka_log`, which does not trust the broker's
-``read_committed``).
+same transactional id and reads the last committed epoch back by docs/protocol.md §1's rule: the
+marker group; without it, the sink's identity group and the producer epoch say whether the sink
+has history, and only then does the bounded witness read the ``laminar.epoch`` headers of the
+committed records at the tail of each partition (with `laminar.kafka_log`, which does not trust
+the broker's ``read_committed``, over plaintext, TLS and SASL alike).
 
 Errors follow KIP-691 through one mapping (`laminar.sinks._kafka_errors.map_kafka_error`): a
 commit whose outcome is unknown is an `InDoubtError` (state Failed), which `recover()` resolves
@@ -28,11 +29,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
 import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, ClassVar
 
@@ -56,7 +59,13 @@ from laminar.errors import (
     LaminarError,
     RecordTooLargeError,
 )
-from laminar.kafka_log import KafkaLogClient, KafkaLogError
+from laminar.kafka_log import (
+    ClientSecurity,
+    KafkaLogClient,
+    KafkaLogError,
+    ReadStats,
+    UnsupportedSecurityError,
+)
 from laminar.sinks._kafka_config import (
     DEFAULT_MESSAGE_MAX_BYTES,
     build_producer_config,
@@ -74,7 +83,7 @@ from laminar.sinks._kafka_errors import (
 )
 from laminar.sinks.base import TransactionalSink
 
-__all__ = ["HEADER_EPOCH", "HEADER_SINK", "KafkaSink"]
+__all__ = ["HEADER_EPOCH", "HEADER_SINK", "KafkaSink", "StartupRead"]
 
 log = logging.getLogger("laminar.kafka")
 
@@ -100,12 +109,30 @@ _CONNECTION_CODES = frozenset(
     }
 )
 _WITNESS_FIRST_WINDOW = 1_024
-#: How far back (records per partition) the witness looks for this sink's records.
+#: How far back (records per partition) the witness looks for this sink's records, unless
+#: `KafkaSink.witness_max_records` or the environment variable below says otherwise.
 _WITNESS_MAX_RECORDS = 1_000_000
+WITNESS_MAX_RECORDS_ENV = "LAMINAR_KAFKA_WITNESS_MAX_RECORDS"
+#: The identity's explicit retention (OffsetCommit v2-v4's retention_time_ms): 100 years.
+_IDENTITY_RETENTION_MS = 100 * 365 * 24 * 3600 * 1000
+#: (bootstrap servers, topic, sink id) whose identity this process saw or recorded.
+_IDENTIFIED: set[tuple[str, str, str]] = set()
 #: Producers given up on while a call into them was stuck (librdkafka #5456: a transactional call
 #: can block past its timeout when the coordinator went away). Kept referenced until that call
 #: returns, so the handle is never destroyed under it.
 _ABANDONED: set[Any] = set()
+
+
+@dataclass(frozen=True)
+class StartupRead:
+    """How the last committed epoch was found at the sink's last read of it (docs/protocol.md
+    §1): ``source`` is ``"marker"``, ``"new"`` (no marker, no history: nothing read),
+    ``"witness"`` (the bounded search ran) or ``"unreadable"`` (no marker, and the wire client
+    cannot connect); ``read`` counts what `laminar.kafka_log` read for it."""
+
+    source: str
+    epoch: int | None
+    read: ReadStats = field(default_factory=ReadStats)
 
 
 class _StuckCallError(Exception):
@@ -166,6 +193,8 @@ class _Runtime:
         self.attempt = 0
         self.failed_operation: str | None = None
         self.positional_produce = True
+        # the last committed epoch found without a marker: (answer, whether a writer found it)
+        self.without_marker: tuple[int | None, bool] | None = None
 
     # -- callbacks (called by librdkafka from poll/flush, in this thread) ---------------------
 
@@ -390,7 +419,7 @@ class KafkaSink(TransactionalSink):
         try:
             self._open_consumer(rt)
             self._open_producer(rt)
-            last = self._read_last_committed(rt)
+            last = self._read_last_committed(rt, stable=True)  # after our own InitProducerId
         except FatalError as err:
             if not isinstance(err, FencedError):
                 # Unreachable brokers, bad credentials, a missing topic: the clients would
@@ -1014,27 +1043,91 @@ class KafkaSink(TransactionalSink):
             sink_id=self.sink_id,
         )
 
-    # -- the epoch marker and its witness -----------------------------------------------------
+    # -- the last committed epoch: marker, identity, witness (docs/protocol.md §1) -------------
 
-    def _read_last_committed(self, rt: _Runtime) -> int | None:
-        marker = self._read_marker(rt)
-        if marker is not None:
-            return marker
-        witness = self._read_witness(rt)
-        if witness is not None:
-            log.warning(
-                "sink %s: group %s has no committed offset on %s[0] (expired after the broker's "
-                "offsets.retention.minutes?); the last committed epoch %d was read from the "
-                "laminar.epoch headers of the committed records",
-                self.sink_id,
-                self.marker_group,
-                self._topic,
-                witness,
+    @property
+    def identity_group(self) -> str:
+        """The consumer group whose committed offset on (topic, 0) is the sink's identity: "this
+        sink has started here and may have committed epochs" (docs/protocol.md §1)."""
+        return f"{self.marker_group}.identity"
+
+    @property
+    def witness_max_records(self) -> int:
+        """How many records per partition the witness may read when the marker is lost (-1: no
+        limit); default `LAMINAR_KAFKA_WITNESS_MAX_RECORDS`, else 1,000,000."""
+        chosen: int | None = getattr(self, "_witness_max_records", None)
+        if chosen is not None:
+            return chosen
+        text = os.environ.get(WITNESS_MAX_RECORDS_ENV, "").strip()
+        try:
+            return int(text) if text else _WITNESS_MAX_RECORDS
+        except ValueError:
+            raise ConfigError(
+                f"{WITNESS_MAX_RECORDS_ENV}={text!r} is not a whole number of records",
+                sink_id=self.sink_id,
+            ) from None
+
+    @witness_max_records.setter
+    def witness_max_records(self, value: int) -> None:
+        if not isinstance(value, int) or value < -1:
+            raise ConfigError(
+                f"witness_max_records must be a number of records >= 0, or -1 (no limit), "
+                f"not {value!r}",
+                sink_id=self.sink_id,
             )
-        return witness
+        self._witness_max_records: int | None = value
 
-    def _read_marker(self, rt: _Runtime) -> int | None:
-        """The marker group's committed offset on (topic, 0): the last committed epoch."""
+    @property
+    def startup_read(self) -> StartupRead | None:
+        """How the last committed epoch was last found (``None`` before the first read)."""
+        return getattr(self, "_startup_read", None)
+
+    def _read_last_committed(self, rt: _Runtime, *, stable: bool = False) -> int | None:
+        """The last committed epoch by docs/protocol.md §1's rule: the marker; without it, the
+        identity, the producer epoch and the watermarks say whether the bounded witness runs.
+        An epoch this instance committed itself counts even before its marker reads back."""
+        writer = rt.producer is not None
+        marker = self._read_marker(rt, stable=stable)
+        known = self.tracker.last_committed_epoch
+        if known is not None and (marker is None or marker < known):
+            marker = known
+        if marker is not None:
+            read = self._ensure_identity() if writer else ReadStats()
+            self._startup_read = StartupRead("marker", marker, read)
+            return marker
+        cached = rt.without_marker
+        if cached is not None and (cached[1] or not writer):
+            return cached[0]
+        answer = self._without_marker(rt, writer)
+        rt.without_marker = (answer, writer)
+        return answer
+
+    def _read_marker(self, rt: _Runtime, *, stable: bool = False) -> int | None:
+        """The marker group's committed offset on (topic, 0): the last committed epoch.
+
+        Never a *stable* read (KIP-447): that would wait out the timeout of a transaction that
+        another writer — one that fenced this instance, or one that died and that recovery is
+        about to complete with EndTxn — holds open. Both paths answer the last committed value
+        (a pending one is never returned): ``stable`` (right after this instance's
+        InitProducerId, which completed whatever its transactional id had in flight, so nothing
+        is pending) reads through the marker consumer (``isolation.level=read_uncommitted``,
+        see `_open_consumer`); otherwise the wire client's OffsetFetch without
+        ``require_stable``, falling back to the consumer for security settings the wire client
+        does not speak."""
+        if not stable:
+            try:
+                client = self._log_client()
+            except UnsupportedSecurityError:
+                client = None
+            if client is not None:
+                try:
+                    with client:
+                        found = client.committed_offset(self.marker_group, self._topic, 0)
+                except KafkaLogError as e:
+                    raise self._wire_failure("read the marker", e) from e
+                return None if found is None else found[0]
+        if rt.consumer is None:
+            self._open_consumer(rt)
         try:
             (committed,) = rt.consumer.committed(
                 [TopicPartition(self._topic, 0)], timeout=self._init_timeout_s
@@ -1048,99 +1141,136 @@ class KafkaSink(TransactionalSink):
             )
         return int(committed.offset) if committed.offset >= 0 else None
 
-    def _read_witness(self, rt: _Runtime) -> int | None:
-        """The highest epoch among this sink's committed records at the tail of each partition."""
-        protocol = str(self._producer_config.get("security.protocol", "plaintext")).lower()
-        if protocol != "plaintext":
-            return self._read_witness_consumer(rt)
-        best: int | None = None
-        try:
-            with KafkaLogClient(self._bootstrap_servers, timeout=self._init_timeout_s) as client:
-                for partition in client.partition_leaders(self._topic):
-                    found = self._witness_in_partition(client, partition)
-                    if found is not None and (best is None or found > best):
-                        best = found
-        except KafkaLogError as e:
-            raise FatalError(
-                f"could not read the tail of topic {self._topic!r} to find the last committed "
-                f"epoch: {e}",
-                sink_id=self.sink_id,
-            ) from e
-        return best
-
-    def _witness_in_partition(self, client: KafkaLogClient, partition: int) -> int | None:
-        low, high = client.watermarks(self._topic, partition)
-        window = _WITNESS_FIRST_WINDOW
-        start = high
-        while start > low and high - start < _WITNESS_MAX_RECORDS:
-            start = max(low, high - window)
-            found = _highest_epoch(
-                client.read_partition(self._topic, partition, start, high).committed, self.sink_id
-            )
-            if found is not None:
-                return found
-            window *= 4
-        if start > low:
-            log.warning(
-                "sink %s: no record of this sink among the last %d of %s[%d]; looked no further",
-                self.sink_id,
-                high - start,
-                self._topic,
-                partition,
-            )
-        return None
-
-    def _read_witness_consumer(self, rt: _Runtime) -> int | None:
-        """The witness through librdkafka (TLS/SASL clusters), trusting ``read_committed``."""
-        best: int | None = None
-        config = consumer_config(
-            self._producer_config,
-            bootstrap_servers=self._bootstrap_servers,
-            group_id=f"{self.marker_group}.witness",
+    def _log_client(self) -> KafkaLogClient:
+        security = ClientSecurity.from_config(self._producer_config)
+        return KafkaLogClient(
+            self._bootstrap_servers,
+            timeout=self._init_timeout_s,
+            client_id=f"laminar-sink-{self.sink_id}"[:200],
+            security=security,
         )
-        config["enable.partition.eof"] = True
-        reader = Consumer(config)
-        try:
-            metadata = reader.list_topics(self._topic, timeout=self._init_timeout_s)
-            partitions = sorted(metadata.topics[self._topic].partitions)
-            for partition in partitions:
-                low, high = reader.get_watermark_offsets(
-                    TopicPartition(self._topic, partition), timeout=self._init_timeout_s
-                )
-                window = _WITNESS_FIRST_WINDOW
-                start = high
-                while start > low and high - start < _WITNESS_MAX_RECORDS:
-                    start = max(low, high - window)
-                    found = self._consumer_tail(reader, partition, start)
-                    if found is not None:
-                        best = found if best is None else max(best, found)
-                        break
-                    window *= 4
-        except KafkaException as e:
-            raise self._error(e, "init_transactions", None, rt, hint="reading the witness") from e
-        finally:
-            with contextlib.suppress(KafkaException, RuntimeError):
-                reader.close()
-        return best
 
-    def _consumer_tail(self, reader: Any, partition: int, start: int) -> int | None:
-        reader.assign([TopicPartition(self._topic, partition, start)])
-        best: int | None = None
-        deadline = time.monotonic() + self._init_timeout_s
-        while time.monotonic() < deadline:
-            message = reader.poll(0.2)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    break
-                continue
-            headers = dict(message.headers() or [])
-            epoch = _epoch_of(headers.get(HEADER_SINK), headers.get(HEADER_EPOCH), self.sink_id)
-            if epoch is not None and (best is None or epoch > best):
-                best = epoch
-        return best
+    def _wire_failure(self, what: str, error: KafkaLogError) -> FatalError:
+        return FatalError(
+            f"could not {what} of topic {self._topic!r}: {self._scrub(str(error))}",
+            sink_id=self.sink_id,
+        )
+
+    def _without_marker(self, rt: _Runtime, writer: bool) -> int | None:
+        """No marker: the identity (and, for the writer, the producer epoch InitProducerId
+        returned) says whether the sink has history; only then the witness reads the topic."""
+        where = f"group {self.marker_group} has no committed offset on {self._topic}[0]"
+        try:
+            client = self._log_client()
+        except UnsupportedSecurityError as e:
+            self._startup_read = StartupRead("unreadable", None)
+            log.warning(
+                "sink %s: %s and laminar's wire client cannot connect (%s): neither the "
+                "identity nor the witness can be read; the sink is taken as new "
+                "(docs/protocol.md §8)",
+                self.sink_id,
+                where,
+                e,
+            )
+            return None
+        try:
+            with client:
+                identity = client.committed_offset(self.identity_group, self._topic, 0)
+                if identity is not None:
+                    history = f"its identity ({self.identity_group}) is recorded"
+                else:
+                    epoch = self._producer_identity(rt)[1] if writer else -1
+                    history = (
+                        f"no identity, but the transaction coordinator knew the transactional "
+                        f"id (producer epoch {epoch})"
+                        if epoch > 0
+                        else ""
+                    )
+                if not history:
+                    log.info(
+                        "sink %s: %s, no identity and %s: a new sink; the topic is not read",
+                        self.sink_id,
+                        where,
+                        "a new transactional id (producer epoch 0)"
+                        if writer
+                        else "no producer opened to ask the transaction coordinator",
+                    )
+                    answer, source = None, "new"
+                else:
+                    answer, source = self._witness(client, f"{where} but {history}"), "witness"
+                if writer and identity is None:
+                    self._record_identity(client)
+                self._startup_read = StartupRead(source, answer, client.stats)
+        except KafkaLogError as e:
+            raise self._wire_failure("read the identity and witness", e) from e
+        return answer
+
+    def _witness(self, client: KafkaLogClient, why: str) -> int | None:
+        """The bounded witness (docs/protocol.md §1, step 5); `FatalError` if not conclusive."""
+        limit = self.witness_max_records
+        started = time.monotonic()
+        found = client.witness(
+            self._topic, self.sink_id, max_records=limit, first_window=_WITNESS_FIRST_WINDOW
+        )
+        read = found.read
+        done = (
+            f"the witness read {read.records} record(s) ({read.bytes} bytes, {read.fetches} "
+            f"fetches) of {found.nonempty} non-empty partition(s) out of {found.partitions} in "
+            f"{time.monotonic() - started:.2f} s"
+        )
+        if not found.conclusive:
+            raise FatalError(
+                f"sink {self.sink_id}: {why}; {done} and found "
+                + (f"epoch {found.epoch}" if found.epoch is not None else "no record of this sink")
+                + f", but partitions {list(found.undecided)} hold more than "
+                f"witness_max_records={limit} records after the last one it read: the last "
+                "committed epoch cannot be proven. Raise the limit (KafkaSink.witness_max_records "
+                f"or {WITNESS_MAX_RECORDS_ENV}; -1 reads everything) and start again",
+                sink_id=self.sink_id,
+            )
+        log.warning(
+            "sink %s: %s; %s and concludes %s",
+            self.sink_id,
+            why,
+            done,
+            f"epoch {found.epoch} is the last committed"
+            if found.epoch is not None
+            else "no epoch of this sink is in the topic",
+        )
+        return found.epoch
+
+    def _ensure_identity(self) -> ReadStats:
+        """Records the identity if missing (checked once per process and sink)."""
+        key = (self._bootstrap_servers, self._topic, self.sink_id)
+        if key in _IDENTIFIED:
+            return ReadStats()
+        try:
+            client = self._log_client()
+        except UnsupportedSecurityError:
+            return ReadStats()
+        try:
+            with client:
+                if client.committed_offset(self.identity_group, self._topic, 0) is None:
+                    self._record_identity(client)
+        except KafkaLogError as e:
+            raise self._wire_failure("record the sink's identity", e) from e
+        _IDENTIFIED.add(key)
+        return client.stats
+
+    def _record_identity(self, client: KafkaLogClient) -> None:
+        metadata = json.dumps({"laminar": 1, "since_ms": time.time_ns() // 1_000_000})
+        kept = client.commit_offset(
+            self.identity_group, self._topic, 0, 0, metadata, _IDENTITY_RETENTION_MS
+        )
+        if not kept:
+            log.warning(
+                "sink %s: the broker offers no OffsetCommit version with retention_time_ms "
+                "(v2-v4): the identity (group %s) expires after offsets.retention.minutes like "
+                "the marker (docs/protocol.md §1)",
+                self.sink_id,
+                self.identity_group,
+            )
+        _IDENTIFIED.add((self._bootstrap_servers, self._topic, self.sink_id))
 
     # -- in-doubt resolution ------------------------------------------------------------------
 
@@ -1269,24 +1399,6 @@ def _show_key(key: bytes | None) -> str:
         return "null"
     shown = key[:64].decode("utf-8", "backslashreplace")
     return repr(shown + ("…" if len(key) > 64 else ""))
-
-
-def _epoch_of(sink: bytes | None, epoch: bytes | None, sink_id: str) -> int | None:
-    if sink is None or epoch is None or sink.decode("utf-8", "replace") != sink_id:
-        return None
-    try:
-        return int(epoch.decode("ascii"))
-    except (UnicodeDecodeError, ValueError):
-        return None
-
-
-def _highest_epoch(records: Any, sink_id: str) -> int | None:
-    best: int | None = None
-    for record in records:
-        epoch = _epoch_of(record.header(HEADER_SINK), record.header(HEADER_EPOCH), sink_id)
-        if epoch is not None and (best is None or epoch > best):
-            best = epoch
-    return best
 
 
 def _arrow_chunks(data: pa.Table | pa.RecordBatch) -> Iterator[Any]:

@@ -5,6 +5,7 @@
 
 pub mod epoch;
 pub mod error;
+pub mod kafka;
 pub mod prepared;
 pub mod recovery;
 pub mod redo;

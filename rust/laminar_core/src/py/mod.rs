@@ -6,6 +6,8 @@ use pyo3::prelude::*;
 pub mod checksum;
 pub mod epoch;
 pub mod errors;
+pub mod kafka;
+pub mod kafka_wire;
 pub mod metrics;
 pub mod prepared;
 pub mod recovery;
@@ -24,5 +26,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     checksum::register(m)?;
     recovery::register(m)?;
     redo::register(m)?;
+    kafka::register(m)?;
+    kafka_wire::register(m)?;
     Ok(())
 }
