@@ -52,6 +52,15 @@ class GateResult:
     #: How the figure was made (rounds, sizes, the compared figures).
     detail: str = ""
     test: str = ""
+    #: False: the figure is shown against its threshold but does not fail the run (a gate the
+    #: code does not meet yet on a busy machine; docs/benchmarks.md lists which and why).
+    enforced: bool = True
+
+    @property
+    def verdict(self) -> str:
+        if self.passed:
+            return "pass"
+        return "FAIL" if self.enforced else "below (not enforced)"
 
     @property
     def passed(self) -> bool:
@@ -75,7 +84,7 @@ class GateResult:
 
     def message(self) -> str:
         unit = f" {self.unit}" if self.unit else ""
-        verdict = "passed" if self.passed else "FAILED"
+        verdict = {"pass": "passed", "FAIL": "FAILED"}.get(self.verdict, self.verdict)
         figure = f"{number(self.figure)}{unit}"
         text = f"gate {self.name!r} {verdict}: {figure}, needs {self.threshold()}"
         return f"{text} ({self.detail})" if self.detail else text
@@ -108,6 +117,7 @@ class Gate(Protocol):
         unit: str = "",
         target: str = "",
         detail: str = "",
+        enforced: bool = True,
     ) -> GateResult: ...
 
 
@@ -128,6 +138,7 @@ class GateBook:
         target: str = "",
         detail: str = "",
         test: str = "",
+        enforced: bool = True,
     ) -> GateResult:
         if at_least is None and at_most is None:
             raise ValueError(f"gate {name!r}: give at_least=, at_most= or both")
@@ -140,9 +151,10 @@ class GateBook:
             target=target,
             detail=detail,
             test=test,
+            enforced=enforced,
         )
         self.results.append(result)
-        if not result.passed:
+        if not result.passed and enforced:
             raise GateError(result.message())
         return result
 
@@ -158,6 +170,7 @@ class GateBook:
             unit: str = "",
             target: str = "",
             detail: str = "",
+            enforced: bool = True,
         ) -> GateResult:
             return self.check(
                 name,
@@ -168,6 +181,7 @@ class GateBook:
                 target=target,
                 detail=detail,
                 test=test,
+                enforced=enforced,
             )
 
         return gate
@@ -176,7 +190,7 @@ class GateBook:
         path.parent.mkdir(parents=True, exist_ok=True)
         payload = {
             "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "passed": all(r.passed for r in self.results),
+            "passed": all(r.passed or not r.enforced for r in self.results),
             "gates": [{**asdict(r), "passed": r.passed} for r in self.results],
         }
         path.write_text(json.dumps(payload, indent=2) + "\n")
@@ -187,8 +201,7 @@ def table(results: list[GateResult]) -> list[str]:
     rows = [("gate", "figure", "threshold", "target", "result")]
     for r in results:
         unit = f" {r.unit}" if r.unit else ""
-        verdict = "pass" if r.passed else "FAIL"
-        rows.append((r.name, number(r.figure) + unit, r.threshold(), r.target, verdict))
+        rows.append((r.name, number(r.figure) + unit, r.threshold(), r.target, r.verdict))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = []
     for i, row in enumerate(rows):
@@ -197,8 +210,12 @@ def table(results: list[GateResult]) -> list[str]:
         lines.append("  " + "  ".join(cells).rstrip())
         if i == 0:
             lines.append("  " + "  ".join("-" * w for w in widths))
-    failed = sum(not r.passed for r in results)
-    lines.append(f"  {len(results)} gates: {len(results) - failed} passed, {failed} failed")
+    failed = sum(r.verdict == "FAIL" for r in results)
+    watched = sum(r.verdict != "FAIL" and not r.passed for r in results)
+    summary = f"  {len(results)} gates: {len(results) - failed - watched} passed, {failed} failed"
+    if watched:
+        summary += f", {watched} below their threshold but not enforced"
+    lines.append(summary)
     return lines
 
 
@@ -279,7 +296,7 @@ def main(argv: list[str]) -> int:
     results = load(path)
     for line in table(results):
         print(line)
-    return 0 if results and all(r.passed for r in results) else 1
+    return 0 if results and all(r.passed or not r.enforced for r in results) else 1
 
 
 if __name__ == "__main__":
