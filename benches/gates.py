@@ -21,6 +21,7 @@ F-E2E-002 figures of ``benches/bench_budgets.py``).
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import math
@@ -160,31 +161,7 @@ class GateBook:
 
     def bound_to(self, test: str) -> Gate:
         """The ``gate`` callable of one test (its node id goes into the table's JSON)."""
-
-        def gate(
-            name: str,
-            figure: float,
-            *,
-            at_least: float | None = None,
-            at_most: float | None = None,
-            unit: str = "",
-            target: str = "",
-            detail: str = "",
-            enforced: bool = True,
-        ) -> GateResult:
-            return self.check(
-                name,
-                figure,
-                at_least=at_least,
-                at_most=at_most,
-                unit=unit,
-                target=target,
-                detail=detail,
-                test=test,
-                enforced=enforced,
-            )
-
-        return gate
+        return functools.partial(self.check, test=test)
 
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

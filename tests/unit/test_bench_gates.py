@@ -41,6 +41,13 @@ def test_a_figure_out_of_bounds_fails_with_figure_and_threshold(
     assert not book.results[0].passed  # recorded even though it failed
 
 
+def test_the_fixture_callable_records_its_test() -> None:
+    book = GateBook()
+    result = book.bound_to("benches/bench_x.py::bench_y")("g", 1.0, at_most=2.0, unit="ms")
+    assert result.test == "benches/bench_x.py::bench_y"
+    assert book.results == [result]
+
+
 def test_a_gate_needs_a_bound() -> None:
     with pytest.raises(ValueError, match="at_least"):
         GateBook().check("no bound", 1.0)
