@@ -26,6 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from benches.gates import Gate
 
 import laminar
 
@@ -330,8 +331,9 @@ def test_produce_refuses_memoryviews(producer: Any) -> None:
 # --- memory ----------------------------------------------------------------------------------
 
 
-def test_memory_peak_and_per_event_overhead(pytestconfig: pytest.Config) -> None:
-    """Peak extra RSS while encoding and bytes held per buffered event (see memory_serialize.py)."""
+def test_memory_peak_and_per_event_overhead(pytestconfig: pytest.Config, gate: Gate) -> None:
+    """Peak extra RSS while encoding and bytes held per buffered event (see memory_serialize.py);
+    F-E2E-002's budget, < 1 KB per buffered event beyond its payload, is a gate."""
     script = Path(__file__).parent / "memory_serialize.py"
     result = subprocess.run(
         [sys.executable, str(script), str(ROWS)], capture_output=True, text=True, check=True
@@ -339,3 +341,12 @@ def test_memory_peak_and_per_event_overhead(pytestconfig: pytest.Config) -> None
     report = json.loads(result.stdout)
     MEMORY.update(report)
     _print_uncaptured(pytestconfig, ["", "memory: " + json.dumps(report, indent=2)])
+    worst = max(report, key=lambda case: report[case]["overhead_bytes_per_event"])
+    each = ", ".join(f"{c} {r['overhead_bytes_per_event']:g}" for c, r in report.items())
+    gate(
+        "memory per buffered event beyond payload",
+        report[worst]["overhead_bytes_per_event"],
+        at_most=1024,
+        unit="B",
+        detail=f"worst of the encoders' cases at {ROWS:,} rows ({each} B)",
+    )

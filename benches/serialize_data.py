@@ -44,3 +44,13 @@ PG_COLUMNS = [
     ("flag", "bool", -1),
     ("score", "float8", -1),
 ]
+
+
+# The peer comparisons' rows (bench_peers.py): five columns, numeric and timestamptz among them.
+PEER_DDL = "(id int8, name text, amount numeric(18, 2), ts timestamptz, score float8)"
+PEER_COLUMNS = [c for c in PG_COLUMNS if c[0] != "flag"]
+
+
+def make_peer_batch(rows: int) -> pa.Table:
+    """`make_batch` without its bool column: the same rows for Laminar and every peer."""
+    return make_batch(rows).drop_columns(["flag"])

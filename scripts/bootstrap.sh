@@ -37,6 +37,8 @@ command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
 command -v useradd >/dev/null 2>&1 || [ -x /usr/sbin/useradd ] || missing+=(passwd)
 "$python" -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+# The benchmark gates count the core's instructions with callgrind (benches/hotpath.py).
+command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
 
 if [ ${#missing[@]} -gt 0 ]; then
     laminar_note "installing system packages: ${missing[*]}"
