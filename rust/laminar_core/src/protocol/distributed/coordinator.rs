@@ -1,0 +1,605 @@
+//! The scale-out coordinator's epoch (docs/protocol.md §4, "Coordinator").
+//!
+//! ```text
+//! (decided transactions pending: a WatcherPass of the group, read_dt_states, read_sink_epochs;
+//!  refuse `incomplete` while one remains)
+//! plan_epoch over the PostgreSQL sinks: skip / refuse
+//! 1 create_dt (a row left by an earlier run: roll it back first, or complete it)
+//!                                                         scaleout.after_create
+//! 2 run_tasks                                             scaleout.after_tasks
+//!   every partition empty: conclude_dt (conclude_empty), nothing written
+//! 3 lock_group (check_generation), set_dt_state prepare -> commit, read_participants,
+//!   the vote, claim_epoch per PostgreSQL sink, mark_participants, record_decision per
+//!   prepared Kafka participant, commit_decision           scaleout.after_decision
+//! 4-5 Resolution::complete with the collected results (commit_prepared …, end_txn …,
+//!     conclude_dt)
+//! ```
+//!
+//! Anything that fails before the decision rolls the epoch back with [`Resolution::roll_back`]
+//! (the one definition) and ends; the epoch is written again.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::recovery::atomic::{EpochPlan, SinkProgress, plan_epoch};
+use crate::recovery::check_generation;
+use crate::recovery::distributed::{Vote, decide};
+
+use super::super::command::{
+    Command, Event, Failure, FailureKind, LogLevel, ParticipantKind, ParticipantResult,
+    ParticipantRow, ParticipantState, ResultStatus, unexpected,
+};
+use super::super::crash::CrashPoint;
+use super::super::records::{
+    DtEvent, DtState, attempt_part, dt_next, dtid, illegal, postgres_participant,
+};
+use super::super::watcher::{PassConfig, WatcherPass};
+use super::super::{End, Epoch, Machine, Outbox, Refusal, RefusalKind};
+use super::resolution::{Resolution, ResolutionOutcome};
+
+/// What the coordinator's epoch starts from.
+#[derive(Debug, Clone)]
+pub struct ScaleContext {
+    pub group_id: String,
+    pub generation: i64,
+    pub epoch: Epoch,
+    /// The PostgreSQL sinks with their last committed epochs.
+    pub postgres: Vec<(String, Option<Epoch>)>,
+    /// The writer knows its query (refuse epochs going backwards).
+    pub refuse_backwards: bool,
+    /// Decided transactions of the group not concluded yet.
+    pub pending: BTreeSet<String>,
+}
+
+/// The coordinator's vote (docs/protocol.md §4, step 3): per collected partition, exactly one
+/// attempt was collected, it is the attempt that claimed the partition last, and every
+/// participant of it prepared (or was empty); a partition claimed but not collected is a "no".
+/// Returns the votes and how many are expected.
+pub fn vote(results: &[ParticipantResult], claims: &[ParticipantRow]) -> (Vec<Vote>, usize) {
+    let mut attempts: BTreeMap<u32, BTreeSet<&str>> = BTreeMap::new();
+    for r in results {
+        attempts.entry(r.part).or_default().insert(&r.attempt);
+    }
+    let claimed: BTreeMap<u32, &str> = claims
+        .iter()
+        .filter(|c| c.kind == ParticipantKind::Attempt)
+        .filter_map(|c| Some((attempt_part(&c.participant)?, c.resource.as_str())))
+        .collect();
+    let mut votes: Vec<Vote> = attempts
+        .iter()
+        .map(|(part, seen)| {
+            let ok = seen.len() == 1
+                && claimed.get(part).is_some_and(|a| seen.contains(a))
+                && results
+                    .iter()
+                    .filter(|r| r.part == *part)
+                    .all(|r| matches!(r.status, ResultStatus::Prepared | ResultStatus::Empty));
+            if ok { Vote::Prepared } else { Vote::Failed }
+        })
+        .collect();
+    votes.extend(
+        claimed
+            .keys()
+            .filter(|p| !attempts.contains_key(p))
+            .map(|_| Vote::Failed),
+    );
+    (votes, attempts.len())
+}
+
+#[derive(Debug)]
+enum Child {
+    Pass(Box<WatcherPass>),
+    Resolution(Box<Resolution>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Settling,
+    Creating,
+    /// Rolling back a row an earlier run left.
+    Clearing,
+    Deciding,
+    /// Rolling back before the decision; end with the failure kept.
+    RollingBack,
+    Completing,
+}
+
+/// The coordinator's side of one scale-out epoch (module docs).
+#[derive(Debug)]
+pub struct ScaleOutEpoch {
+    ctx: ScaleContext,
+    dtid: String,
+    out: Outbox,
+    child: Option<Child>,
+    from_child: bool,
+    stage: Stage,
+    results: Vec<ParticipantResult>,
+    committed: bool,
+    /// After settling: skip the epoch (an earlier call decided it).
+    skip_after_settle: bool,
+    /// A row left by an earlier run was rolled back once already.
+    cleared: bool,
+    after_rollback: Option<End>,
+    ending: Option<End>,
+    end: Option<End>,
+}
+
+impl ScaleOutEpoch {
+    /// The epoch, starting with the pending transactions (if any) or the plan.
+    pub fn new(ctx: ScaleContext) -> Self {
+        let dtid = dtid(&ctx.group_id, ctx.epoch);
+        let mut me = Self {
+            dtid,
+            ctx,
+            out: Outbox::default(),
+            child: None,
+            from_child: false,
+            stage: Stage::Settling,
+            results: Vec::new(),
+            committed: false,
+            skip_after_settle: false,
+            cleared: false,
+            after_rollback: None,
+            ending: None,
+            end: None,
+        };
+        if me.ctx.pending.is_empty() {
+            me.plan();
+        } else {
+            me.settle();
+        }
+        me
+    }
+
+    /// Whether the epoch was committed (false: skipped, or every partition was empty).
+    pub fn committed(&self) -> bool {
+        self.committed
+    }
+
+    /// The decided transactions still not concluded.
+    pub fn pending(&self) -> &BTreeSet<String> {
+        &self.ctx.pending
+    }
+
+    /// The PostgreSQL sinks' last committed epochs as this epoch leaves them.
+    pub fn postgres_last(&self) -> &[(String, Option<Epoch>)] {
+        &self.ctx.postgres
+    }
+
+    fn settle(&mut self) {
+        self.stage = Stage::Settling;
+        let sinks = self
+            .ctx
+            .postgres
+            .iter()
+            .map(|(s, _)| s.clone())
+            .collect::<Vec<_>>();
+        self.child = Some(Child::Pass(Box::new(WatcherPass::new(
+            PassConfig::owned_group(&self.ctx.group_id, &sinks),
+        ))));
+    }
+
+    fn plan(&mut self) {
+        let epoch = self.ctx.epoch;
+        let progress: Vec<SinkProgress> = self
+            .ctx
+            .postgres
+            .iter()
+            .map(|(sink_id, last)| SinkProgress {
+                sink_id: sink_id.clone(),
+                last: *last,
+            })
+            .collect();
+        match plan_epoch(epoch, &progress, &[], self.ctx.refuse_backwards) {
+            EpochPlan::Refuse(r) => self.ending = Some(End::Refused(r.for_epoch(epoch))),
+            EpochPlan::Skip => {
+                self.out.push(Command::log(
+                    LogLevel::Info,
+                    format!(
+                        "scale-out {}: epoch {epoch} already committed, skipped",
+                        self.ctx.group_id
+                    ),
+                ));
+                self.ending = Some(End::Ok);
+            }
+            EpochPlan::Write { .. } => self.create(),
+        }
+    }
+
+    fn create(&mut self) {
+        self.stage = Stage::Creating;
+        self.out.push(Command::CreateDt {
+            dtid: self.dtid.clone(),
+            group_id: self.ctx.group_id.clone(),
+            epoch: self.ctx.epoch,
+        });
+    }
+
+    /// Before the decision: roll back, then end with `end`.
+    /// `rollback_txn`: the decision transaction is open and is rolled back first (its
+    /// `prepare -> commit` with it).
+    fn roll_back(&mut self, end: End, why: String, state: Option<DtState>, rollback_txn: bool) {
+        self.out.clear();
+        if rollback_txn {
+            self.out.push(Command::Rollback);
+        }
+        self.stage = Stage::RollingBack;
+        self.after_rollback = Some(end);
+        self.child = Some(Child::Resolution(Box::new(Resolution::roll_back(
+            self.dtid.clone(),
+            state,
+            why,
+        ))));
+    }
+
+    fn refuse(&mut self, kind: RefusalKind, message: String) {
+        let why = message.clone();
+        let refusal = Refusal::new(kind, message).for_epoch(self.ctx.epoch);
+        self.roll_back(End::Refused(refusal), why, Some(DtState::Prepare), true);
+    }
+
+    fn on_results(&mut self, results: Vec<ParticipantResult>) {
+        self.out.push(Command::Reached {
+            point: CrashPoint::ScaleoutAfterTasks,
+        });
+        if results.iter().all(|r| r.status == ResultStatus::Empty) {
+            // nothing prepared, nothing to decide (as the single-process path opens nothing)
+            if dt_next(Some(DtState::Prepare), DtEvent::ConcludeEmpty).is_ok() {
+                self.out.push(Command::ConcludeDt {
+                    dtid: self.dtid.clone(),
+                    from: Some(DtState::Prepare),
+                });
+            }
+            self.ending = Some(End::Ok);
+            return;
+        }
+        self.results = results;
+        self.stage = Stage::Deciding;
+        self.out.push(Command::LockGroup {
+            group_id: self.ctx.group_id.clone(),
+        });
+    }
+
+    fn after_lock(&mut self, stored: Option<i64>) {
+        if let Err(r) = check_generation(
+            &self.ctx.group_id,
+            self.ctx.generation,
+            stored.unwrap_or(-1),
+        ) {
+            let why = r.message.clone();
+            let end = End::Refused(r.for_epoch(self.ctx.epoch));
+            return self.roll_back(end, why, Some(DtState::Prepare), true);
+        }
+        if let Err(e) = dt_next(Some(DtState::Prepare), DtEvent::StartCommit) {
+            let refusal = illegal(e);
+            let why = refusal.message.clone();
+            return self.roll_back(End::Refused(refusal), why, None, true);
+        }
+        self.out.push(Command::SetDtState {
+            dtid: self.dtid.clone(),
+            from: DtState::Prepare,
+            to: DtState::Commit,
+            message: String::new(),
+        });
+    }
+
+    fn after_claims(&mut self, claims: Vec<ParticipantRow>) {
+        let (votes, expected) = vote(&self.results, &claims);
+        if decide(&votes, expected) != DtEvent::StartCommit {
+            let parts: BTreeSet<u32> = self.results.iter().map(|r| r.part).collect();
+            let message = format!(
+                "scale-out epoch {} of group {:?}: a task attempt other than the collected one \
+                 claimed a partition (Spark retry or speculation); the epoch was rolled back and \
+                 is written again",
+                self.ctx.epoch, self.ctx.group_id
+            );
+            let refusal =
+                Refusal::new(RefusalKind::NotDecided, message.clone()).for_epoch(self.ctx.epoch);
+            self.roll_back(End::Refused(refusal), message, Some(DtState::Prepare), true);
+            self.out.push(Command::warn(format!(
+                "{}: votes of partitions {parts:?} do not match the claims: rolling back",
+                self.dtid
+            )));
+            return;
+        }
+        let epoch = self.ctx.epoch;
+        for (sink_id, _) in &self.ctx.postgres {
+            let rows = self
+                .results
+                .iter()
+                .filter(|r| r.kind == ParticipantKind::Postgres)
+                .filter(|r| r.participant == postgres_participant(sink_id, r.part))
+                .map(|r| r.records)
+                .sum();
+            self.out.push(Command::ClaimEpoch {
+                sink_id: sink_id.clone(),
+                epoch,
+                rows,
+            });
+        }
+        let prepared: Vec<&ParticipantResult> = self
+            .results
+            .iter()
+            .filter(|r| r.status == ResultStatus::Prepared)
+            .collect();
+        self.out.push(Command::MarkParticipants {
+            dtid: self.dtid.clone(),
+            participants: prepared.iter().map(|r| r.participant.clone()).collect(),
+            state: ParticipantState::Prepared,
+        });
+        for r in prepared.iter().filter(|r| r.kind == ParticipantKind::Kafka) {
+            self.out.push(Command::RecordDecision {
+                transactional_id: r.resource.clone(),
+                epoch,
+                previous_epoch: r.marker,
+                prepared_state: r.prepared_state.clone(),
+                group_id: self.ctx.group_id.clone(),
+            });
+        }
+        self.out.push(Command::CommitDecision);
+    }
+
+    fn after_decision(&mut self) {
+        self.out.push(Command::Reached {
+            point: CrashPoint::ScaleoutAfterDecision,
+        });
+        for (_, last) in &mut self.ctx.postgres {
+            *last = Some(self.ctx.epoch);
+        }
+        self.ctx.pending.insert(self.dtid.clone());
+        self.stage = Stage::Completing;
+        self.child = Some(Child::Resolution(Box::new(Resolution::complete(
+            self.dtid.clone(),
+            self.ctx.epoch,
+            Some(self.results.clone()),
+        ))));
+    }
+
+    fn on_child_end(&mut self, child: Child, end: End) {
+        match (self.stage, child) {
+            (Stage::Settling, Child::Pass(pass)) => {
+                if let Some(line) = pass.startup_summary(&self.ctx.group_id) {
+                    self.out.push(Command::warn(line));
+                }
+                if let End::Failed(f) = end {
+                    self.ending = Some(End::Failed(f));
+                    return;
+                }
+                self.out.push(Command::ReadDtStates {
+                    group_id: Some(self.ctx.group_id.clone()),
+                });
+                let sinks = self.ctx.postgres.iter().map(|(s, _)| s.clone()).collect();
+                self.out.push(Command::ReadSinkEpochs { sink_ids: sinks });
+            }
+            (Stage::Clearing, Child::Resolution(r)) => match (end, r.outcome()) {
+                (End::Ok, Some(ResolutionOutcome::DecidedCommit)) => {
+                    // decided by an earlier call whose answer was lost: complete it instead
+                    self.ctx.pending.insert(self.dtid.clone());
+                    self.skip_after_settle = true;
+                    self.settle();
+                }
+                (End::Ok, Some(ResolutionOutcome::Unresolved(why))) => {
+                    let refusal = Refusal::new(
+                        RefusalKind::Incomplete,
+                        format!(
+                            "{} left by an earlier run cannot be rolled back: {why}",
+                            self.dtid
+                        ),
+                    );
+                    self.ending = Some(End::Refused(refusal.for_epoch(self.ctx.epoch)));
+                }
+                (End::Ok, _) => self.create(),
+                (other, _) => self.ending = Some(other),
+            },
+            (Stage::RollingBack, Child::Resolution(r)) => {
+                if let (End::Ok, Some(ResolutionOutcome::DecidedCommit)) = (&end, r.outcome()) {
+                    // the decision committed although its answer was lost
+                    self.ctx.pending.insert(self.dtid.clone());
+                }
+                if !end.is_ok() {
+                    self.out.push(Command::warn(format!(
+                        "{}: rollback failed ({end:?}); the watcher or the next start resolves it",
+                        self.dtid
+                    )));
+                }
+                self.ending = self.after_rollback.take();
+            }
+            (Stage::Completing, Child::Resolution(r)) => {
+                let problem = match (end, r.outcome()) {
+                    (
+                        End::Ok,
+                        Some(ResolutionOutcome::Concluded { .. } | ResolutionOutcome::Gone),
+                    ) => {
+                        self.ctx.pending.remove(&self.dtid);
+                        self.committed = true;
+                        self.ending = Some(End::Ok);
+                        return;
+                    }
+                    (End::Ok, Some(ResolutionOutcome::Unresolved(why))) => why.clone(),
+                    (End::Failed(f), _) => format!("its completion failed ({f})"),
+                    (End::Refused(r), _) => format!("its completion failed ({})", r.message),
+                    (End::Ok, _) => "its completion did not conclude".to_owned(),
+                };
+                self.ending = Some(End::Refused(
+                    Refusal::new(
+                        RefusalKind::Incomplete,
+                        format!(
+                            "{} is decided (committed in PostgreSQL) but {problem}; it is \
+                             completed before the next epoch is written (or by the watcher, \
+                             `laminar recover`), and stays in laminar.dt_state for `laminar \
+                             status` until then",
+                            self.dtid
+                        ),
+                    )
+                    .for_epoch(self.ctx.epoch),
+                ));
+            }
+            (_, _) => self.ending = Some(end),
+        }
+    }
+
+    fn on(&mut self, command: Command, event: Event) {
+        match (command, event) {
+            (Command::ReadDtStates { .. }, Event::DtRows { rows }) => {
+                let left: BTreeSet<String> = rows.into_iter().map(|r| r.dtid).collect();
+                self.ctx.pending.retain(|d| left.contains(d));
+            }
+            (Command::ReadSinkEpochs { .. }, Event::Progress { epochs }) => {
+                for (sink_id, last) in &mut self.ctx.postgres {
+                    *last = epochs
+                        .iter()
+                        .find(|(s, _)| s == sink_id)
+                        .and_then(|(_, e)| *e);
+                }
+                if !self.ctx.pending.is_empty() {
+                    let refusal = Refusal::new(
+                        RefusalKind::Incomplete,
+                        format!(
+                            "decided distributed transaction(s) {:?} of group {:?} could not be \
+                             completed yet; see `laminar status`",
+                            self.ctx.pending, self.ctx.group_id
+                        ),
+                    );
+                    self.ending = Some(End::Refused(refusal.for_epoch(self.ctx.epoch)));
+                } else if self.skip_after_settle {
+                    self.ending = Some(End::Ok);
+                } else {
+                    self.plan();
+                }
+            }
+            (Command::CreateDt { .. }, Event::Applied { applied: true }) => {
+                self.out.push(Command::Reached {
+                    point: CrashPoint::ScaleoutAfterCreate,
+                });
+                self.out.push(Command::RunTasks {
+                    dtid: self.dtid.clone(),
+                    epoch: self.ctx.epoch,
+                });
+            }
+            (Command::CreateDt { .. }, Event::Applied { applied: false })
+                if self.stage == Stage::Creating && !self.cleared =>
+            {
+                self.stage = Stage::Clearing;
+                self.cleared = true;
+                self.child = Some(Child::Resolution(Box::new(Resolution::roll_back(
+                    self.dtid.clone(),
+                    None,
+                    "left by an earlier run",
+                ))));
+            }
+            (Command::RunTasks { .. }, Event::TaskResults { results }) => self.on_results(results),
+            (Command::RunTasks { .. }, Event::Failed(f)) => {
+                let why = f.message.clone();
+                self.roll_back(End::Failed(f), why, Some(DtState::Prepare), false);
+            }
+            (Command::LockGroup { .. }, Event::Generation { generation }) => {
+                self.after_lock(generation)
+            }
+            (Command::SetDtState { .. }, Event::Applied { applied: true }) => {
+                self.out.push(Command::ReadParticipants {
+                    dtid: self.dtid.clone(),
+                });
+            }
+            (Command::SetDtState { .. }, Event::Applied { applied: false }) => {
+                let message = format!(
+                    "scale-out epoch {} of group {:?}: the resolution watcher rolled it back \
+                     before its decision; it is written again",
+                    self.ctx.epoch, self.ctx.group_id
+                );
+                let refusal = Refusal::new(RefusalKind::NotDecided, message.clone())
+                    .for_epoch(self.ctx.epoch);
+                self.roll_back(End::Refused(refusal), message, None, true);
+            }
+            (Command::ReadParticipants { .. }, Event::Participants { rows }) => {
+                self.after_claims(rows)
+            }
+            (Command::ClaimEpoch { sink_id, epoch, .. }, Event::Claimed { claimed: false }) => self
+                .refuse(
+                    RefusalKind::Fenced,
+                    format!(
+                        "PostgreSQL sink {sink_id:?} already holds epoch {epoch}: another writer \
+                         uses its sink id outside this group"
+                    ),
+                ),
+            (Command::CommitDecision, Event::Ack) => self.after_decision(),
+            (Command::CommitDecision, Event::Failed(f)) => {
+                let why = f.message.clone();
+                self.roll_back(End::Failed(f), why, None, true);
+            }
+            (_, Event::Failed(f)) if self.stage == Stage::Deciding => {
+                let why = f.message.clone();
+                self.roll_back(End::Failed(f), why, Some(DtState::Prepare), true);
+            }
+            (_, Event::Failed(f)) => {
+                self.out.clear();
+                self.ending = Some(End::Failed(f));
+            }
+            (
+                Command::Reached { .. }
+                | Command::Log { .. }
+                | Command::Rollback
+                | Command::ConcludeDt { .. }
+                | Command::ClaimEpoch { .. }
+                | Command::MarkParticipants { .. }
+                | Command::RecordDecision { .. },
+                Event::Ack | Event::Claimed { .. } | Event::Applied { .. },
+            ) => {}
+            (command, event) => {
+                self.out.clear();
+                self.ending = Some(End::Failed(Failure::new(
+                    FailureKind::Fatal,
+                    unexpected(&command, &event),
+                )));
+            }
+        }
+    }
+}
+
+impl Machine for ScaleOutEpoch {
+    fn poll(&mut self) -> Option<Command> {
+        loop {
+            if self.end.is_some() {
+                return None;
+            }
+            if let Some(command) = self.out.next() {
+                self.from_child = false;
+                return Some(command);
+            }
+            if let Some(child) = self.child.as_mut() {
+                let machine: &mut dyn Machine = match child {
+                    Child::Pass(m) => m.as_mut(),
+                    Child::Resolution(m) => m.as_mut(),
+                };
+                if let Some(command) = machine.poll() {
+                    self.from_child = true;
+                    return Some(command);
+                }
+                let end = machine.end().cloned().unwrap_or(End::Ok);
+                let child = self.child.take().expect("checked above");
+                self.on_child_end(child, end);
+                continue;
+            }
+            self.end = Some(self.ending.take().unwrap_or_else(|| {
+                End::Failed(Failure::new(FailureKind::Fatal, "scale-out epoch stalled"))
+            }));
+        }
+    }
+
+    fn handle(&mut self, event: Event) {
+        if self.from_child {
+            if let Some(child) = self.child.as_mut() {
+                match child {
+                    Child::Pass(m) => m.handle(event),
+                    Child::Resolution(m) => m.handle(event),
+                }
+            }
+            return;
+        }
+        if let Some(command) = self.out.answered() {
+            self.on(command, event);
+        }
+    }
+
+    fn end(&self) -> Option<&End> {
+        self.end.as_ref()
+    }
+}
