@@ -25,6 +25,7 @@ pub mod command;
 pub mod crash;
 pub mod distributed;
 pub mod kafka_recovery;
+pub mod names;
 pub mod records;
 pub mod single;
 pub mod watcher;

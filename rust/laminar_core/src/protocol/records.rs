@@ -6,9 +6,10 @@
 //!   database applies it only if the row still is in that state;
 //! - [`epoch_committed`]: the one "already committed" rule (`last >= epoch`);
 //! - [`next_epoch_base`]: the one epoch-base rule (past every committed epoch);
-//! - [`owner_decision`]: the checkpoint-reset guard (docs/protocol.md §5);
-//! - the names of distributed transactions and their participants, and [`decision_of`], the one
-//!   participant-matching rule (exact gid).
+//! - [`owner_decision`]: the checkpoint-reset guard (docs/protocol.md §5).
+//!
+//! The names of distributed transactions and their participants, and the one
+//! participant-matching rule, are in [`super::names`].
 
 use crate::error::CoreError;
 use crate::prepared::PreparedTxnState;
@@ -16,7 +17,7 @@ use crate::recovery::atomic::{DecisionRecord, ProducerIdentity};
 
 pub use crate::recovery::distributed::{DT_TRANSITIONS, DtEvent, DtState, dt_next};
 
-use super::command::{DecisionRow, ParticipantDecision};
+use super::command::DecisionRow;
 use super::{Epoch, Refusal, RefusalKind};
 
 /// Whether a sink whose last committed epoch is `last` holds `epoch` (docs/protocol.md §1: a
@@ -268,68 +269,6 @@ pub fn anonymous_prepared_state(transactional_id: &str, epoch: Epoch) -> String 
     PreparedTxnState::new(Some(transactional_id.to_owned()), epoch).to_text()
 }
 
-// -- names -------------------------------------------------------------------------------------------
-
-/// The distributed transaction id of one epoch of a group.
-pub fn dtid(group_id: &str, epoch: Epoch) -> String {
-    format!("laminar:{group_id}:{epoch}")
-}
-
-/// The participant row naming the attempt that claimed partition `part`.
-pub fn attempt_participant(part: u32) -> String {
-    format!("p{part}")
-}
-
-/// The partition a `p<part>` participant names.
-pub fn attempt_part(participant: &str) -> Option<u32> {
-    participant.strip_prefix('p')?.parse().ok()
-}
-
-/// The participant name of PostgreSQL sink `sink_id` in partition `part`.
-pub fn postgres_participant(sink_id: &str, part: u32) -> String {
-    format!("pg:{sink_id}:p{part}")
-}
-
-/// The transactional id of Kafka sink `transactional_id` in partition `part`.
-pub fn kafka_participant_id(transactional_id: &str, part: u32) -> String {
-    format!("{transactional_id}.p{part}")
-}
-
-/// The participant name of a Kafka participant's transactional id.
-pub fn kafka_participant(participant_id: &str) -> String {
-    format!("kafka:{participant_id}")
-}
-
-/// `(base transactional id, part)` of a participant id `<tid>.p<part>`.
-pub fn participant_base(participant_id: &str) -> Option<(&str, u32)> {
-    let (base, part) = participant_id.rsplit_once(".p")?;
-    if base.is_empty() || part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    Some((base, part.parse().ok()?))
-}
-
-/// The key of the advisory lock that serialises the attempts of one partition.
-pub fn partition_lock_key(dtid: &str, part: u32) -> String {
-    format!("{dtid}#{part}")
-}
-
-/// Whether a prepared gid is the participant a `dt_participant` row names: the row's resource
-/// is the exact gid its task prepared. (An earlier watcher matched by prefix, which also took
-/// `…:1` for `…:10`–`…:19`; the gid is fully determined by sink, epoch and part, so equality
-/// is the rule.)
-pub fn participant_matches(resource: &str, gid: &str) -> bool {
-    resource == gid
-}
-
-/// The decision a prepared gid belongs to: the newest matching row (rows come newest first).
-pub fn decision_of<'a>(
-    gid: &str,
-    rows: &'a [ParticipantDecision],
-) -> Option<&'a ParticipantDecision> {
-    rows.iter().find(|r| participant_matches(&r.resource, gid))
-}
-
 /// Why a refusal or a failure from a transition check: an illegal change is a refusal.
 pub(crate) fn illegal(e: CoreError) -> Refusal {
     Refusal::new(RefusalKind::IllegalTransition, e.to_string())
@@ -447,32 +386,6 @@ mod tests {
             txn_next(TxnRow::Corrupt(5), TxnEvent::ForceBack(None)),
             Ok(TxnRow::Decided(-1))
         );
-    }
-
-    #[test]
-    fn names_and_exact_matching() {
-        assert_eq!(dtid("g", 4), "laminar:g:4");
-        assert_eq!(attempt_part(&attempt_participant(12)), Some(12));
-        assert_eq!(attempt_part("pg:x:p1"), None);
-        assert_eq!(
-            participant_base(&kafka_participant_id("a.b", 3)),
-            Some(("a.b", 3))
-        );
-        assert_eq!(participant_base("orders"), None);
-        assert_eq!(participant_base("x.p"), None);
-        let rows = vec![ParticipantDecision {
-            dtid: "laminar:g:5".into(),
-            group_id: "g".into(),
-            state: DtState::Commit,
-            participant: "pg:s:p1".into(),
-            resource: "laminar:s:5:1".into(),
-        }];
-        assert!(decision_of("laminar:s:5:1", &rows).is_some());
-        assert!(
-            decision_of("laminar:s:5:10", &rows).is_none(),
-            "no prefix match"
-        );
-        assert!(decision_of("laminar:s:5:", &rows).is_none());
     }
 
     #[test]

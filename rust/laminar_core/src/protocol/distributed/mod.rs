@@ -12,7 +12,9 @@
 mod coordinator;
 mod resolution;
 mod task;
+mod vote;
 
-pub use coordinator::{ScaleContext, ScaleOutEpoch, vote};
+pub use coordinator::{ScaleContext, ScaleOutEpoch};
 pub use resolution::{Resolution, ResolutionOutcome};
 pub use task::{ScaleOutTask, TaskContext};
+pub use vote::vote;

@@ -34,7 +34,8 @@ use super::super::command::{
 };
 use super::super::crash::CrashPoint;
 use super::super::kafka_recovery::KafkaRecovery;
-use super::super::records::{DtEvent, DtState, decision_record, dt_next, participant_matches};
+use super::super::names::participant_matches;
+use super::super::records::{DtEvent, DtState, decision_record, dt_next};
 use super::super::{End, Epoch, Machine, Outbox};
 
 /// How a resolution ended (when the machine ended `Ok`).

@@ -25,10 +25,11 @@ use super::super::command::{
     ResultStatus, unexpected,
 };
 use super::super::crash::CrashPoint;
-use super::super::records::{
-    DtState, attempt_participant, kafka_participant, kafka_participant_id, participant_matches,
+use super::super::names::{
+    attempt_participant, kafka_participant, kafka_participant_id, participant_matches,
     partition_lock_key, postgres_participant,
 };
+use super::super::records::DtState;
 use super::super::{End, Epoch, Machine, Outbox};
 
 /// What one task attempt writes.

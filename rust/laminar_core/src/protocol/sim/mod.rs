@@ -8,9 +8,12 @@
 //! that nothing is in a store twice and that Kafka is never ahead of the decision log; at the
 //! end, every epoch is in every store exactly once.
 
+mod db;
 mod driver;
 mod kafka;
 mod pg;
+mod sinks;
+mod tasks;
 
 mod atomic_tests;
 mod scaleout_tests;
@@ -20,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::Epoch;
 use super::crash::{CrashPoint, Protocol};
-use super::records::participant_base;
+use super::names::participant_base;
 
 pub(super) use driver::{Crash, Proc, drive};
 

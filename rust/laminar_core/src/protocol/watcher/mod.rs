@@ -16,16 +16,20 @@
 //! log the summary line
 //! ```
 
+mod item;
 pub mod resolve;
 
+pub use item::{Item, ItemKind, ItemOutcome};
+
 use crate::recovery::distributed::{
-    Unresolved, WatcherAction, WatcherThresholds, is_lingering, watcher_action,
+    WatcherAction, WatcherThresholds, is_lingering, watcher_action,
 };
 
 use super::command::{Command, DecisionSelection, Event, LogLevel, PreparedGid, unexpected};
 use super::distributed::{Resolution, ResolutionOutcome};
 use super::kafka_recovery::KafkaRecovery;
-use super::records::{DtEvent, DtState, decision_of, decision_record, dt_next, epoch_committed};
+use super::names::decision_of;
+use super::records::{DtEvent, DtState, decision_record, dt_next, epoch_committed};
 use super::{End, Epoch, Machine, Outbox};
 use crate::recovery::atomic::DecisionRecord;
 
@@ -56,100 +60,6 @@ impl PassConfig {
                 ..WatcherThresholds::default()
             },
             act: true,
-        }
-    }
-}
-
-/// What kind of unresolved item.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ItemKind {
-    KafkaBehind,
-    CorruptDecision,
-    Participant,
-    Distributed,
-}
-
-impl ItemKind {
-    /// The name in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            ItemKind::KafkaBehind => "kafka_behind",
-            ItemKind::CorruptDecision => "corrupt_decision",
-            ItemKind::Participant => "participant",
-            ItemKind::Distributed => "distributed",
-        }
-    }
-}
-
-/// What came of an item.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ItemOutcome {
-    Unresolved,
-    Resolved,
-    Failed,
-}
-
-impl ItemOutcome {
-    /// The name in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            ItemOutcome::Unresolved => "unresolved",
-            ItemOutcome::Resolved => "resolved",
-            ItemOutcome::Failed => "failed",
-        }
-    }
-}
-
-/// One unresolved transaction.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Item {
-    pub kind: ItemKind,
-    /// How `laminar resolve` names it: `kafka:<transactional_id>`, a gid, or a dtid.
-    pub id: String,
-    pub epoch: Option<Epoch>,
-    pub age_s: f64,
-    /// The recorded decision (`commit` for a decided Kafka epoch; None: none).
-    pub decision: Option<DtState>,
-    /// A participant's distributed transaction.
-    pub dtid: Option<String>,
-    pub detail: String,
-    pub action: WatcherAction,
-    pub outcome: ItemOutcome,
-    pub lingering: bool,
-}
-
-impl Item {
-    fn new(kind: ItemKind, id: String, epoch: Option<Epoch>, age_s: f64) -> Self {
-        Self {
-            kind,
-            id,
-            epoch,
-            age_s,
-            decision: None,
-            dtid: None,
-            detail: String::new(),
-            action: WatcherAction::Wait,
-            outcome: ItemOutcome::Unresolved,
-            lingering: false,
-        }
-    }
-
-    fn unresolved(&self) -> Unresolved {
-        match self.kind {
-            ItemKind::KafkaBehind => Unresolved::KafkaBehind,
-            ItemKind::CorruptDecision => Unresolved::CorruptDecision,
-            ItemKind::Participant => Unresolved::Participant(self.decision),
-            ItemKind::Distributed => {
-                Unresolved::Distributed(self.decision.unwrap_or(DtState::Prepare))
-            }
-        }
-    }
-
-    fn note(&mut self, text: &str) {
-        if self.detail.is_empty() {
-            self.detail = text.to_owned();
-        } else {
-            self.detail = format!("{}; {text}", self.detail);
         }
     }
 }

@@ -22,9 +22,10 @@ use super::super::command::{
 };
 use super::super::distributed::{Resolution, ResolutionOutcome};
 use super::super::kafka_recovery::KafkaRecovery;
+use super::super::names::decision_of;
 use super::super::records::{
-    DtEvent, DtState, TxnEvent, TxnRow, anonymous_prepared_state, decision_of, decision_record,
-    dt_next, illegal, txn_next, txn_row,
+    DtEvent, DtState, TxnEvent, TxnRow, anonymous_prepared_state, decision_record, dt_next,
+    illegal, txn_next, txn_row,
 };
 use super::super::{End, Epoch, Machine, Outbox, Refusal, RefusalKind};
 

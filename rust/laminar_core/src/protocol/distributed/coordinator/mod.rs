@@ -18,20 +18,18 @@
 //! Anything that fails before the decision rolls the epoch back with [`Resolution::roll_back`]
 //! (the one definition) and ends; the epoch is written again.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod decision;
+
+use std::collections::BTreeSet;
 
 use crate::recovery::atomic::{EpochPlan, SinkProgress, plan_epoch};
-use crate::recovery::check_generation;
-use crate::recovery::distributed::{Vote, decide};
 
 use super::super::command::{
-    Command, Event, Failure, FailureKind, LogLevel, ParticipantKind, ParticipantResult,
-    ParticipantRow, ParticipantState, ResultStatus, unexpected,
+    Command, Event, Failure, FailureKind, LogLevel, ParticipantResult, unexpected,
 };
 use super::super::crash::CrashPoint;
-use super::super::records::{
-    DtEvent, DtState, attempt_part, dt_next, dtid, illegal, postgres_participant,
-};
+use super::super::names::dtid;
+use super::super::records::DtState;
 use super::super::watcher::{PassConfig, WatcherPass};
 use super::super::{End, Epoch, Machine, Outbox, Refusal, RefusalKind};
 use super::resolution::{Resolution, ResolutionOutcome};
@@ -48,41 +46,6 @@ pub struct ScaleContext {
     pub refuse_backwards: bool,
     /// Decided transactions of the group not concluded yet.
     pub pending: BTreeSet<String>,
-}
-
-/// The coordinator's vote (docs/protocol.md §4, step 3): per collected partition, exactly one
-/// attempt was collected, it is the attempt that claimed the partition last, and every
-/// participant of it prepared (or was empty); a partition claimed but not collected is a "no".
-/// Returns the votes and how many are expected.
-pub fn vote(results: &[ParticipantResult], claims: &[ParticipantRow]) -> (Vec<Vote>, usize) {
-    let mut attempts: BTreeMap<u32, BTreeSet<&str>> = BTreeMap::new();
-    for r in results {
-        attempts.entry(r.part).or_default().insert(&r.attempt);
-    }
-    let claimed: BTreeMap<u32, &str> = claims
-        .iter()
-        .filter(|c| c.kind == ParticipantKind::Attempt)
-        .filter_map(|c| Some((attempt_part(&c.participant)?, c.resource.as_str())))
-        .collect();
-    let mut votes: Vec<Vote> = attempts
-        .iter()
-        .map(|(part, seen)| {
-            let ok = seen.len() == 1
-                && claimed.get(part).is_some_and(|a| seen.contains(a))
-                && results
-                    .iter()
-                    .filter(|r| r.part == *part)
-                    .all(|r| matches!(r.status, ResultStatus::Prepared | ResultStatus::Empty));
-            if ok { Vote::Prepared } else { Vote::Failed }
-        })
-        .collect();
-    votes.extend(
-        claimed
-            .keys()
-            .filter(|p| !attempts.contains_key(p))
-            .map(|_| Vote::Failed),
-    );
-    (votes, attempts.len())
 }
 
 #[derive(Debug)]
@@ -235,123 +198,6 @@ impl ScaleOutEpoch {
         let why = message.clone();
         let refusal = Refusal::new(kind, message).for_epoch(self.ctx.epoch);
         self.roll_back(End::Refused(refusal), why, Some(DtState::Prepare), true);
-    }
-
-    fn on_results(&mut self, results: Vec<ParticipantResult>) {
-        self.out.push(Command::Reached {
-            point: CrashPoint::ScaleoutAfterTasks,
-        });
-        if results.iter().all(|r| r.status == ResultStatus::Empty) {
-            // nothing prepared, nothing to decide (as the single-process path opens nothing)
-            if dt_next(Some(DtState::Prepare), DtEvent::ConcludeEmpty).is_ok() {
-                self.out.push(Command::ConcludeDt {
-                    dtid: self.dtid.clone(),
-                    from: Some(DtState::Prepare),
-                });
-            }
-            self.ending = Some(End::Ok);
-            return;
-        }
-        self.results = results;
-        self.stage = Stage::Deciding;
-        self.out.push(Command::LockGroup {
-            group_id: self.ctx.group_id.clone(),
-        });
-    }
-
-    fn after_lock(&mut self, stored: Option<i64>) {
-        if let Err(r) = check_generation(
-            &self.ctx.group_id,
-            self.ctx.generation,
-            stored.unwrap_or(-1),
-        ) {
-            let why = r.message.clone();
-            let end = End::Refused(r.for_epoch(self.ctx.epoch));
-            return self.roll_back(end, why, Some(DtState::Prepare), true);
-        }
-        if let Err(e) = dt_next(Some(DtState::Prepare), DtEvent::StartCommit) {
-            let refusal = illegal(e);
-            let why = refusal.message.clone();
-            return self.roll_back(End::Refused(refusal), why, None, true);
-        }
-        self.out.push(Command::SetDtState {
-            dtid: self.dtid.clone(),
-            from: DtState::Prepare,
-            to: DtState::Commit,
-            message: String::new(),
-        });
-    }
-
-    fn after_claims(&mut self, claims: Vec<ParticipantRow>) {
-        let (votes, expected) = vote(&self.results, &claims);
-        if decide(&votes, expected) != DtEvent::StartCommit {
-            let parts: BTreeSet<u32> = self.results.iter().map(|r| r.part).collect();
-            let message = format!(
-                "scale-out epoch {} of group {:?}: a task attempt other than the collected one \
-                 claimed a partition (Spark retry or speculation); the epoch was rolled back and \
-                 is written again",
-                self.ctx.epoch, self.ctx.group_id
-            );
-            let refusal =
-                Refusal::new(RefusalKind::NotDecided, message.clone()).for_epoch(self.ctx.epoch);
-            self.roll_back(End::Refused(refusal), message, Some(DtState::Prepare), true);
-            self.out.push(Command::warn(format!(
-                "{}: votes of partitions {parts:?} do not match the claims: rolling back",
-                self.dtid
-            )));
-            return;
-        }
-        let epoch = self.ctx.epoch;
-        for (sink_id, _) in &self.ctx.postgres {
-            let rows = self
-                .results
-                .iter()
-                .filter(|r| r.kind == ParticipantKind::Postgres)
-                .filter(|r| r.participant == postgres_participant(sink_id, r.part))
-                .map(|r| r.records)
-                .sum();
-            self.out.push(Command::ClaimEpoch {
-                sink_id: sink_id.clone(),
-                epoch,
-                rows,
-            });
-        }
-        let prepared: Vec<&ParticipantResult> = self
-            .results
-            .iter()
-            .filter(|r| r.status == ResultStatus::Prepared)
-            .collect();
-        self.out.push(Command::MarkParticipants {
-            dtid: self.dtid.clone(),
-            participants: prepared.iter().map(|r| r.participant.clone()).collect(),
-            state: ParticipantState::Prepared,
-        });
-        for r in prepared.iter().filter(|r| r.kind == ParticipantKind::Kafka) {
-            self.out.push(Command::RecordDecision {
-                transactional_id: r.resource.clone(),
-                epoch,
-                previous_epoch: r.marker,
-                prepared_state: r.prepared_state.clone(),
-                group_id: self.ctx.group_id.clone(),
-            });
-        }
-        self.out.push(Command::CommitDecision);
-    }
-
-    fn after_decision(&mut self) {
-        self.out.push(Command::Reached {
-            point: CrashPoint::ScaleoutAfterDecision,
-        });
-        for (_, last) in &mut self.ctx.postgres {
-            *last = Some(self.ctx.epoch);
-        }
-        self.ctx.pending.insert(self.dtid.clone());
-        self.stage = Stage::Completing;
-        self.child = Some(Child::Resolution(Box::new(Resolution::complete(
-            self.dtid.clone(),
-            self.ctx.epoch,
-            Some(self.results.clone()),
-        ))));
     }
 
     fn on_child_end(&mut self, child: Child, end: End) {
