@@ -26,7 +26,7 @@ use crate::recovery::atomic::{Completion, DecisionRecord, KafkaPart, complete_ka
 use super::command::{Command, DecisionSelection, Event, Failure, LogLevel, unexpected};
 use super::crash::CrashPoint;
 use super::records::{decision_record, epoch_committed};
-use super::{End, Epoch, Machine, Outbox, Refusal, RefusalKind};
+use super::{Core, End, Epoch, Idle, NoChild, Refusal, RefusalKind, Steps, core_accessors};
 
 /// How long the marker is read again after an accepted `EndTxn` (markers land shortly after the
 /// commit), and how long between reads.
@@ -49,7 +49,7 @@ enum Phase {
 /// The recovery recipe for some Kafka sinks of a group (module docs).
 #[derive(Debug)]
 pub struct KafkaRecovery {
-    out: Outbox,
+    core: Core<NoChild>,
     sinks: Vec<String>,
     decisions: BTreeMap<String, DecisionRecord>,
     phase: Phase,
@@ -65,20 +65,19 @@ pub struct KafkaRecovery {
     redo_failure: Option<Failure>,
     awaiting: Vec<(String, Epoch)>,
     ending: Option<End>,
-    end: Option<End>,
 }
 
 impl KafkaRecovery {
     /// Recovery of these sinks (transactional ids), in this order.
     pub fn new(sinks: Vec<String>) -> Self {
-        let mut out = Outbox::default();
+        let mut core = Core::default();
         if !sinks.is_empty() {
-            out.push(Command::ReadDecisions {
+            core.out.push(Command::ReadDecisions {
                 of: DecisionSelection::Sinks(sinks.clone()),
             });
         }
         Self {
-            out,
+            core,
             sinks,
             decisions: BTreeMap::new(),
             phase: Phase::Decisions,
@@ -93,7 +92,6 @@ impl KafkaRecovery {
             redo_failure: None,
             awaiting: Vec::new(),
             ending: None,
-            end: None,
         }
     }
 
@@ -129,8 +127,7 @@ impl KafkaRecovery {
     }
 
     fn finish(&mut self, end: End) {
-        self.out.clear();
-        self.ending = Some(end);
+        self.core.finish(end);
     }
 
     /// Starts judging sink `i` of the current phase (or moves to the next phase).
@@ -142,7 +139,7 @@ impl KafkaRecovery {
         self.deadline_ms = None;
         self.after_end_txn = false;
         if self.i < self.sinks.len() {
-            self.out.push(Command::ReadMarker {
+            self.core.out.push(Command::ReadMarker {
                 sink_id: self.sink().to_owned(),
             });
             return;
@@ -151,11 +148,11 @@ impl KafkaRecovery {
             Phase::Decisions | Phase::EndTxn => {
                 self.phase = Phase::Init;
                 for sink_id in &self.sinks {
-                    self.out.push(Command::InitSink {
+                    self.core.out.push(Command::InitSink {
                         sink_id: sink_id.clone(),
                     });
                 }
-                self.out.push(Command::Reached {
+                self.core.out.push(Command::Reached {
                     point: CrashPoint::RecoveryAfterInit,
                 });
             }
@@ -180,7 +177,7 @@ impl KafkaRecovery {
         match complete_kafka(&sink_id, &part) {
             Completion::Refuse(r) => self.finish(End::Refused(r.for_sink(sink_id))),
             Completion::EndTxn { epoch, producer } if self.phase == Phase::EndTxn => {
-                self.out.push(Command::EndTxn {
+                self.core.out.push(Command::EndTxn {
                     transactional_id: sink_id,
                     producer_id: producer.producer_id,
                     producer_epoch: producer.producer_epoch,
@@ -193,13 +190,13 @@ impl KafkaRecovery {
             ))),
             Completion::Complete => self.next_sink(),
             Completion::RedoFromLog { epoch } if self.phase == Phase::Redo => {
-                self.out.push(Command::ReadRedo {
+                self.core.out.push(Command::ReadRedo {
                     transactional_id: sink_id,
                     epoch,
                 });
             }
             Completion::AwaitReplay { epoch } if self.phase == Phase::Redo => {
-                self.out.push(Command::warn(format!(
+                self.core.out.push(Command::warn(format!(
                     "sink {sink_id}: decided epoch {epoch} is committed in PostgreSQL but not in \
                      Kafka, and the broker no longer holds its transaction: waiting for Spark's \
                      replay of batch {epoch}"
@@ -225,18 +222,18 @@ impl KafkaRecovery {
         let deadline = *self.deadline_ms.get_or_insert(now_ms + wait);
         let sink_id = self.sink().to_owned();
         if epoch_committed(marker, d) {
-            self.out.push(Command::warn(format!(
+            self.core.out.push(Command::warn(format!(
                 "sink {sink_id}: decided epoch {d} committed in Kafka by EndTxn"
             )));
         } else if now_ms < deadline {
-            self.out.push(Command::Sleep { ms: MARKER_POLL_MS });
-            self.out.push(Command::ReadMarker { sink_id });
+            self.core.out.push(Command::Sleep { ms: MARKER_POLL_MS });
+            self.core.out.push(Command::ReadMarker { sink_id });
             return;
         } else {
             let why = self.end_txn_refusal.clone().unwrap_or_else(|| {
                 "the marker did not move: the broker had aborted the transaction".to_owned()
             });
-            self.out.push(Command::warn(format!(
+            self.core.out.push(Command::warn(format!(
                 "sink {sink_id}: EndTxn could not complete decided epoch {d} ({why}); falling \
                  back to the redo log or Spark's replay"
             )));
@@ -247,7 +244,7 @@ impl KafkaRecovery {
         self.judge();
     }
 
-    fn on(&mut self, command: Command, event: Event) {
+    fn step(&mut self, command: Command, event: Event) {
         if let Event::Failed(failure) = &event {
             return self.on_failure(command, failure.clone());
         }
@@ -266,7 +263,7 @@ impl KafkaRecovery {
                     return self.after_end_txn_marker(epoch, now_ms);
                 }
                 match self.decided_epoch() {
-                    Some(d) => self.out.push(Command::RedoExists {
+                    Some(d) => self.core.out.push(Command::RedoExists {
                         transactional_id: self.sink().to_owned(),
                         epoch: d,
                     }),
@@ -289,10 +286,10 @@ impl KafkaRecovery {
             (Command::EndTxn { .. }, Event::EndTxn { refused }) => {
                 self.end_txn_refusal = refused;
                 self.after_end_txn = true;
-                self.out.push(Command::Reached {
+                self.core.out.push(Command::Reached {
                     point: CrashPoint::RecoveryAfterEndTxn,
                 });
-                self.out.push(Command::ReadMarker {
+                self.core.out.push(Command::ReadMarker {
                     sink_id: self.sink().to_owned(),
                 });
             }
@@ -309,7 +306,7 @@ impl KafkaRecovery {
             }
             (Command::ReadRedo { epoch, .. }, Event::RedoRead { blobs }) => {
                 self.blobs = blobs;
-                self.out.push(Command::SinkBegin {
+                self.core.out.push(Command::SinkBegin {
                     sink_id: self.sink().to_owned(),
                     epoch,
                 });
@@ -320,24 +317,24 @@ impl KafkaRecovery {
                 }
                 let sink_id = self.sink().to_owned();
                 for blob in 0..self.blobs {
-                    self.out.push(Command::ProduceRedo {
+                    self.core.out.push(Command::ProduceRedo {
                         sink_id: sink_id.clone(),
                         epoch,
                         blob,
                     });
                     if blob == 0 {
-                        self.out.push(Command::Reached {
+                        self.core.out.push(Command::Reached {
                             point: CrashPoint::RecoveryMidRedo,
                         });
                     }
                 }
-                self.out.push(Command::SinkCommit { sink_id, epoch });
+                self.core.out.push(Command::SinkCommit { sink_id, epoch });
             }
             (Command::SinkCommit { sink_id, epoch }, Event::Ack) => {
-                self.out.push(Command::Reached {
+                self.core.out.push(Command::Reached {
                     point: CrashPoint::RecoveryAfterRedoCommit,
                 });
-                self.out.push(Command::DeleteRedo {
+                self.core.out.push(Command::DeleteRedo {
                     transactional_id: sink_id,
                     up_to: epoch,
                 });
@@ -349,7 +346,7 @@ impl KafkaRecovery {
                 },
                 Event::Ack,
             ) => {
-                self.out.push(Command::log(
+                self.core.out.push(Command::log(
                     LogLevel::Warning,
                     format!(
                         "sink {transactional_id}: epoch {up_to} completed in Kafka from the redo \
@@ -384,9 +381,9 @@ impl KafkaRecovery {
         match command {
             Command::ProduceRedo { sink_id, epoch, .. }
             | Command::SinkCommit { sink_id, epoch } => {
-                self.out.clear();
+                self.core.out.clear();
                 self.redo_failure = Some(failure);
-                self.out.push(Command::SinkAbort { sink_id, epoch });
+                self.core.out.push(Command::SinkAbort { sink_id, epoch });
             }
             Command::SinkAbort { .. } => {
                 let failure = self.redo_failure.take().unwrap_or(failure);
@@ -397,38 +394,21 @@ impl KafkaRecovery {
     }
 }
 
-impl Machine for KafkaRecovery {
-    fn poll(&mut self) -> Option<Command> {
-        loop {
-            if self.end.is_some() {
-                return None;
-            }
-            if let Some(command) = self.out.next() {
-                return Some(command);
-            }
-            if let Some(end) = self.ending.take() {
-                self.end = Some(end);
-                continue;
-            }
-            if self.sinks.is_empty() {
-                self.end = Some(End::Ok);
-                continue;
-            }
-            // nothing queued and not ending: a bug in the machine
-            self.end = Some(End::Refused(Refusal::new(
+impl Steps for KafkaRecovery {
+    core_accessors!(NoChild);
+
+    fn on(&mut self, command: Command, event: Event) {
+        self.step(command, event);
+    }
+
+    fn idle(&mut self) -> Idle {
+        Idle::End(match self.ending.take() {
+            Some(end) => end,
+            None if self.sinks.is_empty() => End::Ok,
+            None => End::Refused(Refusal::new(
                 RefusalKind::IllegalTransition,
                 "Kafka recovery stalled",
-            )));
-        }
-    }
-
-    fn handle(&mut self, event: Event) {
-        if let Some(command) = self.out.answered() {
-            self.on(command, event);
-        }
-    }
-
-    fn end(&self) -> Option<&End> {
-        self.end.as_ref()
+            )),
+        })
     }
 }

@@ -109,15 +109,174 @@ impl Outbox {
     }
 }
 
-/// Runs a child machine inside a parent: the parent polls it first and learns how it ended.
-pub(crate) fn poll_child<M: Machine>(child: &mut Option<M>) -> Result<Command, Option<(M, End)>> {
-    let Some(machine) = child.as_mut() else {
-        return Err(None);
-    };
-    if let Some(command) = machine.poll() {
-        return Ok(command);
-    }
-    let machine = child.take().expect("checked above");
-    let end = machine.end().cloned().unwrap_or(End::Ok);
-    Err(Some((machine, end)))
+/// The plumbing every machine shares: its queued commands, the machine it runs inside itself
+/// (a recovery inside an epoch, a resolution inside a watcher pass), who the outstanding command
+/// came from, and how it ended.
+#[derive(Debug)]
+pub(crate) struct Core<C> {
+    pub(crate) out: Outbox,
+    pub(crate) child: Option<C>,
+    from_child: bool,
+    end: Option<End>,
 }
+
+impl<C> Default for Core<C> {
+    fn default() -> Self {
+        Self {
+            out: Outbox::default(),
+            child: None,
+            from_child: false,
+            end: None,
+        }
+    }
+}
+
+impl<C> Core<C> {
+    /// Ends the machine now, dropping what was queued.
+    pub(crate) fn finish(&mut self, end: End) {
+        self.out.clear();
+        self.end = Some(end);
+    }
+
+    /// Runs `machine` inside this one; it is polled once nothing of this machine's is queued.
+    pub(crate) fn run(&mut self, machine: C) {
+        self.child = Some(machine);
+    }
+
+    /// Forgets how the last operation ended (a machine that runs several, one after the other).
+    pub(crate) fn restart(&mut self) {
+        self.out.clear();
+        self.child = None;
+        self.from_child = false;
+        self.end = None;
+    }
+}
+
+/// What a machine does when nothing is queued and no child runs.
+pub(crate) enum Idle {
+    /// It queued more (or started a child): poll again.
+    Continue,
+    /// It has ended.
+    End(End),
+}
+
+/// The steps of one machine: what each answer leads to. [`Machine`] is implemented for every
+/// `Steps` by the one loop below.
+pub(crate) trait Steps {
+    type Child: Machine;
+    fn core(&mut self) -> &mut Core<Self::Child>;
+    fn core_ref(&self) -> &Core<Self::Child>;
+    /// The answer to one of this machine's own commands.
+    fn on(&mut self, command: Command, event: Event);
+    /// The child ended.
+    fn on_child_end(&mut self, child: Self::Child, end: End) {
+        let _ = (child, end);
+    }
+    /// Nothing queued, no child: what next.
+    fn idle(&mut self) -> Idle;
+}
+
+impl<S: Steps> Machine for S {
+    fn poll(&mut self) -> Option<Command> {
+        loop {
+            let core = self.core();
+            if core.end.is_some() {
+                return None;
+            }
+            if let Some(command) = core.out.next() {
+                core.from_child = false;
+                return Some(command);
+            }
+            if let Some(child) = core.child.as_mut() {
+                if let Some(command) = child.poll() {
+                    core.from_child = true;
+                    return Some(command);
+                }
+                let child = core.child.take().expect("checked above");
+                let end = child.end().cloned().unwrap_or(End::Ok);
+                self.on_child_end(child, end);
+                continue;
+            }
+            if let Idle::End(end) = self.idle() {
+                self.core().end = Some(end);
+            }
+        }
+    }
+
+    fn handle(&mut self, event: Event) {
+        let core = self.core();
+        if core.from_child {
+            if let Some(child) = core.child.as_mut() {
+                child.handle(event);
+            }
+            return;
+        }
+        if let Some(command) = core.out.answered() {
+            self.on(command, event);
+        }
+    }
+
+    fn end(&self) -> Option<&End> {
+        self.core_ref().end.as_ref()
+    }
+}
+
+/// The child of a machine that runs none.
+#[derive(Debug)]
+pub(crate) enum NoChild {}
+
+impl Machine for NoChild {
+    fn poll(&mut self) -> Option<Command> {
+        match *self {}
+    }
+
+    fn handle(&mut self, _: Event) {
+        match *self {}
+    }
+
+    fn end(&self) -> Option<&End> {
+        match *self {}
+    }
+}
+
+/// An enum of the machines one machine may run inside itself, itself a [`Machine`].
+macro_rules! children {
+    ($(#[$doc:meta])* $name:ident { $($variant:ident($machine:ty)),* $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub(crate) enum $name {
+            $($variant(Box<$machine>),)*
+        }
+
+        impl $crate::protocol::Machine for $name {
+            fn poll(&mut self) -> Option<$crate::protocol::Command> {
+                match self { $(Self::$variant(m) => m.poll(),)* }
+            }
+
+            fn handle(&mut self, event: $crate::protocol::Event) {
+                match self { $(Self::$variant(m) => m.handle(event),)* }
+            }
+
+            fn end(&self) -> Option<&$crate::protocol::End> {
+                match self { $(Self::$variant(m) => m.end(),)* }
+            }
+        }
+    };
+}
+pub(crate) use children;
+
+/// The `Steps` accessors of a machine whose plumbing is in its field `core`.
+macro_rules! core_accessors {
+    ($child:ty) => {
+        type Child = $child;
+
+        fn core(&mut self) -> &mut $crate::protocol::Core<$child> {
+            &mut self.core
+        }
+
+        fn core_ref(&self) -> &$crate::protocol::Core<$child> {
+            &self.core
+        }
+    };
+}
+pub(crate) use core_accessors;

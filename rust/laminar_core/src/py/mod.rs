@@ -8,6 +8,7 @@ pub mod epoch;
 pub mod errors;
 pub mod metrics;
 pub mod prepared;
+pub mod protocol;
 pub mod recovery;
 pub mod redo;
 pub mod serialize;
@@ -24,5 +25,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     checksum::register(m)?;
     recovery::register(m)?;
     redo::register(m)?;
+    protocol::register(m)?;
     Ok(())
 }

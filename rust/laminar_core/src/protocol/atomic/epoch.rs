@@ -28,7 +28,7 @@ use super::super::command::{Command, DecisionSelection, Event, Failure, FailureK
 use super::super::crash::CrashPoint;
 use super::super::kafka_recovery::KafkaRecovery;
 use super::super::records::{TxnEvent, TxnRow, epoch_committed, illegal, txn_next};
-use super::super::{End, Epoch, Machine, Outbox, Refusal, RefusalKind, poll_child};
+use super::super::{Core, End, Epoch, Idle, Refusal, RefusalKind, Steps, core_accessors};
 
 /// What one epoch starts from.
 #[derive(Debug, Clone)]
@@ -48,42 +48,36 @@ pub struct EpochContext {
 #[derive(Debug)]
 pub struct AtomicEpoch {
     ctx: EpochContext,
-    out: Outbox,
+    core: Core<KafkaRecovery>,
     prepared: BTreeMap<String, String>,
     opened: Vec<String>,
     decided: bool,
     /// Kafka sinks whose step 8 committed.
     committed: Vec<String>,
     incomplete: Vec<String>,
-    recovery: Option<KafkaRecovery>,
-    from_child: bool,
     awaiting: Vec<(String, Epoch)>,
     aborting: Option<End>,
     ending: Option<End>,
-    end: Option<End>,
 }
 
 impl AtomicEpoch {
     /// Starts the epoch at step 1.
     pub fn new(ctx: EpochContext) -> Self {
-        let mut out = Outbox::default();
-        out.push(Command::LockGroup {
+        let mut core = Core::default();
+        core.out.push(Command::LockGroup {
             group_id: ctx.group_id.clone(),
         });
         Self {
             ctx,
-            out,
+            core,
             prepared: BTreeMap::new(),
             opened: Vec::new(),
             decided: false,
             committed: Vec::new(),
             incomplete: Vec::new(),
-            recovery: None,
-            from_child: false,
             awaiting: Vec::new(),
             aborting: None,
             ending: None,
-            end: None,
         }
     }
 
@@ -108,12 +102,12 @@ impl AtomicEpoch {
 
     /// Before the decision: undo everything, then end with `end`.
     fn abort(&mut self, end: End, rollback: bool) {
-        self.out.clear();
+        self.core.out.clear();
         if rollback {
-            self.out.push(Command::Rollback);
+            self.core.out.push(Command::Rollback);
         }
         for sink_id in self.opened.drain(..) {
-            self.out.push(Command::SinkAbort {
+            self.core.out.push(Command::SinkAbort {
                 sink_id,
                 epoch: self.ctx.epoch,
             });
@@ -130,7 +124,7 @@ impl AtomicEpoch {
     }
 
     fn step_done(&mut self, point: CrashPoint) {
-        self.out.push(Command::Reached { point });
+        self.core.out.push(Command::Reached { point });
     }
 
     fn after_lock(&mut self, stored: Option<i64>) {
@@ -144,14 +138,14 @@ impl AtomicEpoch {
         self.step_done(CrashPoint::AtomicAfterLock);
         let epoch = self.epoch();
         for (sink_id, _, _) in &self.ctx.kafka {
-            self.out.push(Command::SinkBegin {
+            self.core.out.push(Command::SinkBegin {
                 sink_id: sink_id.clone(),
                 epoch,
             });
         }
         self.step_done(CrashPoint::AtomicAfterKafkaBegin);
         for (sink_id, _, _) in &self.ctx.kafka {
-            self.out.push(Command::SinkWrite {
+            self.core.out.push(Command::SinkWrite {
                 sink_id: sink_id.clone(),
                 epoch,
                 keep: self.ctx.redo_log,
@@ -159,20 +153,20 @@ impl AtomicEpoch {
         }
         self.step_done(CrashPoint::AtomicAfterProduce);
         for (sink_id, _, _) in &self.ctx.kafka {
-            self.out.push(Command::SinkPrepare {
+            self.core.out.push(Command::SinkPrepare {
                 sink_id: sink_id.clone(),
                 epoch,
             });
         }
         self.step_done(CrashPoint::AtomicAfterKafkaPrepare);
         for sink_id in &self.ctx.postgres {
-            self.out.push(Command::WriteRows {
+            self.core.out.push(Command::WriteRows {
                 sink_id: sink_id.clone(),
                 epoch,
             });
         }
         for (sink_id, _, _) in &self.ctx.kafka {
-            self.out.push(Command::ReplaceRedo {
+            self.core.out.push(Command::ReplaceRedo {
                 transactional_id: sink_id.clone(),
                 epoch,
                 keep: self.ctx.redo_log,
@@ -197,7 +191,7 @@ impl AtomicEpoch {
                     Some(&sink_id),
                 );
             };
-            self.out.push(Command::RecordDecision {
+            self.core.out.push(Command::RecordDecision {
                 transactional_id: sink_id,
                 epoch,
                 previous_epoch: last,
@@ -206,7 +200,7 @@ impl AtomicEpoch {
             });
         }
         self.step_done(CrashPoint::AtomicAfterDecisionRows);
-        self.out.push(Command::CommitDecision);
+        self.core.out.push(Command::CommitDecision);
     }
 
     /// After the decision: step 8.
@@ -216,7 +210,7 @@ impl AtomicEpoch {
         self.step_done(CrashPoint::AtomicAfterDecision);
         let epoch = self.epoch();
         for (sink_id, _, _) in &self.ctx.kafka {
-            self.out.push(Command::SinkCommit {
+            self.core.out.push(Command::SinkCommit {
                 sink_id: sink_id.clone(),
                 epoch,
             });
@@ -226,12 +220,12 @@ impl AtomicEpoch {
 
     /// The decision's answer was lost: read it back on a new connection.
     fn read_back(&mut self) {
-        self.out.clear();
+        self.core.out.clear();
         match (self.ctx.kafka.first(), self.ctx.postgres.first()) {
-            (Some((sink_id, _, _)), _) => self.out.push(Command::ReadDecisions {
+            (Some((sink_id, _, _)), _) => self.core.out.push(Command::ReadDecisions {
                 of: DecisionSelection::Sinks(vec![sink_id.clone()]),
             }),
-            (None, Some(sink_id)) => self.out.push(Command::ReadSinkEpochs {
+            (None, Some(sink_id)) => self.core.out.push(Command::ReadSinkEpochs {
                 sink_ids: vec![sink_id.clone()],
             }),
             (None, None) => self.read_back_done(None),
@@ -258,25 +252,25 @@ impl AtomicEpoch {
         if self.incomplete.is_empty() {
             self.ending = Some(End::Ok);
         } else {
-            self.out.push(Command::LockGroup {
+            self.core.out.push(Command::LockGroup {
                 group_id: self.ctx.group_id.clone(),
             });
         }
     }
 
     fn check_before_completion(&mut self, stored: Option<i64>) {
-        self.out.push(Command::Rollback);
+        self.core.out.push(Command::Rollback);
         match check_generation(
             &self.ctx.group_id,
             self.ctx.generation,
             stored.unwrap_or(-1),
         ) {
-            Ok(()) => self.recovery = Some(KafkaRecovery::new(self.incomplete.clone())),
+            Ok(()) => self.core.run(KafkaRecovery::new(self.incomplete.clone())),
             Err(r) => self.ending = Some(End::Refused(r.for_epoch(self.epoch()))),
         }
     }
 
-    fn on_recovered(&mut self, recovery: KafkaRecovery, end: End) {
+    fn on_recovered(&mut self, recovery: &KafkaRecovery, end: End) {
         if !end.is_ok() {
             self.ending = Some(end);
             return;
@@ -310,7 +304,7 @@ impl AtomicEpoch {
         ));
     }
 
-    fn on(&mut self, command: Command, event: Event) {
+    fn step(&mut self, command: Command, event: Event) {
         if self.aborting.is_some() {
             // undoing: a failing rollback or abort changes nothing (fencing cleans up)
             return;
@@ -369,7 +363,7 @@ impl AtomicEpoch {
             }
             (Command::SinkCommit { sink_id, .. }, Event::Ack) => self.committed.push(sink_id),
             (Command::SinkCommit { sink_id, epoch }, Event::Failed(f)) => {
-                self.out.push(Command::warn(format!(
+                self.core.out.push(Command::warn(format!(
                     "atomic group {}: Kafka commit of decided epoch {epoch} failed for sink \
                      {sink_id} ({f}); completing it from the decision",
                     self.ctx.group_id
@@ -405,51 +399,25 @@ impl AtomicEpoch {
     }
 }
 
-impl Machine for AtomicEpoch {
-    fn poll(&mut self) -> Option<Command> {
-        loop {
-            if self.end.is_some() {
-                return None;
-            }
-            if let Some(command) = self.out.next() {
-                self.from_child = false;
-                return Some(command);
-            }
-            match poll_child(&mut self.recovery) {
-                Ok(command) => {
-                    self.from_child = true;
-                    return Some(command);
-                }
-                Err(Some((recovery, end))) => {
-                    self.on_recovered(recovery, end);
-                    continue;
-                }
-                Err(None) => {}
-            }
-            self.end = Some(
-                self.aborting
-                    .take()
-                    .or_else(|| self.ending.take())
-                    .unwrap_or_else(|| {
-                        End::Failed(Failure::new(FailureKind::Fatal, "atomic epoch stalled"))
-                    }),
-            );
-        }
+impl Steps for AtomicEpoch {
+    core_accessors!(KafkaRecovery);
+
+    fn on(&mut self, command: Command, event: Event) {
+        self.step(command, event);
     }
 
-    fn handle(&mut self, event: Event) {
-        if self.from_child {
-            if let Some(recovery) = self.recovery.as_mut() {
-                recovery.handle(event);
-            }
-            return;
-        }
-        if let Some(command) = self.out.answered() {
-            self.on(command, event);
-        }
+    fn on_child_end(&mut self, recovery: KafkaRecovery, end: End) {
+        self.on_recovered(&recovery, end);
     }
 
-    fn end(&self) -> Option<&End> {
-        self.end.as_ref()
+    fn idle(&mut self) -> Idle {
+        Idle::End(
+            self.aborting
+                .take()
+                .or_else(|| self.ending.take())
+                .unwrap_or_else(|| {
+                    End::Failed(Failure::new(FailureKind::Fatal, "atomic epoch stalled"))
+                }),
+        )
     }
 }

@@ -31,7 +31,7 @@ use super::crash::CrashPoint;
 use super::distributed::ScaleOutEpoch;
 use super::kafka_recovery::KafkaRecovery;
 use super::watcher::WatcherPass;
-use super::{End, Epoch, Machine, Outbox, Refusal};
+use super::{Core, End, Epoch, Idle, Refusal, RefusalKind, Steps, children, core_accessors};
 
 /// An atomic group's configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,24 +55,15 @@ pub struct GroupConfig {
     pub scale_out: bool,
 }
 
-#[derive(Debug)]
-enum Child {
-    Recovery(Box<KafkaRecovery>),
-    Epoch(Box<AtomicEpoch>),
-    Scaled(Box<ScaleOutEpoch>),
-    Pass(Box<WatcherPass>),
-}
-
-impl Child {
-    fn machine(&mut self) -> &mut dyn Machine {
-        match self {
-            Child::Recovery(m) => m.as_mut(),
-            Child::Epoch(m) => m.as_mut(),
-            Child::Scaled(m) => m.as_mut(),
-            Child::Pass(m) => m.as_mut(),
-        }
+children!(
+    /// What the group runs inside itself.
+    Child {
+        Recovery(KafkaRecovery),
+        Epoch(AtomicEpoch),
+        Scaled(ScaleOutEpoch),
+        Pass(WatcherPass),
     }
-}
+);
 
 /// What to do once every queued command is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,9 +88,7 @@ enum Stage {
 #[derive(Debug)]
 pub struct AtomicGroup {
     config: GroupConfig,
-    out: Outbox,
-    child: Option<Child>,
-    from_child: bool,
+    core: Core<Child>,
     stage: Stage,
     then: Option<Then>,
     started: bool,
@@ -114,7 +103,6 @@ pub struct AtomicGroup {
     committed: bool,
     failure: Option<End>,
     ending: Option<End>,
-    end: Option<End>,
 }
 
 impl AtomicGroup {
@@ -122,9 +110,7 @@ impl AtomicGroup {
     pub fn new(config: GroupConfig) -> Self {
         Self {
             config,
-            out: Outbox::default(),
-            child: None,
-            from_child: false,
+            core: Core::default(),
             stage: Stage::Idle,
             then: None,
             started: false,
@@ -139,7 +125,6 @@ impl AtomicGroup {
             committed: false,
             failure: None,
             ending: None,
-            end: None,
         }
     }
 
@@ -196,10 +181,8 @@ impl AtomicGroup {
     }
 
     fn begin_operation(&mut self, batch: Option<Epoch>) {
-        self.out.clear();
-        self.child = None;
+        self.core.restart();
         self.then = None;
-        self.end = None;
         self.ending = None;
         self.failure = None;
         self.batch = batch;
@@ -208,7 +191,7 @@ impl AtomicGroup {
         self.begin_attempt();
     }
 
-    fn on_child_end(&mut self, child: Child, end: End) {
+    fn child_ended(&mut self, child: Child, end: End) {
         match child {
             Child::Recovery(recovery) => match end {
                 End::Ok => self.after_recovery(&recovery),
@@ -216,7 +199,7 @@ impl AtomicGroup {
             },
             Child::Pass(pass) => {
                 if let Some(line) = pass.startup_summary(&self.config.group_id) {
-                    self.out.push(Command::warn(line));
+                    self.core.out.push(Command::warn(line));
                 }
                 match end {
                     End::Ok => self.started_log(),
@@ -240,7 +223,7 @@ impl AtomicGroup {
         }
     }
 
-    fn on(&mut self, command: Command, event: Event) {
+    fn step(&mut self, command: Command, event: Event) {
         if let Event::Failed(failure) = event {
             return self.on_failure(command, failure);
         }
@@ -279,7 +262,7 @@ impl AtomicGroup {
                 Event::Ack,
             ) => {
                 let recovery = KafkaRecovery::new(self.config.kafka.clone());
-                self.child = Some(Child::Recovery(Box::new(recovery)));
+                self.core.run(Child::Recovery(Box::new(recovery)));
             }
             (
                 Command::InitSink { .. }
@@ -307,64 +290,38 @@ impl AtomicGroup {
             }
             (_, Command::Rollback | Command::Log { .. }) => {}
             _ => {
-                self.out.clear();
+                self.core.out.clear();
                 self.fail(End::Failed(failure));
             }
         }
     }
 }
 
-impl Machine for AtomicGroup {
-    fn poll(&mut self) -> Option<Command> {
-        loop {
-            if self.end.is_some() {
-                return None;
-            }
-            if let Some(command) = self.out.next() {
-                self.from_child = false;
-                return Some(command);
-            }
-            if let Some(child) = self.child.as_mut() {
-                if let Some(command) = child.machine().poll() {
-                    self.from_child = true;
-                    return Some(command);
-                }
-                let mut child = self.child.take().expect("checked above");
-                let end = child.machine().end().cloned().unwrap_or(End::Ok);
-                self.on_child_end(child, end);
-                continue;
-            }
-            if let Some(then) = self.then.take() {
-                match then {
-                    Then::Started => self.on_started(),
-                    Then::Retry => self.decide_retry(),
-                    Then::Attempt => self.begin_attempt(),
-                }
-                continue;
-            }
-            let end = self.ending.take().unwrap_or_else(|| {
-                End::Refused(Refusal::new(
-                    super::RefusalKind::IllegalTransition,
-                    "atomic group: nothing to do (call start() or write_epoch() first)",
-                ))
-            });
-            self.end = Some(end);
-        }
+impl Steps for AtomicGroup {
+    core_accessors!(Child);
+
+    fn on(&mut self, command: Command, event: Event) {
+        self.step(command, event);
     }
 
-    fn handle(&mut self, event: Event) {
-        if self.from_child {
-            if let Some(child) = self.child.as_mut() {
-                child.machine().handle(event);
-            }
-            return;
-        }
-        if let Some(command) = self.out.answered() {
-            self.on(command, event);
-        }
+    fn on_child_end(&mut self, child: Child, end: End) {
+        self.child_ended(child, end);
     }
 
-    fn end(&self) -> Option<&End> {
-        self.end.as_ref()
+    fn idle(&mut self) -> Idle {
+        match self.then.take() {
+            Some(Then::Started) => self.on_started(),
+            Some(Then::Retry) => self.decide_retry(),
+            Some(Then::Attempt) => self.begin_attempt(),
+            None => {
+                return Idle::End(self.ending.take().unwrap_or_else(|| {
+                    End::Refused(Refusal::new(
+                        RefusalKind::IllegalTransition,
+                        "atomic group: nothing to do (call start() or write_epoch() first)",
+                    ))
+                }));
+            }
+        }
+        Idle::Continue
     }
 }

@@ -30,7 +30,8 @@ impl AtomicGroup {
                 refuse_backwards: self.config.owner.is_some(),
                 pending: self.pending.clone(),
             };
-            self.child = Some(Child::Scaled(Box::new(ScaleOutEpoch::new(ctx))));
+            self.core
+                .run(Child::Scaled(Box::new(ScaleOutEpoch::new(ctx))));
             return;
         }
         let progress: Vec<SinkProgress> = self
@@ -49,7 +50,7 @@ impl AtomicGroup {
         ) {
             EpochPlan::Refuse(r) => return self.fail(End::Refused(r.for_epoch(epoch))),
             EpochPlan::Skip => {
-                self.out.push(Command::log(
+                self.core.out.push(Command::log(
                     LogLevel::Info,
                     format!(
                         "atomic group {}: epoch {epoch} already committed, skipped",
@@ -90,7 +91,7 @@ impl AtomicGroup {
                 .collect(),
             redo_log: self.config.redo_log,
         };
-        self.child = Some(Child::Epoch(Box::new(AtomicEpoch::new(ctx))));
+        self.core.run(Child::Epoch(Box::new(AtomicEpoch::new(ctx))));
     }
 
     pub(super) fn after_epoch(&mut self, run: &AtomicEpoch, end: End) {
@@ -137,7 +138,7 @@ impl AtomicGroup {
             !done
         });
         for line in released {
-            self.out.push(Command::warn(line));
+            self.core.out.push(Command::warn(line));
         }
     }
 
@@ -148,11 +149,11 @@ impl AtomicGroup {
         if was_epoch && self.started {
             self.stage = Stage::Refresh;
             self.last.clear();
-            self.out.push(Command::ReadSinkEpochs {
+            self.core.out.push(Command::ReadSinkEpochs {
                 sink_ids: self.config.postgres.clone(),
             });
             for sink_id in &self.config.kafka {
-                self.out.push(Command::KnownEpoch {
+                self.core.out.push(Command::KnownEpoch {
                     sink_id: sink_id.clone(),
                 });
             }
@@ -188,14 +189,14 @@ impl AtomicGroup {
             .config
             .retry_backoff_ms
             .saturating_mul(1 << (self.attempt - 1).min(20));
-        self.out.push(Command::warn(format!(
+        self.core.out.push(Command::warn(format!(
             "atomic group {}: epoch {} not written ({why}); retry {}/{retries} in {:.1}s",
             self.config.group_id,
             self.batch.unwrap_or_default(),
             self.attempt,
             delay as f64 / 1000.0
         )));
-        self.out.push(Command::Sleep { ms: delay });
+        self.core.out.push(Command::Sleep { ms: delay });
         self.stage = Stage::Backoff;
         self.then = Some(Then::Attempt);
         self.attempt += 1;

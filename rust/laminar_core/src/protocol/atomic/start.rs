@@ -17,22 +17,22 @@ impl AtomicGroup {
         self.stage = Stage::Starting;
         let c = &self.config;
         for sink_id in &c.postgres {
-            self.out.push(Command::InitSink {
+            self.core.out.push(Command::InitSink {
                 sink_id: sink_id.clone(),
             });
         }
-        self.out.push(Command::RegisterGroup {
+        self.core.out.push(Command::RegisterGroup {
             group_id: c.group_id.clone(),
         });
-        self.out.push(Command::ReadSinkEpochs {
+        self.core.out.push(Command::ReadSinkEpochs {
             sink_ids: c.postgres.clone(),
         });
         for sink_id in &c.kafka {
-            self.out.push(Command::ReadMarker {
+            self.core.out.push(Command::ReadMarker {
                 sink_id: sink_id.clone(),
             });
         }
-        self.out.push(Command::ReadOwnership {
+        self.core.out.push(Command::ReadOwnership {
             registry_id: c.group_id.clone(),
             members: self.sink_ids(),
         });
@@ -62,13 +62,13 @@ impl AtomicGroup {
         let mine = self.config.owner.clone();
         match owner_decision(&records, mine.as_deref(), self.config.restart_on_new_query) {
             Err(r) => {
-                self.out.push(Command::Rollback);
+                self.core.out.push(Command::Rollback);
                 self.fail(End::Refused(r));
                 return;
             }
             Ok(OwnerDecision::Keep { epoch_base }) => {
                 self.epoch_base = epoch_base;
-                self.out.push(Command::Commit);
+                self.core.out.push(Command::Commit);
             }
             Ok(OwnerDecision::Claim {
                 epoch_base,
@@ -76,7 +76,7 @@ impl AtomicGroup {
             }) => {
                 self.epoch_base = epoch_base;
                 if let Some(previous) = replaced {
-                    self.out.push(Command::warn(format!(
+                    self.core.out.push(Command::warn(format!(
                         "sinks {members:?}: query {:?} replaces query {previous:?} \
                          (on_new_query='restart'); epochs now start at {epoch_base}",
                         mine.as_deref().unwrap_or_default()
@@ -84,17 +84,17 @@ impl AtomicGroup {
                 }
                 let mut ids = vec![self.config.group_id.clone()];
                 ids.extend(members);
-                self.out.push(Command::SetOwner {
+                self.core.out.push(Command::SetOwner {
                     ids,
                     owner: mine.unwrap_or_default(),
                     epoch_base,
                 });
             }
         }
-        self.out.push(Command::BumpGeneration {
+        self.core.out.push(Command::BumpGeneration {
             group_id: self.config.group_id.clone(),
         });
-        self.out.push(Command::Reached {
+        self.core.out.push(Command::Reached {
             point: CrashPoint::AtomicAfterFence,
         });
     }
@@ -106,12 +106,12 @@ impl AtomicGroup {
             .map(|(s, e)| (s.to_owned(), e))
             .collect();
         for sink_id in &self.config.kafka {
-            self.out.push(Command::KnownEpoch {
+            self.core.out.push(Command::KnownEpoch {
                 sink_id: sink_id.clone(),
             });
         }
         if self.config.scale_out {
-            self.child = Some(Child::Pass(Box::new(WatcherPass::new(
+            self.core.run(Child::Pass(Box::new(WatcherPass::new(
                 PassConfig::owned_group(&self.config.group_id, &self.config.postgres),
             ))));
         } else {
@@ -125,7 +125,7 @@ impl AtomicGroup {
         } else {
             format!(", awaiting Spark's replay of {:?}", self.awaiting)
         };
-        self.out.push(Command::log(
+        self.core.out.push(Command::log(
             LogLevel::Info,
             format!(
                 "atomic group {}: generation {}, epoch base {}, sinks {:?}{waiting}",

@@ -36,7 +36,7 @@ use super::super::crash::CrashPoint;
 use super::super::kafka_recovery::KafkaRecovery;
 use super::super::names::participant_matches;
 use super::super::records::{DtEvent, DtState, decision_record, dt_next};
-use super::super::{End, Epoch, Machine, Outbox};
+use super::super::{Core, End, Epoch, Idle, Steps, core_accessors};
 
 /// How a resolution ended (when the machine ended `Ok`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,7 +65,7 @@ pub struct Resolution {
     epoch: Option<Epoch>,
     goal: Goal,
     why: String,
-    out: Outbox,
+    core: Core<KafkaRecovery>,
     known: Option<Vec<ParticipantResult>>,
     known_gids: Vec<String>,
     kafka: Vec<String>,
@@ -73,9 +73,7 @@ pub struct Resolution {
     behind: Vec<String>,
     handled: usize,
     first_commit: bool,
-    recovery: Option<KafkaRecovery>,
     outcome: Option<ResolutionOutcome>,
-    end: Option<End>,
 }
 
 impl Resolution {
@@ -85,7 +83,7 @@ impl Resolution {
             epoch,
             goal,
             why,
-            out: Outbox::default(),
+            core: Core::default(),
             known: None,
             known_gids: Vec::new(),
             kafka: Vec::new(),
@@ -93,9 +91,7 @@ impl Resolution {
             behind: Vec::new(),
             handled: 0,
             first_commit: true,
-            recovery: None,
             outcome: None,
-            end: None,
         }
     }
 
@@ -154,10 +150,11 @@ impl Resolution {
 
     fn set_rollback(&mut self) {
         if let Err(e) = dt_next(Some(DtState::Prepare), DtEvent::SetRollback) {
-            self.end = Some(End::Failed(Failure::new(FailureKind::Fatal, e.to_string())));
+            self.core
+                .finish(End::Failed(Failure::new(FailureKind::Fatal, e.to_string())));
             return;
         }
-        self.out.push(Command::SetDtState {
+        self.core.out.push(Command::SetDtState {
             dtid: self.dtid.clone(),
             from: DtState::Prepare,
             to: DtState::Rollback,
@@ -166,7 +163,7 @@ impl Resolution {
     }
 
     fn read_participants(&mut self) {
-        self.out.push(Command::ReadParticipants {
+        self.core.out.push(Command::ReadParticipants {
             dtid: self.dtid.clone(),
         });
     }
@@ -181,7 +178,7 @@ impl Resolution {
             }
         }
         self.known_gids = postgres;
-        self.out.push(Command::ListPrepared);
+        self.core.out.push(Command::ListPrepared);
     }
 
     fn on_prepared(&mut self, prepared: Vec<String>) {
@@ -194,10 +191,12 @@ impl Resolution {
         match self.goal {
             Goal::RollBack => {
                 for gid in gids {
-                    self.out.push(Command::RollbackPrepared { gid });
+                    self.core.out.push(Command::RollbackPrepared { gid });
                 }
                 for transactional_id in self.kafka.clone() {
-                    self.out.push(Command::FenceProducer { transactional_id });
+                    self.core
+                        .out
+                        .push(Command::FenceProducer { transactional_id });
                 }
                 self.conclude(DtState::Rollback);
             }
@@ -209,7 +208,7 @@ impl Resolution {
 
     fn commit_postgres(&mut self, gids: Vec<String>) {
         for gid in gids {
-            self.out.push(Command::CommitPrepared { gid });
+            self.core.out.push(Command::CommitPrepared { gid });
         }
         if let Some(known) = &self.known {
             let kafka: Vec<ParticipantResult> = known
@@ -227,7 +226,7 @@ impl Resolution {
         } else if self.kafka.is_empty() {
             self.conclude(DtState::Commit);
         } else {
-            self.out.push(Command::ReadDecisions {
+            self.core.out.push(Command::ReadDecisions {
                 of: DecisionSelection::Sinks(self.kafka.clone()),
             });
         }
@@ -242,7 +241,7 @@ impl Resolution {
                     epoch,
                     producer: Some(producer),
                     ..
-                } if Some(epoch) == self.epoch => self.out.push(Command::EndTxn {
+                } if Some(epoch) == self.epoch => self.core.out.push(Command::EndTxn {
                     transactional_id,
                     producer_id: producer.producer_id,
                     producer_epoch: producer.producer_epoch,
@@ -264,25 +263,25 @@ impl Resolution {
             DtEvent::ConcludeEmpty
         };
         if let Err(e) = dt_next(Some(from), event) {
-            self.out.push(Command::warn(e.to_string()));
+            self.core.out.push(Command::warn(e.to_string()));
             return;
         }
-        self.out.push(Command::ConcludeDt {
+        self.core.out.push(Command::ConcludeDt {
             dtid: self.dtid.clone(),
             from: Some(from),
         });
     }
 
-    fn on(&mut self, command: Command, event: Event) {
+    fn step(&mut self, command: Command, event: Event) {
         match (command, event) {
             (Command::SetDtState { .. }, Event::Applied { applied: true }) => {
-                self.out.push(Command::Reached {
+                self.core.out.push(Command::Reached {
                     point: CrashPoint::ScaleoutAfterSetRollback,
                 });
                 self.read_participants();
             }
             (Command::SetDtState { dtid, .. }, Event::Applied { applied: false }) => {
-                self.out.push(Command::ReadDtState {
+                self.core.out.push(Command::ReadDtState {
                     dtid,
                     for_share: false,
                 });
@@ -307,7 +306,7 @@ impl Resolution {
                 self.handled += usize::from(found);
                 if self.first_commit {
                     self.first_commit = false;
-                    self.out.push_front(Command::Reached {
+                    self.core.out.push_front(Command::Reached {
                         point: CrashPoint::ScaleoutMidCompletion,
                     });
                 }
@@ -331,7 +330,7 @@ impl Resolution {
                 Event::EndTxn { refused },
             ) => {
                 if let Some(why) = refused {
-                    self.out.push_front(Command::warn(format!(
+                    self.core.out.push_front(Command::warn(format!(
                         "{}: EndTxn of {transactional_id} refused ({why})",
                         self.dtid
                     )));
@@ -339,7 +338,7 @@ impl Resolution {
                 }
             }
             (Command::FenceProducer { transactional_id }, Event::Missing) => {
-                self.out.clear();
+                self.core.out.clear();
                 self.outcome = Some(ResolutionOutcome::Unresolved(format!(
                     "Kafka participant {transactional_id} is not configured here: its open \
                      transaction cannot be aborted"
@@ -347,7 +346,7 @@ impl Resolution {
             }
             (Command::ConcludeDt { .. }, Event::Applied { .. }) => {
                 if self.goal == Goal::RollBack {
-                    self.out.push(Command::warn(format!(
+                    self.core.out.push(Command::warn(format!(
                         "{} rolled back ({}): {} prepared participant(s)",
                         self.dtid, self.why, self.handled
                     )));
@@ -361,12 +360,10 @@ impl Resolution {
                 Event::Ack,
             ) => {}
             (_, Event::Failed(f)) => {
-                self.out.clear();
-                self.end = Some(End::Failed(f));
+                self.core.finish(End::Failed(f));
             }
             (command, event) => {
-                self.out.clear();
-                self.end = Some(End::Failed(Failure::new(
+                self.core.finish(End::Failed(Failure::new(
                     FailureKind::Fatal,
                     unexpected(&command, &event),
                 )));
@@ -390,7 +387,7 @@ impl Resolution {
                 )));
             }
             End::Refused(r) => self.outcome = Some(ResolutionOutcome::Unresolved(r.message)),
-            End::Failed(f) => self.end = Some(End::Failed(f)),
+            End::Failed(f) => self.core.finish(End::Failed(f)),
         }
     }
 }
@@ -408,53 +405,34 @@ fn decision_of_result(result: &ParticipantResult, epoch: Option<Epoch>) -> Decis
     decision_record(&row)
 }
 
-impl Machine for Resolution {
-    fn poll(&mut self) -> Option<Command> {
-        loop {
-            if self.end.is_some() {
-                return None;
-            }
-            if let Some(recovery) = self.recovery.as_mut() {
-                if let Some(command) = recovery.poll() {
-                    return Some(command);
-                }
-                let recovery = self.recovery.take().expect("checked above");
-                let end = recovery.end().cloned().unwrap_or(End::Ok);
-                self.on_recovered(&recovery, end);
-                continue;
-            }
-            if let Some(command) = self.out.next() {
-                return Some(command);
-            }
-            if std::mem::take(&mut self.then_recover) {
-                if self.behind.is_empty() {
-                    self.conclude(DtState::Commit);
-                } else {
-                    self.recovery = Some(KafkaRecovery::new(std::mem::take(&mut self.behind)));
-                }
-                continue;
-            }
-            self.end = Some(if self.outcome.is_some() {
-                End::Ok
+impl Steps for Resolution {
+    core_accessors!(KafkaRecovery);
+
+    fn on(&mut self, command: Command, event: Event) {
+        self.step(command, event);
+    }
+
+    fn on_child_end(&mut self, recovery: KafkaRecovery, end: End) {
+        self.on_recovered(&recovery, end);
+    }
+
+    fn idle(&mut self) -> Idle {
+        if std::mem::take(&mut self.then_recover) {
+            if self.behind.is_empty() {
+                self.conclude(DtState::Commit);
             } else {
-                End::Failed(Failure::new(
-                    FailureKind::Fatal,
-                    format!("{}: resolution stalled", self.dtid),
-                ))
-            });
+                let behind = std::mem::take(&mut self.behind);
+                self.core.run(KafkaRecovery::new(behind));
+            }
+            return Idle::Continue;
         }
-    }
-
-    fn handle(&mut self, event: Event) {
-        if let Some(recovery) = self.recovery.as_mut() {
-            return recovery.handle(event);
-        }
-        if let Some(command) = self.out.answered() {
-            self.on(command, event);
-        }
-    }
-
-    fn end(&self) -> Option<&End> {
-        self.end.as_ref()
+        Idle::End(if self.outcome.is_some() {
+            End::Ok
+        } else {
+            End::Failed(Failure::new(
+                FailureKind::Fatal,
+                format!("{}: resolution stalled", self.dtid),
+            ))
+        })
     }
 }

@@ -30,7 +30,7 @@ use super::super::names::{
     partition_lock_key, postgres_participant,
 };
 use super::super::records::DtState;
-use super::super::{End, Epoch, Machine, Outbox};
+use super::super::{Core, End, Epoch, Idle, NoChild, Steps, core_accessors};
 
 /// What one task attempt writes.
 #[derive(Debug, Clone)]
@@ -58,7 +58,7 @@ struct Participant {
 pub struct ScaleOutTask {
     ctx: TaskContext,
     participants: Vec<Participant>,
-    out: Outbox,
+    core: Core<NoChild>,
     opened: Vec<String>,
     markers: BTreeMap<String, Option<Epoch>>,
     prepared: BTreeMap<String, String>,
@@ -68,7 +68,6 @@ pub struct ScaleOutTask {
     /// The participants are initialised (a failure from here undoes them).
     writing: bool,
     undoing: bool,
-    end: Option<End>,
 }
 
 impl ScaleOutTask {
@@ -88,18 +87,18 @@ impl ScaleOutTask {
             }
         });
         let participants = postgres.chain(kafka).collect();
-        let mut out = Outbox::default();
-        out.push(Command::LockPartition {
+        let mut core = Core::default();
+        core.out.push(Command::LockPartition {
             key: partition_lock_key(&ctx.dtid, ctx.part),
         });
-        out.push(Command::ReadDtState {
+        core.out.push(Command::ReadDtState {
             dtid: ctx.dtid.clone(),
             for_share: true,
         });
         Self {
             ctx,
             participants,
-            out,
+            core,
             opened: Vec::new(),
             markers: BTreeMap::new(),
             prepared: BTreeMap::new(),
@@ -108,7 +107,6 @@ impl ScaleOutTask {
             failure: None,
             writing: false,
             undoing: false,
-            end: None,
         }
     }
 
@@ -171,18 +169,18 @@ impl ScaleOutTask {
 
     fn on_state(&mut self, state: Option<DtState>) {
         if state == Some(DtState::Prepare) {
-            self.out.push(Command::ClaimParticipants {
+            self.core.out.push(Command::ClaimParticipants {
                 dtid: self.ctx.dtid.clone(),
                 rows: self.claim_rows(),
             });
-            self.out.push(Command::Reached {
+            self.core.out.push(Command::Reached {
                 point: CrashPoint::ScaleoutTaskAfterClaim,
             });
-            self.out.push(Command::ListPrepared);
+            self.core.out.push(Command::ListPrepared);
             return;
         }
-        self.out.push(Command::Commit);
-        self.out.push(Command::warn(format!(
+        self.core.out.push(Command::Commit);
+        self.core.out.push(Command::warn(format!(
             "{} partition {}: the distributed transaction is {}: nothing written",
             self.ctx.dtid,
             self.ctx.part,
@@ -198,38 +196,38 @@ impl ScaleOutTask {
             .filter(|p| p.kind == ParticipantKind::Postgres)
         {
             if gids.iter().any(|gid| participant_matches(&p.resource, gid)) {
-                self.out.push(Command::warn(format!(
+                self.core.out.push(Command::warn(format!(
                     "{} partition {}: rolling back {} left by an earlier attempt",
                     self.ctx.dtid, self.ctx.part, p.resource
                 )));
-                self.out.push(Command::RollbackPrepared {
+                self.core.out.push(Command::RollbackPrepared {
                     gid: p.resource.clone(),
                 });
             }
         }
-        self.out.push(Command::PeekPartition);
+        self.core.out.push(Command::PeekPartition);
     }
 
     fn write(&mut self) {
         self.writing = true;
         for name in self.names(ParticipantKind::Kafka) {
-            self.out.push(Command::InitSink {
+            self.core.out.push(Command::InitSink {
                 sink_id: name.clone(),
             });
-            self.out.push(Command::KnownEpoch { sink_id: name });
+            self.core.out.push(Command::KnownEpoch { sink_id: name });
         }
         for name in self.names(ParticipantKind::Postgres) {
-            self.out.push(Command::InitSink { sink_id: name });
+            self.core.out.push(Command::InitSink { sink_id: name });
         }
         let epoch = self.ctx.epoch;
         for p in &self.participants {
-            self.out.push(Command::SinkBegin {
+            self.core.out.push(Command::SinkBegin {
                 sink_id: p.name.clone(),
                 epoch,
             });
         }
-        self.out.push(Command::WritePartition);
-        self.out.push(Command::Reached {
+        self.core.out.push(Command::WritePartition);
+        self.core.out.push(Command::Reached {
             point: CrashPoint::ScaleoutTaskBeforePrepare,
         });
         let order = self
@@ -237,32 +235,34 @@ impl ScaleOutTask {
             .into_iter()
             .chain(self.names(ParticipantKind::Postgres));
         for sink_id in order {
-            self.out.push(Command::SinkPrepare { sink_id, epoch });
+            self.core.out.push(Command::SinkPrepare { sink_id, epoch });
         }
-        self.out.push(Command::Reached {
+        self.core.out.push(Command::Reached {
             point: CrashPoint::ScaleoutTaskAfterPrepare,
         });
-        self.out
+        self.core
+            .out
             .push(Command::ReleaseParticipants { prepared: true });
     }
 
     /// Undo the participants opened, then end (skipped, or failed).
     fn undo(&mut self, status: Option<ResultStatus>, failure: Option<Failure>) {
-        self.out.clear();
+        self.core.out.clear();
         for sink_id in self.opened.drain(..) {
-            self.out.push(Command::SinkAbort {
+            self.core.out.push(Command::SinkAbort {
                 sink_id,
                 epoch: self.ctx.epoch,
             });
         }
-        self.out
+        self.core
+            .out
             .push(Command::ReleaseParticipants { prepared: false });
         self.status = status;
         self.failure = failure;
         self.undoing = true;
     }
 
-    fn on(&mut self, command: Command, event: Event) {
+    fn step(&mut self, command: Command, event: Event) {
         if self.undoing {
             return; // failing aborts change nothing: the next attempt's init fences them
         }
@@ -290,7 +290,7 @@ impl ScaleOutTask {
                         self.ctx.dtid
                     );
                     self.undo(Some(ResultStatus::Skipped), None);
-                    self.out.push_front(Command::warn(line));
+                    self.core.out.push_front(Command::warn(line));
                 }
             }
             (Command::WritePartition, Event::Rows { count }) => self.rows = count,
@@ -302,7 +302,7 @@ impl ScaleOutTask {
             }
             (_, Event::Failed(f)) if self.writing => self.undo(None, Some(f)),
             (_, Event::Failed(f)) => {
-                self.out.clear();
+                self.core.out.clear();
                 self.failure = Some(f);
             }
             (
@@ -325,29 +325,18 @@ impl ScaleOutTask {
     }
 }
 
-impl Machine for ScaleOutTask {
-    fn poll(&mut self) -> Option<Command> {
-        if self.end.is_some() {
-            return None;
-        }
-        if let Some(command) = self.out.next() {
-            return Some(command);
-        }
-        self.end = Some(match (self.failure.take(), self.status) {
+impl Steps for ScaleOutTask {
+    core_accessors!(NoChild);
+
+    fn on(&mut self, command: Command, event: Event) {
+        self.step(command, event);
+    }
+
+    fn idle(&mut self) -> Idle {
+        Idle::End(match (self.failure.take(), self.status) {
             (Some(f), _) => End::Failed(f),
             (None, Some(_)) => End::Ok,
             (None, None) => End::Failed(Failure::new(FailureKind::Fatal, "scale-out task stalled")),
-        });
-        None
-    }
-
-    fn handle(&mut self, event: Event) {
-        if let Some(command) = self.out.answered() {
-            self.on(command, event);
-        }
-    }
-
-    fn end(&self) -> Option<&End> {
-        self.end.as_ref()
+        })
     }
 }

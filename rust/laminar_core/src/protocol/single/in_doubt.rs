@@ -3,14 +3,14 @@
 
 use super::super::command::{Command, Event, Failure, FailureKind, unexpected};
 use super::super::records::epoch_committed;
-use super::super::{End, Epoch, Machine, Outbox, Refusal, RefusalKind};
+use super::super::{Core, End, Epoch, Idle, NoChild, Refusal, RefusalKind, Steps, core_accessors};
 
 /// A Kafka sink's commit (or abort) whose outcome is unknown, resolved from the marker.
 #[derive(Debug)]
 pub struct KafkaInDoubt {
     sink_id: String,
     epoch: Epoch,
-    out: Outbox,
+    core: Core<NoChild>,
     fenced: Option<Failure>,
     unanswered: Option<Failure>,
     committed: Option<bool>,
@@ -18,7 +18,6 @@ pub struct KafkaInDoubt {
     /// The marker read next decides (after a reinit); else it is only checked for a later epoch.
     deciding: bool,
     ending: Option<End>,
-    end: Option<End>,
 }
 
 impl KafkaInDoubt {
@@ -26,8 +25,8 @@ impl KafkaInDoubt {
     /// commit can be retried to learn its outcome (librdkafka documents this).
     pub fn new(sink_id: impl Into<String>, epoch: Epoch, commit_in_flight: bool) -> Self {
         let sink_id = sink_id.into();
-        let mut out = Outbox::default();
-        out.push(if commit_in_flight {
+        let mut core = Core::default();
+        core.out.push(if commit_in_flight {
             Command::RetryCommit {
                 sink_id: sink_id.clone(),
                 epoch,
@@ -40,14 +39,13 @@ impl KafkaInDoubt {
         Self {
             sink_id,
             epoch,
-            out,
+            core,
             fenced: None,
             unanswered: None,
             committed: None,
             marker: None,
             deciding: false,
             ending: None,
-            end: None,
         }
     }
 
@@ -62,7 +60,7 @@ impl KafkaInDoubt {
     }
 
     fn read_marker(&mut self) {
-        self.out.push(Command::ReadMarker {
+        self.core.out.push(Command::ReadMarker {
             sink_id: self.sink_id.clone(),
         });
     }
@@ -88,7 +86,7 @@ impl KafkaInDoubt {
         }
     }
 
-    fn on(&mut self, command: Command, event: Event) {
+    fn step(&mut self, command: Command, event: Event) {
         match (command, event) {
             (Command::RetryCommit { .. }, Event::Ack) => {
                 self.committed = Some(true);
@@ -102,7 +100,7 @@ impl KafkaInDoubt {
                 }
                 FailureKind::Abortable { .. } => {
                     self.committed = Some(false);
-                    self.out.push(Command::AbortProducer {
+                    self.core.out.push(Command::AbortProducer {
                         sink_id: self.sink_id.clone(),
                     });
                     self.read_marker();
@@ -150,18 +148,18 @@ impl KafkaInDoubt {
                 }
                 // no commit in flight: a new producer fences the old one, the marker is final
                 self.deciding = true;
-                self.out.push(Command::ReinitProducer {
+                self.core.out.push(Command::ReinitProducer {
                     sink_id: self.sink_id.clone(),
                 });
                 self.read_marker();
             }
             (Command::AbortProducer { .. } | Command::ReinitProducer { .. }, Event::Ack) => {}
             (_, Event::Failed(f)) => {
-                self.out.clear();
+                self.core.out.clear();
                 self.ending = Some(End::Failed(f));
             }
             (command, event) => {
-                self.out.clear();
+                self.core.out.clear();
                 self.ending = Some(End::Failed(Failure::new(
                     FailureKind::Fatal,
                     unexpected(&command, &event),
@@ -178,10 +176,9 @@ impl KafkaInDoubt {
 pub struct PostgresInDoubt {
     sink_id: String,
     epoch: Epoch,
-    out: Outbox,
+    core: Core<NoChild>,
     committed: Option<bool>,
     last: Option<Epoch>,
-    end: Option<End>,
     ending: Option<End>,
 }
 
@@ -189,22 +186,21 @@ impl PostgresInDoubt {
     /// `pending`: the prepared gid and whether the decision being sent was to commit it.
     pub fn new(sink_id: impl Into<String>, epoch: Epoch, pending: Option<(String, bool)>) -> Self {
         let sink_id = sink_id.into();
-        let mut out = Outbox::default();
+        let mut core = Core::default();
         match pending {
-            Some((gid, true)) => out.push(Command::CommitPrepared { gid }),
-            Some((gid, false)) => out.push(Command::RollbackPrepared { gid }),
+            Some((gid, true)) => core.out.push(Command::CommitPrepared { gid }),
+            Some((gid, false)) => core.out.push(Command::RollbackPrepared { gid }),
             None => {}
         }
-        out.push(Command::ReadSinkEpochs {
+        core.out.push(Command::ReadSinkEpochs {
             sink_ids: vec![sink_id.clone()],
         });
         Self {
             sink_id,
             epoch,
-            out,
+            core,
             committed: None,
             last: None,
-            end: None,
             ending: None,
         }
     }
@@ -219,7 +215,7 @@ impl PostgresInDoubt {
         self.last
     }
 
-    fn on(&mut self, command: Command, event: Event) {
+    fn step(&mut self, command: Command, event: Event) {
         let sink_id = self.sink_id.clone();
         match (command, event) {
             (
@@ -227,7 +223,7 @@ impl PostgresInDoubt {
                 Event::Found { found },
             ) => {
                 if found {
-                    self.out.push_front(Command::warn(format!(
+                    self.core.out.push_front(Command::warn(format!(
                         "sink {sink_id}: completed the decision on prepared transaction {gid} in \
                          recovery"
                     )));
@@ -240,7 +236,7 @@ impl PostgresInDoubt {
                     .and_then(|(_, e)| e);
                 let committed = epoch_committed(self.last, self.epoch);
                 self.committed = Some(committed);
-                self.out.push(Command::warn(format!(
+                self.core.out.push(Command::warn(format!(
                     "sink {sink_id}: in-doubt epoch {} resolved from laminar.sink_epochs: {}",
                     self.epoch,
                     if committed {
@@ -253,11 +249,11 @@ impl PostgresInDoubt {
             }
             (Command::Log { .. }, Event::Ack) => {}
             (_, Event::Failed(f)) => {
-                self.out.clear();
+                self.core.out.clear();
                 self.ending = Some(End::Failed(f));
             }
             (command, event) => {
-                self.out.clear();
+                self.core.out.clear();
                 self.ending = Some(End::Failed(Failure::new(
                     FailureKind::Fatal,
                     unexpected(&command, &event),
@@ -267,36 +263,36 @@ impl PostgresInDoubt {
     }
 }
 
-macro_rules! simple_machine {
-    ($t:ty, $stall:literal) => {
-        impl Machine for $t {
-            fn poll(&mut self) -> Option<Command> {
-                if self.end.is_some() {
-                    return None;
-                }
-                if let Some(command) = self.out.next() {
-                    return Some(command);
-                }
-                self.end = Some(
-                    self.ending
-                        .take()
-                        .unwrap_or_else(|| End::Failed(Failure::new(FailureKind::Fatal, $stall))),
-                );
-                None
-            }
+impl Steps for KafkaInDoubt {
+    core_accessors!(NoChild);
 
-            fn handle(&mut self, event: Event) {
-                if let Some(command) = self.out.answered() {
-                    self.on(command, event);
-                }
-            }
+    fn on(&mut self, command: Command, event: Event) {
+        self.step(command, event);
+    }
 
-            fn end(&self) -> Option<&End> {
-                self.end.as_ref()
-            }
-        }
-    };
+    fn idle(&mut self) -> Idle {
+        Idle::End(self.ending.take().unwrap_or_else(|| {
+            End::Failed(Failure::new(
+                FailureKind::Fatal,
+                "Kafka in-doubt resolution stalled",
+            ))
+        }))
+    }
 }
 
-simple_machine!(KafkaInDoubt, "Kafka in-doubt resolution stalled");
-simple_machine!(PostgresInDoubt, "PostgreSQL in-doubt resolution stalled");
+impl Steps for PostgresInDoubt {
+    core_accessors!(NoChild);
+
+    fn on(&mut self, command: Command, event: Event) {
+        self.step(command, event);
+    }
+
+    fn idle(&mut self) -> Idle {
+        Idle::End(self.ending.take().unwrap_or_else(|| {
+            End::Failed(Failure::new(
+                FailureKind::Fatal,
+                "PostgreSQL in-doubt resolution stalled",
+            ))
+        }))
+    }
+}

@@ -19,7 +19,7 @@ use crate::recovery::atomic::{EpochPlan, SinkProgress, plan_epoch};
 
 use super::command::{Command, Event, Failure, FailureKind, LogLevel, unexpected};
 use super::records::epoch_committed;
-use super::{End, Epoch, Machine, Outbox, Refusal, RefusalKind};
+use super::{Core, End, Epoch, Idle, NoChild, Refusal, RefusalKind, Steps, core_accessors};
 
 /// The longest pause between two recovery attempts.
 pub const MAX_RECOVER_DELAY_MS: u64 = 10_000;
@@ -41,14 +41,13 @@ pub struct SingleConfig {
 #[derive(Debug)]
 pub struct SingleEpoch {
     c: SingleConfig,
-    out: Outbox,
+    core: Core<NoChild>,
     attempt: u32,
     recover_tries: u32,
     in_doubt: Option<Failure>,
     aborted: Option<Failure>,
     committed: bool,
     ending: Option<End>,
-    end: Option<End>,
 }
 
 impl SingleEpoch {
@@ -56,14 +55,13 @@ impl SingleEpoch {
     pub fn new(c: SingleConfig) -> Self {
         let mut me = Self {
             c,
-            out: Outbox::default(),
+            core: Core::default(),
             attempt: 0,
             recover_tries: 0,
             in_doubt: None,
             aborted: None,
             committed: false,
             ending: None,
-            end: None,
         };
         let backwards = me.c.refuse_backwards && me.c.last.is_some_and(|l| me.c.epoch < l);
         if backwards {
@@ -94,14 +92,14 @@ impl SingleEpoch {
 
     fn begin(&mut self) {
         self.attempt += 1;
-        self.out.push(Command::SinkBegin {
+        self.core.out.push(Command::SinkBegin {
             sink_id: self.c.sink_id.clone(),
             epoch: self.c.epoch,
         });
     }
 
     fn recover(&mut self) {
-        self.out.push(Command::SinkRecover {
+        self.core.out.push(Command::SinkRecover {
             sink_id: self.c.sink_id.clone(),
         });
     }
@@ -116,7 +114,7 @@ impl SingleEpoch {
             .c
             .retry_backoff_ms
             .saturating_mul(1 << (self.attempt - 1).min(20));
-        self.out.push(Command::warn(format!(
+        self.core.out.push(Command::warn(format!(
             "sink {}: epoch {} aborted ({f}); retry {}/{} in {:.1}s",
             self.c.sink_id,
             self.c.epoch,
@@ -124,34 +122,34 @@ impl SingleEpoch {
             self.c.retries,
             delay as f64 / 1000.0
         )));
-        self.out.push(Command::Sleep { ms: delay });
+        self.core.out.push(Command::Sleep { ms: delay });
         self.begin();
     }
 
-    fn on(&mut self, command: Command, event: Event) {
+    fn step(&mut self, command: Command, event: Event) {
         let (sink_id, epoch) = (self.c.sink_id.clone(), self.c.epoch);
         match (command, event) {
             (Command::SinkBegin { .. }, Event::Began { opened: false }) => {
-                self.out.push(Command::log(
+                self.core.out.push(Command::log(
                     LogLevel::Info,
                     format!("sink {sink_id}: epoch {epoch} already committed, skipped"),
                 ));
                 self.ending = Some(End::Ok);
             }
             (Command::SinkBegin { .. }, Event::Began { opened: true }) => {
-                self.out.push(Command::SinkWrite {
+                self.core.out.push(Command::SinkWrite {
                     sink_id: sink_id.clone(),
                     epoch,
                     keep: false,
                 });
-                self.out.push(Command::SinkCommit { sink_id, epoch });
+                self.core.out.push(Command::SinkCommit { sink_id, epoch });
             }
             (Command::SinkCommit { .. }, Event::Ack) => {
                 self.committed = true;
                 self.ending = Some(End::Ok);
             }
             (_, Event::Failed(f)) if f.kind == FailureKind::InDoubt && self.in_doubt.is_none() => {
-                self.out.clear();
+                self.core.out.clear();
                 self.recover_tries = 0;
                 self.in_doubt = Some(f);
                 self.recover();
@@ -162,7 +160,7 @@ impl SingleEpoch {
                     .take()
                     .unwrap_or_else(|| Failure::new(FailureKind::InDoubt, ""));
                 if epoch_committed(last, epoch) {
-                    self.out.push(Command::warn(format!(
+                    self.core.out.push(Command::warn(format!(
                         "sink {sink_id}: in-doubt commit of epoch {epoch} resolved as committed"
                     )));
                     self.committed = true;
@@ -170,7 +168,7 @@ impl SingleEpoch {
                 } else if self.attempt > self.c.retries {
                     self.ending = Some(End::Failed(err));
                 } else {
-                    self.out.push(Command::warn(format!(
+                    self.core.out.push(Command::warn(format!(
                         "sink {sink_id}: in-doubt commit of epoch {epoch} resolved as not committed \
                          ({err}); retrying"
                     )));
@@ -198,24 +196,24 @@ impl SingleEpoch {
                     .retry_backoff_ms
                     .saturating_mul(1 << (self.recover_tries - 1).min(20))
                     .min(MAX_RECOVER_DELAY_MS);
-                self.out.push(Command::warn(format!(
+                self.core.out.push(Command::warn(format!(
                     "sink {sink_id}: recovery of in-doubt epoch {epoch} failed ({f}); retry in \
                      {:.1}s",
                     delay as f64 / 1000.0
                 )));
-                self.out.push(Command::Sleep { ms: delay });
+                self.core.out.push(Command::Sleep { ms: delay });
                 self.recover();
             }
             (Command::SinkWrite { .. } | Command::SinkCommit { .. }, Event::Failed(f))
                 if matches!(f.kind, FailureKind::Abortable { .. }) =>
             {
-                self.out.clear();
+                self.core.out.clear();
                 self.aborted = Some(f);
-                self.out.push(Command::SinkAbort { sink_id, epoch });
+                self.core.out.push(Command::SinkAbort { sink_id, epoch });
             }
             (Command::SinkAbort { .. }, event) => {
                 if let Event::Failed(e) = event {
-                    self.out.push(Command::warn(format!(
+                    self.core.out.push(Command::warn(format!(
                         "sink {sink_id}: abort of epoch {epoch} failed ({e}); fencing will clean up"
                     )));
                 }
@@ -229,7 +227,7 @@ impl SingleEpoch {
                 self.after_abortable(f);
             }
             (_, Event::Failed(f)) => {
-                self.out.clear();
+                self.core.out.clear();
                 self.ending = Some(End::Failed(f));
             }
             (
@@ -237,7 +235,7 @@ impl SingleEpoch {
                 Event::Ack,
             ) => {}
             (command, event) => {
-                self.out.clear();
+                self.core.out.clear();
                 self.ending = Some(End::Failed(Failure::new(
                     FailureKind::Fatal,
                     unexpected(&command, &event),
@@ -247,30 +245,19 @@ impl SingleEpoch {
     }
 }
 
-impl Machine for SingleEpoch {
-    fn poll(&mut self) -> Option<Command> {
-        if self.end.is_some() {
-            return None;
-        }
-        if let Some(command) = self.out.next() {
-            return Some(command);
-        }
-        self.end = Some(self.ending.take().unwrap_or_else(|| {
+impl Steps for SingleEpoch {
+    core_accessors!(NoChild);
+
+    fn on(&mut self, command: Command, event: Event) {
+        self.step(command, event);
+    }
+
+    fn idle(&mut self) -> Idle {
+        Idle::End(self.ending.take().unwrap_or_else(|| {
             End::Failed(Failure::new(
                 FailureKind::Fatal,
                 "single-sink epoch stalled",
             ))
-        }));
-        None
-    }
-
-    fn handle(&mut self, event: Event) {
-        if let Some(command) = self.out.answered() {
-            self.on(command, event);
-        }
-    }
-
-    fn end(&self) -> Option<&End> {
-        self.end.as_ref()
+        }))
     }
 }

@@ -30,7 +30,7 @@ use super::distributed::{Resolution, ResolutionOutcome};
 use super::kafka_recovery::KafkaRecovery;
 use super::names::decision_of;
 use super::records::{DtEvent, DtState, decision_record, dt_next, epoch_committed};
-use super::{End, Epoch, Machine, Outbox};
+use super::{Core, End, Epoch, Idle, Steps, children, core_accessors};
 use crate::recovery::atomic::DecisionRecord;
 
 /// What a pass looks at and how it acts.
@@ -64,32 +64,31 @@ impl PassConfig {
     }
 }
 
-#[derive(Debug)]
-enum Child {
-    Recovery(Box<KafkaRecovery>),
-    Resolution(Box<Resolution>),
-}
+children!(
+    /// What a pass runs inside itself.
+    Child {
+        Recovery(KafkaRecovery),
+        Resolution(Resolution),
+    }
+);
 
 /// One pass (module docs).
 #[derive(Debug)]
 pub struct WatcherPass {
     config: PassConfig,
-    out: Outbox,
+    core: Core<Child>,
     items: Vec<Item>,
     /// Decision rows waiting for their marker.
     marker_rows: Vec<(String, Epoch, f64)>,
     prepared: Vec<PreparedGid>,
     acting: Option<usize>,
-    child: Option<Child>,
-    from_child: bool,
-    end: Option<End>,
 }
 
 impl WatcherPass {
     /// A pass, starting with the decision rows.
     pub fn new(config: PassConfig) -> Self {
-        let mut out = Outbox::default();
-        out.push(Command::ReadDecisions {
+        let mut core = Core::default();
+        core.out.push(Command::ReadDecisions {
             of: match &config.group_id {
                 Some(g) => DecisionSelection::Group(g.clone()),
                 None => DecisionSelection::All,
@@ -97,14 +96,11 @@ impl WatcherPass {
         });
         Self {
             config,
-            out,
+            core,
             items: Vec::new(),
             marker_rows: Vec::new(),
             prepared: Vec::new(),
             acting: None,
-            child: None,
-            from_child: false,
-            end: None,
         }
     }
 
@@ -148,7 +144,7 @@ impl WatcherPass {
                     self.items.push(item);
                 }
                 _ if self.config.check_kafka => {
-                    self.out.push(Command::ReadMarker {
+                    self.core.out.push(Command::ReadMarker {
                         sink_id: row.transactional_id.clone(),
                     });
                     self.marker_rows
@@ -157,7 +153,7 @@ impl WatcherPass {
                 _ => {}
             }
         }
-        self.out.push(Command::ListPrepared);
+        self.core.out.push(Command::ListPrepared);
     }
 
     fn kafka_item(&mut self, tid: &str, epoch: Epoch, age_s: f64, detail: String) {
@@ -200,7 +196,7 @@ impl WatcherPass {
             );
             self.items.push(item);
         }
-        self.out.push(Command::ReadDtStates {
+        self.core.out.push(Command::ReadDtStates {
             group_id: self.config.group_id.clone(),
         });
     }
@@ -221,12 +217,13 @@ impl WatcherPass {
             (_, WatcherAction::Wait | WatcherAction::ReportOnly) => self.next_item(),
             (ItemKind::KafkaBehind, _) => {
                 let tid = item.id.trim_start_matches("kafka:").to_owned();
-                self.child = Some(Child::Recovery(Box::new(KafkaRecovery::new(vec![tid]))));
+                self.core
+                    .run(Child::Recovery(Box::new(KafkaRecovery::new(vec![tid]))));
             }
             (ItemKind::Participant, WatcherAction::SetRollbackThenRollBack) => {
                 match item.dtid.clone() {
                     Some(dtid) if dt_next(Some(DtState::Prepare), DtEvent::SetRollback).is_ok() => {
-                        self.out.push(Command::SetDtState {
+                        self.core.out.push(Command::SetDtState {
                             dtid,
                             from: DtState::Prepare,
                             to: DtState::Rollback,
@@ -235,17 +232,17 @@ impl WatcherPass {
                     }
                     _ => {
                         let gid = item.id.clone();
-                        self.out.push(Command::RollbackPrepared { gid });
+                        self.core.out.push(Command::RollbackPrepared { gid });
                     }
                 }
             }
             (ItemKind::Participant, WatcherAction::Complete) => {
                 let gid = item.id.clone();
-                self.out.push(Command::CommitPrepared { gid });
+                self.core.out.push(Command::CommitPrepared { gid });
             }
             (ItemKind::Participant, _) => {
                 let gid = item.id.clone();
-                self.out.push(Command::RollbackPrepared { gid });
+                self.core.out.push(Command::RollbackPrepared { gid });
             }
             (ItemKind::Distributed, action) => {
                 let dtid = item.id.clone();
@@ -258,7 +255,7 @@ impl WatcherPass {
                     }
                     _ => Resolution::roll_back(dtid, Some(DtState::Prepare), why),
                 };
-                self.child = Some(Child::Resolution(Box::new(resolution)));
+                self.core.run(Child::Resolution(Box::new(resolution)));
             }
             (ItemKind::CorruptDecision, _) => self.next_item(),
         }
@@ -275,11 +272,11 @@ impl WatcherPass {
             let action = item.action.name();
             item.note(&format!("{action} failed: {message}"));
         }
-        self.out.clear();
-        self.out.push(Command::Rollback);
+        self.core.out.clear();
+        self.core.out.push(Command::Rollback);
     }
 
-    fn on_child_end(&mut self, child: Child, end: End) {
+    fn child_ended(&mut self, child: Child, end: End) {
         let Some(item) = self.current() else { return };
         match (child, end) {
             (Child::Recovery(recovery), End::Ok) => match recovery.awaiting().first() {
@@ -341,16 +338,16 @@ impl WatcherPass {
             line.push_str(&format!(" group={group}"));
         }
         if lingering.is_empty() {
-            self.out.push(Command::log(LogLevel::Info, line));
+            self.core.out.push(Command::log(LogLevel::Info, line));
         } else {
-            self.out.push(Command::warn(format!(
+            self.core.out.push(Command::warn(format!(
                 "{line} items={}",
                 lingering.join(",")
             )));
         }
     }
 
-    fn on(&mut self, command: Command, event: Event) {
+    fn step(&mut self, command: Command, event: Event) {
         if let Event::Failed(f) = &event {
             if matches!(command, Command::Rollback) {
                 return self.next_item();
@@ -368,8 +365,7 @@ impl WatcherPass {
                     format!("the marker could not be read: {f}"),
                 );
             }
-            self.out.clear();
-            self.end = Some(End::Failed(f.clone()));
+            self.core.finish(End::Failed(f.clone()));
             return;
         }
         match (command, event) {
@@ -390,7 +386,7 @@ impl WatcherPass {
             }
             (Command::ListPrepared, Event::PreparedList { gids }) => {
                 self.prepared = gids;
-                self.out.push(Command::ReadParticipantDecisions);
+                self.core.out.push(Command::ReadParticipantDecisions);
             }
             (Command::ReadParticipantDecisions, Event::ParticipantDecisions { rows }) => {
                 self.on_participant_decisions(rows);
@@ -407,9 +403,9 @@ impl WatcherPass {
             (Command::SetDtState { dtid, .. }, Event::Applied { applied }) => {
                 let gid = self.current().map(|i| i.id.clone()).unwrap_or_default();
                 if applied {
-                    self.out.push(Command::RollbackPrepared { gid });
+                    self.core.out.push(Command::RollbackPrepared { gid });
                 } else {
-                    self.out.push(Command::ReadDtState {
+                    self.core.out.push(Command::ReadDtState {
                         dtid,
                         for_share: false,
                     });
@@ -422,9 +418,9 @@ impl WatcherPass {
                     if let Some(item) = self.current() {
                         item.action = WatcherAction::Complete;
                     }
-                    self.out.push(Command::CommitPrepared { gid });
+                    self.core.out.push(Command::CommitPrepared { gid });
                 } else {
-                    self.out.push(Command::RollbackPrepared { gid });
+                    self.core.out.push(Command::RollbackPrepared { gid });
                 }
             }
             (
@@ -452,50 +448,18 @@ impl WatcherPass {
     }
 }
 
-impl Machine for WatcherPass {
-    fn poll(&mut self) -> Option<Command> {
-        loop {
-            if self.end.is_some() {
-                return None;
-            }
-            if let Some(command) = self.out.next() {
-                self.from_child = false;
-                return Some(command);
-            }
-            if let Some(child) = self.child.as_mut() {
-                let machine: &mut dyn Machine = match child {
-                    Child::Recovery(m) => m.as_mut(),
-                    Child::Resolution(m) => m.as_mut(),
-                };
-                if let Some(command) = machine.poll() {
-                    self.from_child = true;
-                    return Some(command);
-                }
-                let end = machine.end().cloned().unwrap_or(End::Ok);
-                let child = self.child.take().expect("checked above");
-                self.on_child_end(child, end);
-                continue;
-            }
-            self.end = Some(End::Ok);
-        }
+impl Steps for WatcherPass {
+    core_accessors!(Child);
+
+    fn on(&mut self, command: Command, event: Event) {
+        self.step(command, event);
     }
 
-    fn handle(&mut self, event: Event) {
-        if self.from_child {
-            if let Some(child) = self.child.as_mut() {
-                match child {
-                    Child::Recovery(m) => m.handle(event),
-                    Child::Resolution(m) => m.handle(event),
-                }
-            }
-            return;
-        }
-        if let Some(command) = self.out.answered() {
-            self.on(command, event);
-        }
+    fn on_child_end(&mut self, child: Child, end: End) {
+        self.child_ended(child, end);
     }
 
-    fn end(&self) -> Option<&End> {
-        self.end.as_ref()
+    fn idle(&mut self) -> Idle {
+        Idle::End(End::Ok)
     }
 }

@@ -27,7 +27,7 @@ use super::super::records::{
     DtEvent, DtState, TxnEvent, TxnRow, anonymous_prepared_state, decision_record, dt_next,
     illegal, txn_next, txn_row,
 };
-use super::super::{End, Epoch, Machine, Outbox, Refusal, RefusalKind};
+use super::super::{Core, End, Epoch, Idle, Refusal, RefusalKind, Steps, children, core_accessors};
 
 /// What `resolve` is pointed at.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,11 +104,13 @@ pub fn resolve_event(state: DtState, commit: bool) -> Option<DtEvent> {
     }
 }
 
-#[derive(Debug)]
-enum Child {
-    Recovery(Box<KafkaRecovery>),
-    Resolution(Box<Resolution>),
-}
+children!(
+    /// What a resolve runs inside itself.
+    Child {
+        Recovery(KafkaRecovery),
+        Resolution(Resolution),
+    }
+);
 
 /// One `laminar resolve` (module docs).
 #[derive(Debug)]
@@ -116,21 +118,18 @@ pub struct Resolve {
     target: ResolveTarget,
     commit: bool,
     force: bool,
-    out: Outbox,
+    core: Core<Child>,
     decision: Option<(DecisionRecord, Epoch, Option<Epoch>)>,
     dt: Option<(DtState, Epoch)>,
     participant: Option<(String, String)>,
-    child: Option<Child>,
-    from_child: bool,
     outcome: Option<ResolveOutcome>,
-    end: Option<End>,
 }
 
 impl Resolve {
     /// Resolve `target`: commit it (`commit`) or roll it back, `force` against the record.
     pub fn new(target: ResolveTarget, commit: bool, force: bool) -> Self {
-        let mut out = Outbox::default();
-        out.push(match &target {
+        let mut core = Core::default();
+        core.out.push(match &target {
             ResolveTarget::Kafka(tid) => Command::ReadDecisions {
                 of: DecisionSelection::Sinks(vec![tid.clone()]),
             },
@@ -141,14 +140,11 @@ impl Resolve {
             target,
             commit,
             force,
-            out,
+            core,
             decision: None,
             dt: None,
             participant: None,
-            child: None,
-            from_child: false,
             outcome: None,
-            end: None,
         }
     }
 
@@ -164,8 +160,7 @@ impl Resolve {
     }
 
     fn refuse(&mut self, refusal: Refusal) {
-        self.out.clear();
-        self.end = Some(End::Refused(refusal));
+        self.core.finish(End::Refused(refusal));
     }
 
     fn not_found(&mut self, message: String) {
@@ -185,14 +180,15 @@ impl Resolve {
                 if let Err(e) = txn_next(row, TxnEvent::Repair) {
                     return self.refuse(illegal(e));
                 }
-                self.out.push(Command::RewriteDecision {
+                self.core.out.push(Command::RewriteDecision {
                     transactional_id: tid.clone(),
                     epoch,
                     previous_epoch: previous,
                     prepared_state: anonymous_prepared_state(&tid, epoch),
                 });
             }
-            self.child = Some(Child::Recovery(Box::new(KafkaRecovery::new(vec![tid]))));
+            self.core
+                .run(Child::Recovery(Box::new(KafkaRecovery::new(vec![tid]))));
             return;
         }
         if !self.force {
@@ -210,7 +206,7 @@ impl Resolve {
             Ok(_) => -1,
             Err(e) => return self.refuse(illegal(e)),
         };
-        self.out.push(Command::RewriteDecision {
+        self.core.out.push(Command::RewriteDecision {
             transactional_id: tid.clone(),
             epoch: to,
             previous_epoch: marker,
@@ -229,7 +225,7 @@ impl Resolve {
             return self.start_resolution();
         };
         match dt_next(Some(state), event) {
-            Ok(Some(to)) => self.out.push(Command::SetDtState {
+            Ok(Some(to)) => self.core.out.push(Command::SetDtState {
                 dtid,
                 from: state,
                 to,
@@ -248,13 +244,12 @@ impl Resolve {
         } else {
             Resolution::roll_back(dtid, Some(DtState::Rollback), "resolved by laminar resolve")
         };
-        self.child = Some(Child::Resolution(Box::new(resolution)));
+        self.core.run(Child::Resolution(Box::new(resolution)));
     }
 
-    fn on(&mut self, command: Command, event: Event) {
+    fn step(&mut self, command: Command, event: Event) {
         if let Event::Failed(f) = event {
-            self.out.clear();
-            self.end = Some(End::Failed(f));
+            self.core.finish(End::Failed(f));
             return;
         }
         let id = self.id().to_owned();
@@ -266,7 +261,7 @@ impl Resolve {
                     ));
                 };
                 self.decision = Some((decision_record(&row), row.epoch, row.previous_epoch));
-                self.out.push(Command::ReadMarker { sink_id: id });
+                self.core.out.push(Command::ReadMarker { sink_id: id });
             }
             (Command::ReadMarker { .. }, Event::Missing) => {
                 self.not_found(format!(
@@ -282,7 +277,7 @@ impl Resolve {
                     return self
                         .not_found(format!("no prepared transaction {id:?} in this database"));
                 }
-                self.out.push(Command::ReadParticipantDecisions);
+                self.core.out.push(Command::ReadParticipantDecisions);
             }
             (Command::ReadParticipantDecisions, Event::ParticipantDecisions { rows }) => {
                 let decision = decision_of(&id, &rows);
@@ -296,7 +291,7 @@ impl Resolve {
                     return self.refuse(r);
                 }
                 self.participant = decision.map(|d| (d.dtid.clone(), d.participant.clone()));
-                self.out.push(if self.commit {
+                self.core.out.push(if self.commit {
                     Command::CommitPrepared { gid: id }
                 } else {
                     Command::RollbackPrepared { gid: id }
@@ -307,7 +302,7 @@ impl Resolve {
                 Event::Found { found },
             ) => {
                 if let Some((dtid, participant)) = self.participant.clone() {
-                    self.out.push(Command::MarkParticipants {
+                    self.core.out.push(Command::MarkParticipants {
                         dtid,
                         participants: vec![participant],
                         state: if self.commit {
@@ -338,8 +333,7 @@ impl Resolve {
                 ));
             }
             (command, event) => {
-                self.out.clear();
-                self.end = Some(End::Failed(Failure::new(
+                self.core.finish(End::Failed(Failure::new(
                     FailureKind::Fatal,
                     unexpected(&command, &event),
                 )));
@@ -347,7 +341,7 @@ impl Resolve {
         }
     }
 
-    fn on_child_end(&mut self, child: Child, end: End) {
+    fn child_ended(&mut self, child: Child, end: End) {
         match (child, end) {
             (Child::Recovery(recovery), End::Ok) => {
                 let epoch = self.decision.as_ref().map_or(-1, |d| d.1);
@@ -362,65 +356,34 @@ impl Resolve {
                     Some(ResolutionOutcome::Concluded { .. })
                 );
                 if let Some(ResolutionOutcome::Unresolved(why)) = resolution.outcome() {
-                    self.out
+                    self.core
+                        .out
                         .push(Command::warn(format!("{}: {why}", self.id())));
                 }
                 self.outcome = Some(ResolveOutcome::Resolved { done });
             }
-            (_, other) => self.end = Some(other),
+            (_, other) => self.core.finish(other),
         }
     }
 }
 
-impl Machine for Resolve {
-    fn poll(&mut self) -> Option<Command> {
-        loop {
-            if self.end.is_some() {
-                return None;
-            }
-            if let Some(command) = self.out.next() {
-                self.from_child = false;
-                return Some(command);
-            }
-            if let Some(child) = self.child.as_mut() {
-                let machine: &mut dyn Machine = match child {
-                    Child::Recovery(m) => m.as_mut(),
-                    Child::Resolution(m) => m.as_mut(),
-                };
-                if let Some(command) = machine.poll() {
-                    self.from_child = true;
-                    return Some(command);
-                }
-                let end = machine.end().cloned().unwrap_or(End::Ok);
-                let child = self.child.take().expect("checked above");
-                self.on_child_end(child, end);
-                continue;
-            }
-            self.end = Some(if self.outcome.is_some() {
-                End::Ok
-            } else {
-                End::Failed(Failure::new(FailureKind::Fatal, "resolve stalled"))
-            });
-        }
+impl Steps for Resolve {
+    core_accessors!(Child);
+
+    fn on(&mut self, command: Command, event: Event) {
+        self.step(command, event);
     }
 
-    fn handle(&mut self, event: Event) {
-        if self.from_child {
-            if let Some(child) = self.child.as_mut() {
-                match child {
-                    Child::Recovery(m) => m.handle(event),
-                    Child::Resolution(m) => m.handle(event),
-                }
-            }
-            return;
-        }
-        if let Some(command) = self.out.answered() {
-            self.on(command, event);
-        }
+    fn on_child_end(&mut self, child: Child, end: End) {
+        self.child_ended(child, end);
     }
 
-    fn end(&self) -> Option<&End> {
-        self.end.as_ref()
+    fn idle(&mut self) -> Idle {
+        Idle::End(if self.outcome.is_some() {
+            End::Ok
+        } else {
+            End::Failed(Failure::new(FailureKind::Fatal, "resolve stalled"))
+        })
     }
 }
 

@@ -20,13 +20,13 @@ use super::{Child, ScaleOutEpoch, Stage};
 
 impl ScaleOutEpoch {
     pub(super) fn on_results(&mut self, results: Vec<ParticipantResult>) {
-        self.out.push(Command::Reached {
+        self.core.out.push(Command::Reached {
             point: CrashPoint::ScaleoutAfterTasks,
         });
         if results.iter().all(|r| r.status == ResultStatus::Empty) {
             // nothing prepared, nothing to decide (as the single-process path opens nothing)
             if dt_next(Some(DtState::Prepare), DtEvent::ConcludeEmpty).is_ok() {
-                self.out.push(Command::ConcludeDt {
+                self.core.out.push(Command::ConcludeDt {
                     dtid: self.dtid.clone(),
                     from: Some(DtState::Prepare),
                 });
@@ -36,7 +36,7 @@ impl ScaleOutEpoch {
         }
         self.results = results;
         self.stage = Stage::Deciding;
-        self.out.push(Command::LockGroup {
+        self.core.out.push(Command::LockGroup {
             group_id: self.ctx.group_id.clone(),
         });
     }
@@ -56,7 +56,7 @@ impl ScaleOutEpoch {
             let why = refusal.message.clone();
             return self.roll_back(End::Refused(refusal), why, None, true);
         }
-        self.out.push(Command::SetDtState {
+        self.core.out.push(Command::SetDtState {
             dtid: self.dtid.clone(),
             from: DtState::Prepare,
             to: DtState::Commit,
@@ -77,7 +77,7 @@ impl ScaleOutEpoch {
             let refusal =
                 Refusal::new(RefusalKind::NotDecided, message.clone()).for_epoch(self.ctx.epoch);
             self.roll_back(End::Refused(refusal), message, Some(DtState::Prepare), true);
-            self.out.push(Command::warn(format!(
+            self.core.out.push(Command::warn(format!(
                 "{}: votes of partitions {parts:?} do not match the claims: rolling back",
                 self.dtid
             )));
@@ -92,7 +92,7 @@ impl ScaleOutEpoch {
                 .filter(|r| r.participant == postgres_participant(sink_id, r.part))
                 .map(|r| r.records)
                 .sum();
-            self.out.push(Command::ClaimEpoch {
+            self.core.out.push(Command::ClaimEpoch {
                 sink_id: sink_id.clone(),
                 epoch,
                 rows,
@@ -103,13 +103,13 @@ impl ScaleOutEpoch {
             .iter()
             .filter(|r| r.status == ResultStatus::Prepared)
             .collect();
-        self.out.push(Command::MarkParticipants {
+        self.core.out.push(Command::MarkParticipants {
             dtid: self.dtid.clone(),
             participants: prepared.iter().map(|r| r.participant.clone()).collect(),
             state: ParticipantState::Prepared,
         });
         for r in prepared.iter().filter(|r| r.kind == ParticipantKind::Kafka) {
-            self.out.push(Command::RecordDecision {
+            self.core.out.push(Command::RecordDecision {
                 transactional_id: r.resource.clone(),
                 epoch,
                 previous_epoch: r.marker,
@@ -117,11 +117,11 @@ impl ScaleOutEpoch {
                 group_id: self.ctx.group_id.clone(),
             });
         }
-        self.out.push(Command::CommitDecision);
+        self.core.out.push(Command::CommitDecision);
     }
 
     pub(super) fn after_decision(&mut self) {
-        self.out.push(Command::Reached {
+        self.core.out.push(Command::Reached {
             point: CrashPoint::ScaleoutAfterDecision,
         });
         for (_, last) in &mut self.ctx.postgres {
@@ -129,10 +129,11 @@ impl ScaleOutEpoch {
         }
         self.ctx.pending.insert(self.dtid.clone());
         self.stage = Stage::Completing;
-        self.child = Some(Child::Resolution(Box::new(Resolution::complete(
-            self.dtid.clone(),
-            self.ctx.epoch,
-            Some(self.results.clone()),
-        ))));
+        self.core
+            .run(Child::Resolution(Box::new(Resolution::complete(
+                self.dtid.clone(),
+                self.ctx.epoch,
+                Some(self.results.clone()),
+            ))));
     }
 }

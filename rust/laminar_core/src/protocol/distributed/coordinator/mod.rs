@@ -31,7 +31,7 @@ use super::super::crash::CrashPoint;
 use super::super::names::dtid;
 use super::super::records::DtState;
 use super::super::watcher::{PassConfig, WatcherPass};
-use super::super::{End, Epoch, Machine, Outbox, Refusal, RefusalKind};
+use super::super::{Core, End, Epoch, Idle, Refusal, RefusalKind, Steps, children, core_accessors};
 use super::resolution::{Resolution, ResolutionOutcome};
 
 /// What the coordinator's epoch starts from.
@@ -48,11 +48,13 @@ pub struct ScaleContext {
     pub pending: BTreeSet<String>,
 }
 
-#[derive(Debug)]
-enum Child {
-    Pass(Box<WatcherPass>),
-    Resolution(Box<Resolution>),
-}
+children!(
+    /// What the coordinator runs inside itself.
+    Child {
+        Pass(WatcherPass),
+        Resolution(Resolution),
+    }
+);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
@@ -71,9 +73,7 @@ enum Stage {
 pub struct ScaleOutEpoch {
     ctx: ScaleContext,
     dtid: String,
-    out: Outbox,
-    child: Option<Child>,
-    from_child: bool,
+    core: Core<Child>,
     stage: Stage,
     results: Vec<ParticipantResult>,
     committed: bool,
@@ -83,7 +83,6 @@ pub struct ScaleOutEpoch {
     cleared: bool,
     after_rollback: Option<End>,
     ending: Option<End>,
-    end: Option<End>,
 }
 
 impl ScaleOutEpoch {
@@ -93,9 +92,7 @@ impl ScaleOutEpoch {
         let mut me = Self {
             dtid,
             ctx,
-            out: Outbox::default(),
-            child: None,
-            from_child: false,
+            core: Core::default(),
             stage: Stage::Settling,
             results: Vec::new(),
             committed: false,
@@ -103,7 +100,6 @@ impl ScaleOutEpoch {
             cleared: false,
             after_rollback: None,
             ending: None,
-            end: None,
         };
         if me.ctx.pending.is_empty() {
             me.plan();
@@ -136,7 +132,7 @@ impl ScaleOutEpoch {
             .iter()
             .map(|(s, _)| s.clone())
             .collect::<Vec<_>>();
-        self.child = Some(Child::Pass(Box::new(WatcherPass::new(
+        self.core.run(Child::Pass(Box::new(WatcherPass::new(
             PassConfig::owned_group(&self.ctx.group_id, &sinks),
         ))));
     }
@@ -155,7 +151,7 @@ impl ScaleOutEpoch {
         match plan_epoch(epoch, &progress, &[], self.ctx.refuse_backwards) {
             EpochPlan::Refuse(r) => self.ending = Some(End::Refused(r.for_epoch(epoch))),
             EpochPlan::Skip => {
-                self.out.push(Command::log(
+                self.core.out.push(Command::log(
                     LogLevel::Info,
                     format!(
                         "scale-out {}: epoch {epoch} already committed, skipped",
@@ -170,7 +166,7 @@ impl ScaleOutEpoch {
 
     fn create(&mut self) {
         self.stage = Stage::Creating;
-        self.out.push(Command::CreateDt {
+        self.core.out.push(Command::CreateDt {
             dtid: self.dtid.clone(),
             group_id: self.ctx.group_id.clone(),
             epoch: self.ctx.epoch,
@@ -181,17 +177,18 @@ impl ScaleOutEpoch {
     /// `rollback_txn`: the decision transaction is open and is rolled back first (its
     /// `prepare -> commit` with it).
     fn roll_back(&mut self, end: End, why: String, state: Option<DtState>, rollback_txn: bool) {
-        self.out.clear();
+        self.core.out.clear();
         if rollback_txn {
-            self.out.push(Command::Rollback);
+            self.core.out.push(Command::Rollback);
         }
         self.stage = Stage::RollingBack;
         self.after_rollback = Some(end);
-        self.child = Some(Child::Resolution(Box::new(Resolution::roll_back(
-            self.dtid.clone(),
-            state,
-            why,
-        ))));
+        self.core
+            .run(Child::Resolution(Box::new(Resolution::roll_back(
+                self.dtid.clone(),
+                state,
+                why,
+            ))));
     }
 
     fn refuse(&mut self, kind: RefusalKind, message: String) {
@@ -200,21 +197,23 @@ impl ScaleOutEpoch {
         self.roll_back(End::Refused(refusal), why, Some(DtState::Prepare), true);
     }
 
-    fn on_child_end(&mut self, child: Child, end: End) {
+    fn child_ended(&mut self, child: Child, end: End) {
         match (self.stage, child) {
             (Stage::Settling, Child::Pass(pass)) => {
                 if let Some(line) = pass.startup_summary(&self.ctx.group_id) {
-                    self.out.push(Command::warn(line));
+                    self.core.out.push(Command::warn(line));
                 }
                 if let End::Failed(f) = end {
                     self.ending = Some(End::Failed(f));
                     return;
                 }
-                self.out.push(Command::ReadDtStates {
+                self.core.out.push(Command::ReadDtStates {
                     group_id: Some(self.ctx.group_id.clone()),
                 });
                 let sinks = self.ctx.postgres.iter().map(|(s, _)| s.clone()).collect();
-                self.out.push(Command::ReadSinkEpochs { sink_ids: sinks });
+                self.core
+                    .out
+                    .push(Command::ReadSinkEpochs { sink_ids: sinks });
             }
             (Stage::Clearing, Child::Resolution(r)) => match (end, r.outcome()) {
                 (End::Ok, Some(ResolutionOutcome::DecidedCommit)) => {
@@ -242,7 +241,7 @@ impl ScaleOutEpoch {
                     self.ctx.pending.insert(self.dtid.clone());
                 }
                 if !end.is_ok() {
-                    self.out.push(Command::warn(format!(
+                    self.core.out.push(Command::warn(format!(
                         "{}: rollback failed ({end:?}); the watcher or the next start resolves it",
                         self.dtid
                     )));
@@ -283,7 +282,7 @@ impl ScaleOutEpoch {
         }
     }
 
-    fn on(&mut self, command: Command, event: Event) {
+    fn step(&mut self, command: Command, event: Event) {
         match (command, event) {
             (Command::ReadDtStates { .. }, Event::DtRows { rows }) => {
                 let left: BTreeSet<String> = rows.into_iter().map(|r| r.dtid).collect();
@@ -313,10 +312,10 @@ impl ScaleOutEpoch {
                 }
             }
             (Command::CreateDt { .. }, Event::Applied { applied: true }) => {
-                self.out.push(Command::Reached {
+                self.core.out.push(Command::Reached {
                     point: CrashPoint::ScaleoutAfterCreate,
                 });
-                self.out.push(Command::RunTasks {
+                self.core.out.push(Command::RunTasks {
                     dtid: self.dtid.clone(),
                     epoch: self.ctx.epoch,
                 });
@@ -326,11 +325,12 @@ impl ScaleOutEpoch {
             {
                 self.stage = Stage::Clearing;
                 self.cleared = true;
-                self.child = Some(Child::Resolution(Box::new(Resolution::roll_back(
-                    self.dtid.clone(),
-                    None,
-                    "left by an earlier run",
-                ))));
+                self.core
+                    .run(Child::Resolution(Box::new(Resolution::roll_back(
+                        self.dtid.clone(),
+                        None,
+                        "left by an earlier run",
+                    ))));
             }
             (Command::RunTasks { .. }, Event::TaskResults { results }) => self.on_results(results),
             (Command::RunTasks { .. }, Event::Failed(f)) => {
@@ -341,7 +341,7 @@ impl ScaleOutEpoch {
                 self.after_lock(generation)
             }
             (Command::SetDtState { .. }, Event::Applied { applied: true }) => {
-                self.out.push(Command::ReadParticipants {
+                self.core.out.push(Command::ReadParticipants {
                     dtid: self.dtid.clone(),
                 });
             }
@@ -376,7 +376,7 @@ impl ScaleOutEpoch {
                 self.roll_back(End::Failed(f), why, Some(DtState::Prepare), true);
             }
             (_, Event::Failed(f)) => {
-                self.out.clear();
+                self.core.out.clear();
                 self.ending = Some(End::Failed(f));
             }
             (
@@ -390,7 +390,7 @@ impl ScaleOutEpoch {
                 Event::Ack | Event::Claimed { .. } | Event::Applied { .. },
             ) => {}
             (command, event) => {
-                self.out.clear();
+                self.core.out.clear();
                 self.ending = Some(End::Failed(Failure::new(
                     FailureKind::Fatal,
                     unexpected(&command, &event),
@@ -400,52 +400,20 @@ impl ScaleOutEpoch {
     }
 }
 
-impl Machine for ScaleOutEpoch {
-    fn poll(&mut self) -> Option<Command> {
-        loop {
-            if self.end.is_some() {
-                return None;
-            }
-            if let Some(command) = self.out.next() {
-                self.from_child = false;
-                return Some(command);
-            }
-            if let Some(child) = self.child.as_mut() {
-                let machine: &mut dyn Machine = match child {
-                    Child::Pass(m) => m.as_mut(),
-                    Child::Resolution(m) => m.as_mut(),
-                };
-                if let Some(command) = machine.poll() {
-                    self.from_child = true;
-                    return Some(command);
-                }
-                let end = machine.end().cloned().unwrap_or(End::Ok);
-                let child = self.child.take().expect("checked above");
-                self.on_child_end(child, end);
-                continue;
-            }
-            self.end = Some(self.ending.take().unwrap_or_else(|| {
-                End::Failed(Failure::new(FailureKind::Fatal, "scale-out epoch stalled"))
-            }));
-        }
+impl Steps for ScaleOutEpoch {
+    core_accessors!(Child);
+
+    fn on(&mut self, command: Command, event: Event) {
+        self.step(command, event);
     }
 
-    fn handle(&mut self, event: Event) {
-        if self.from_child {
-            if let Some(child) = self.child.as_mut() {
-                match child {
-                    Child::Pass(m) => m.handle(event),
-                    Child::Resolution(m) => m.handle(event),
-                }
-            }
-            return;
-        }
-        if let Some(command) = self.out.answered() {
-            self.on(command, event);
-        }
+    fn on_child_end(&mut self, child: Child, end: End) {
+        self.child_ended(child, end);
     }
 
-    fn end(&self) -> Option<&End> {
-        self.end.as_ref()
+    fn idle(&mut self) -> Idle {
+        Idle::End(self.ending.take().unwrap_or_else(|| {
+            End::Failed(Failure::new(FailureKind::Fatal, "scale-out epoch stalled"))
+        }))
     }
 }
