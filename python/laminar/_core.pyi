@@ -1041,23 +1041,9 @@ class Event:
     @property
     def kind(self) -> _EventKind: ...
 
-@final
-class AtomicGroupMachine:
-    """An atomic group's coordinator (docs/protocol.md §3): start-up, epochs, retries."""
+class _Machine:
+    """What every protocol machine has (docs/engine.md, "The driver loop")."""
 
-    def __new__(
-        cls,
-        group_id: str,
-        postgres: Sequence[str],
-        kafka: Sequence[str],
-        *,
-        redo_log: bool = False,
-        owner: str | None = None,
-        restart_on_new_query: bool = False,
-        retries: int = 3,
-        retry_backoff_ms: int = 500,
-        scale_out: bool = False,
-    ) -> Self: ...
     def poll(self) -> Command | None:
         """The next command to perform, or None once the machine has ended."""
     def handle(self, event: Event) -> None:
@@ -1074,6 +1060,24 @@ class AtomicGroupMachine:
         """``(kind, message)`` of the failed command, when it ended failed."""
     def raise_refusal(self) -> None:
         """Raises the refusal as its ``laminar.errors`` class (the one error bridge)."""
+
+@final
+class AtomicGroupMachine(_Machine):
+    """An atomic group's coordinator (docs/protocol.md §3): start-up, epochs, retries."""
+
+    def __new__(
+        cls,
+        group_id: str,
+        postgres: Sequence[str],
+        kafka: Sequence[str],
+        *,
+        redo_log: bool = False,
+        owner: str | None = None,
+        restart_on_new_query: bool = False,
+        retries: int = 3,
+        retry_backoff_ms: int = 500,
+        scale_out: bool = False,
+    ) -> Self: ...
     def start(self) -> None:
         """Start the group: register, owner guard, fence, recover."""
     def write_epoch(self, batch: int) -> None:
@@ -1099,31 +1103,15 @@ class AtomicGroupMachine:
     def last_committed(self, sink_id: str) -> int | None: ...
 
 @final
-class KafkaRecoveryMachine:
+class KafkaRecoveryMachine(_Machine):
     """Bringing Kafka sinks level with the decision log (EndTxn, init, redo or replay)."""
 
     def __new__(cls, sinks: Sequence[str]) -> Self: ...
-    def poll(self) -> Command | None:
-        """The next command to perform, or None once the machine has ended."""
-    def handle(self, event: Event) -> None:
-        """The result of the command ``poll`` returned last."""
-    @property
-    def end(self) -> _End | None:
-        """``"ok"``, ``"refused"`` (raise ``raise_refusal()``), ``"failed"`` (re-raise the
-        error caught for the failed command), or None while it runs."""
-    @property
-    def refusal(self) -> _RefusalKind | None:
-        """The refusal's kind, when it ended refused."""
-    @property
-    def failure(self) -> tuple[_FailureKind, str] | None:
-        """``(kind, message)`` of the failed command, when it ended failed."""
-    def raise_refusal(self) -> None:
-        """Raises the refusal as its ``laminar.errors`` class (the one error bridge)."""
     @property
     def awaiting(self) -> list[tuple[str, int]]: ...
 
 @final
-class ScaleOutTaskMachine:
+class ScaleOutTaskMachine(_Machine):
     """One attempt of one partition of a scale-out epoch (docs/protocol.md §4, "Task")."""
 
     def __new__(
@@ -1137,22 +1125,6 @@ class ScaleOutTaskMachine:
     ) -> Self:
         """``postgres``: ``(sink_id, gid)`` per PostgreSQL sink; ``kafka``: transactional
         ids."""
-    def poll(self) -> Command | None:
-        """The next command to perform, or None once the machine has ended."""
-    def handle(self, event: Event) -> None:
-        """The result of the command ``poll`` returned last."""
-    @property
-    def end(self) -> _End | None:
-        """``"ok"``, ``"refused"`` (raise ``raise_refusal()``), ``"failed"`` (re-raise the
-        error caught for the failed command), or None while it runs."""
-    @property
-    def refusal(self) -> _RefusalKind | None:
-        """The refusal's kind, when it ended refused."""
-    @property
-    def failure(self) -> tuple[_FailureKind, str] | None:
-        """``(kind, message)`` of the failed command, when it ended failed."""
-    def raise_refusal(self) -> None:
-        """Raises the refusal as its ``laminar.errors`` class (the one error bridge)."""
     @property
     def results(self) -> list[_ResultRow]: ...
 
@@ -1182,7 +1154,7 @@ class WatcherItem:
     def lingering(self) -> bool: ...
 
 @final
-class WatcherPassMachine:
+class WatcherPassMachine(_Machine):
     """One pass of the resolution watcher (or, ``act=False``, the inspection of ``laminar
     status``)."""
 
@@ -1196,29 +1168,13 @@ class WatcherPassMachine:
         lingering_after_s: float = 300.0,
         act: bool = True,
     ) -> Self: ...
-    def poll(self) -> Command | None:
-        """The next command to perform, or None once the machine has ended."""
-    def handle(self, event: Event) -> None:
-        """The result of the command ``poll`` returned last."""
-    @property
-    def end(self) -> _End | None:
-        """``"ok"``, ``"refused"`` (raise ``raise_refusal()``), ``"failed"`` (re-raise the
-        error caught for the failed command), or None while it runs."""
-    @property
-    def refusal(self) -> _RefusalKind | None:
-        """The refusal's kind, when it ended refused."""
-    @property
-    def failure(self) -> tuple[_FailureKind, str] | None:
-        """``(kind, message)`` of the failed command, when it ended failed."""
-    def raise_refusal(self) -> None:
-        """Raises the refusal as its ``laminar.errors`` class (the one error bridge)."""
     @property
     def items(self) -> list[WatcherItem]: ...
     @property
     def lingering(self) -> int: ...
 
 @final
-class ResolveMachine:
+class ResolveMachine(_Machine):
     """``laminar resolve``: never against a recorded decision without ``force``."""
 
     def __new__(
@@ -1229,22 +1185,6 @@ class ResolveMachine:
         commit: bool,
         force: bool = False,
     ) -> Self: ...
-    def poll(self) -> Command | None:
-        """The next command to perform, or None once the machine has ended."""
-    def handle(self, event: Event) -> None:
-        """The result of the command ``poll`` returned last."""
-    @property
-    def end(self) -> _End | None:
-        """``"ok"``, ``"refused"`` (raise ``raise_refusal()``), ``"failed"`` (re-raise the
-        error caught for the failed command), or None while it runs."""
-    @property
-    def refusal(self) -> _RefusalKind | None:
-        """The refusal's kind, when it ended refused."""
-    @property
-    def failure(self) -> tuple[_FailureKind, str] | None:
-        """``(kind, message)`` of the failed command, when it ended failed."""
-    def raise_refusal(self) -> None:
-        """Raises the refusal as its ``laminar.errors`` class (the one error bridge)."""
     @property
     def outcome(
         self,
@@ -1256,7 +1196,7 @@ class ResolveMachine:
     ): ...
 
 @final
-class SingleEpochMachine:
+class SingleEpochMachine(_Machine):
     """One epoch of a lone sink, with the writer's retries and in-doubt resolution."""
 
     def __new__(
@@ -1269,77 +1209,29 @@ class SingleEpochMachine:
         retries: int = 3,
         retry_backoff_ms: int = 500,
     ) -> Self: ...
-    def poll(self) -> Command | None:
-        """The next command to perform, or None once the machine has ended."""
-    def handle(self, event: Event) -> None:
-        """The result of the command ``poll`` returned last."""
-    @property
-    def end(self) -> _End | None:
-        """``"ok"``, ``"refused"`` (raise ``raise_refusal()``), ``"failed"`` (re-raise the
-        error caught for the failed command), or None while it runs."""
-    @property
-    def refusal(self) -> _RefusalKind | None:
-        """The refusal's kind, when it ended refused."""
-    @property
-    def failure(self) -> tuple[_FailureKind, str] | None:
-        """``(kind, message)`` of the failed command, when it ended failed."""
-    def raise_refusal(self) -> None:
-        """Raises the refusal as its ``laminar.errors`` class (the one error bridge)."""
     @property
     def committed(self) -> bool: ...
     @property
     def attempts(self) -> int: ...
 
 @final
-class KafkaInDoubtMachine:
+class KafkaInDoubtMachine(_Machine):
     """A Kafka sink's commit whose outcome is unknown, resolved from the marker."""
 
     def __new__(cls, sink_id: str, epoch: int, commit_in_flight: bool) -> Self: ...
-    def poll(self) -> Command | None:
-        """The next command to perform, or None once the machine has ended."""
-    def handle(self, event: Event) -> None:
-        """The result of the command ``poll`` returned last."""
-    @property
-    def end(self) -> _End | None:
-        """``"ok"``, ``"refused"`` (raise ``raise_refusal()``), ``"failed"`` (re-raise the
-        error caught for the failed command), or None while it runs."""
-    @property
-    def refusal(self) -> _RefusalKind | None:
-        """The refusal's kind, when it ended refused."""
-    @property
-    def failure(self) -> tuple[_FailureKind, str] | None:
-        """``(kind, message)`` of the failed command, when it ended failed."""
-    def raise_refusal(self) -> None:
-        """Raises the refusal as its ``laminar.errors`` class (the one error bridge)."""
     @property
     def committed(self) -> bool | None: ...
     @property
     def marker(self) -> int | None: ...
 
 @final
-class PostgresInDoubtMachine:
+class PostgresInDoubtMachine(_Machine):
     """A PostgreSQL sink's commit whose outcome is unknown, resolved from
     ``laminar.sink_epochs``."""
 
     def __new__(
         cls, sink_id: str, epoch: int, pending_gid: str | None = None, *, commit: bool = True
     ) -> Self: ...
-    def poll(self) -> Command | None:
-        """The next command to perform, or None once the machine has ended."""
-    def handle(self, event: Event) -> None:
-        """The result of the command ``poll`` returned last."""
-    @property
-    def end(self) -> _End | None:
-        """``"ok"``, ``"refused"`` (raise ``raise_refusal()``), ``"failed"`` (re-raise the
-        error caught for the failed command), or None while it runs."""
-    @property
-    def refusal(self) -> _RefusalKind | None:
-        """The refusal's kind, when it ended refused."""
-    @property
-    def failure(self) -> tuple[_FailureKind, str] | None:
-        """``(kind, message)`` of the failed command, when it ended failed."""
-    def raise_refusal(self) -> None:
-        """Raises the refusal as its ``laminar.errors`` class (the one error bridge)."""
     @property
     def committed(self) -> bool | None: ...
     @property

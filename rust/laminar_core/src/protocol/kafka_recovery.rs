@@ -372,7 +372,7 @@ impl KafkaRecovery {
             ) => {}
             (command, event) => self.finish(End::Refused(Refusal::new(
                 RefusalKind::IllegalTransition,
-                unexpected(&command, &event),
+                unexpected(&command, &event).message,
             ))),
         }
     }
@@ -396,10 +396,6 @@ impl KafkaRecovery {
 
 impl Steps for KafkaRecovery {
     core_accessors!(NoChild);
-
-    fn on(&mut self, command: Command, event: Event) {
-        self.step(command, event);
-    }
 
     fn idle(&mut self) -> Idle {
         Idle::End(match self.ending.take() {

@@ -152,6 +152,12 @@ impl<C> Core<C> {
     }
 }
 
+/// How a machine ends that has nothing left to do and no outcome: a bug in the machine, reported
+/// as a failure rather than a panic.
+pub(crate) fn stalled(what: &str) -> End {
+    End::Failed(Failure::new(FailureKind::Fatal, format!("{what} stalled")))
+}
+
 /// What a machine does when nothing is queued and no child runs.
 pub(crate) enum Idle {
     /// It queued more (or started a child): poll again.
@@ -265,7 +271,8 @@ macro_rules! children {
 }
 pub(crate) use children;
 
-/// The `Steps` accessors of a machine whose plumbing is in its field `core`.
+/// The `Steps` plumbing of a machine whose `Core` is its field `core` and whose answers go to
+/// its method `step` (and, given, the end of its child to the named method).
 macro_rules! core_accessors {
     ($child:ty) => {
         type Child = $child;
@@ -276,6 +283,17 @@ macro_rules! core_accessors {
 
         fn core_ref(&self) -> &$crate::protocol::Core<$child> {
             &self.core
+        }
+
+        fn on(&mut self, command: $crate::protocol::Command, event: $crate::protocol::Event) {
+            self.step(command, event);
+        }
+    };
+    ($child:ty, $ended:ident) => {
+        $crate::protocol::core_accessors!($child);
+
+        fn on_child_end(&mut self, child: $child, end: $crate::protocol::End) {
+            self.$ended(child, end);
         }
     };
 }

@@ -20,11 +20,12 @@
 //! `sink_abort` of every Kafka transaction opened. After it nothing is aborted: what failed is
 //! completed from the decision.
 
+use crate::protocol::stalled;
 use std::collections::BTreeMap;
 
 use crate::recovery::check_generation;
 
-use super::super::command::{Command, DecisionSelection, Event, Failure, FailureKind, unexpected};
+use super::super::command::{Command, DecisionSelection, Event, FailureKind, unexpected};
 use super::super::crash::CrashPoint;
 use super::super::kafka_recovery::KafkaRecovery;
 use super::super::records::{TxnEvent, TxnRow, epoch_committed, illegal, txn_next};
@@ -388,7 +389,7 @@ impl AtomicEpoch {
                 Event::Ack,
             ) => {}
             (command, event) => {
-                let failure = Failure::new(FailureKind::Fatal, unexpected(&command, &event));
+                let failure = unexpected(&command, &event);
                 if self.decided {
                     self.ending = Some(End::Failed(failure));
                 } else {
@@ -402,10 +403,6 @@ impl AtomicEpoch {
 impl Steps for AtomicEpoch {
     core_accessors!(KafkaRecovery);
 
-    fn on(&mut self, command: Command, event: Event) {
-        self.step(command, event);
-    }
-
     fn on_child_end(&mut self, recovery: KafkaRecovery, end: End) {
         self.on_recovered(&recovery, end);
     }
@@ -415,9 +412,7 @@ impl Steps for AtomicEpoch {
             self.aborting
                 .take()
                 .or_else(|| self.ending.take())
-                .unwrap_or_else(|| {
-                    End::Failed(Failure::new(FailureKind::Fatal, "atomic epoch stalled"))
-                }),
+                .unwrap_or_else(|| stalled("atomic epoch")),
         )
     }
 }

@@ -26,7 +26,7 @@ pub use epoch::{AtomicEpoch, EpochContext};
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::command::{Command, Event, Failure, FailureKind, unexpected};
+use super::command::{Command, Event, Failure, unexpected};
 use super::crash::CrashPoint;
 use super::distributed::ScaleOutEpoch;
 use super::kafka_recovery::KafkaRecovery;
@@ -276,7 +276,7 @@ impl AtomicGroup {
                 Event::Ack,
             ) => {}
             (command, event) => {
-                let failure = Failure::new(FailureKind::Fatal, unexpected(&command, &event));
+                let failure = unexpected(&command, &event);
                 self.fail(End::Failed(failure));
             }
         }
@@ -299,10 +299,6 @@ impl AtomicGroup {
 
 impl Steps for AtomicGroup {
     core_accessors!(Child);
-
-    fn on(&mut self, command: Command, event: Event) {
-        self.step(command, event);
-    }
 
     fn on_child_end(&mut self, child: Child, end: End) {
         self.child_ended(child, end);

@@ -337,11 +337,22 @@ impl Command {
     }
 }
 
-/// The message for an event that does not answer the command (a driver bug).
-pub(crate) fn unexpected(command: &Command, event: &Event) -> String {
-    format!(
-        "protocol driver bug: command {} was answered by event {}",
-        command.kind(),
-        event.kind()
+/// An event that does not answer the command (a driver bug), as a failure.
+pub(crate) fn unexpected(command: &Command, event: &Event) -> Failure {
+    Failure::new(
+        FailureKind::Fatal,
+        format!(
+            "protocol driver bug: command {} was answered by event {}",
+            command.kind(),
+            event.kind()
+        ),
     )
+}
+
+/// How a command failed: the failure it reported, or, answered by anything else, a driver bug.
+pub(crate) fn failure_of(command: &Command, event: Event) -> Failure {
+    match event {
+        Event::Failed(f) => f,
+        other => unexpected(command, &other),
+    }
 }

@@ -363,10 +363,7 @@ impl Resolution {
                 self.core.finish(End::Failed(f));
             }
             (command, event) => {
-                self.core.finish(End::Failed(Failure::new(
-                    FailureKind::Fatal,
-                    unexpected(&command, &event),
-                )));
+                self.core.finish(End::Failed(unexpected(&command, &event)));
             }
         }
     }
@@ -407,10 +404,6 @@ fn decision_of_result(result: &ParticipantResult, epoch: Option<Epoch>) -> Decis
 
 impl Steps for Resolution {
     core_accessors!(KafkaRecovery);
-
-    fn on(&mut self, command: Command, event: Event) {
-        self.step(command, event);
-    }
 
     fn on_child_end(&mut self, recovery: KafkaRecovery, end: End) {
         self.on_recovered(&recovery, end);

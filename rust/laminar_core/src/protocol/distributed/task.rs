@@ -18,11 +18,12 @@
 //! Commands name a participant by its participant name (`pg:<sink>:p<part>`,
 //! `kafka:<tid>.p<part>`) in `sink_id`.
 
+use crate::protocol::stalled;
 use std::collections::BTreeMap;
 
 use super::super::command::{
-    Command, Event, Failure, FailureKind, ParticipantKind, ParticipantResult, ParticipantRow,
-    ResultStatus, unexpected,
+    Command, Event, Failure, ParticipantKind, ParticipantResult, ParticipantRow, ResultStatus,
+    unexpected,
 };
 use super::super::crash::CrashPoint;
 use super::super::names::{
@@ -318,7 +319,7 @@ impl ScaleOutTask {
             )
             | (Command::RollbackPrepared { .. }, Event::Found { .. }) => {}
             (command, event) => {
-                let f = Failure::new(FailureKind::Fatal, unexpected(&command, &event));
+                let f = unexpected(&command, &event);
                 self.undo(None, Some(f));
             }
         }
@@ -328,15 +329,11 @@ impl ScaleOutTask {
 impl Steps for ScaleOutTask {
     core_accessors!(NoChild);
 
-    fn on(&mut self, command: Command, event: Event) {
-        self.step(command, event);
-    }
-
     fn idle(&mut self) -> Idle {
         Idle::End(match (self.failure.take(), self.status) {
             (Some(f), _) => End::Failed(f),
             (None, Some(_)) => End::Ok,
-            (None, None) => End::Failed(Failure::new(FailureKind::Fatal, "scale-out task stalled")),
+            (None, None) => stalled("scale-out task"),
         })
     }
 }

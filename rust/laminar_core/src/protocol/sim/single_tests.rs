@@ -21,6 +21,14 @@ fn worlds() -> Vec<(World, String)> {
     vec![(kafka, "k".to_owned()), (pg, "pg".to_owned())]
 }
 
+fn fresh(template: &World) -> World {
+    let pg: Vec<&str> = template.pg_sinks.iter().map(String::as_str).collect();
+    let kafka: Vec<&str> = template.kafka_sinks.iter().map(String::as_str).collect();
+    let mut w = World::new(&pg, &kafka, 1_000_000);
+    w.decision_log = false;
+    w
+}
+
 /// The writer's process: the sink initialised, its last committed epoch known.
 fn start(w: &mut World, sink: &str) -> (Proc, Option<Epoch>) {
     let mut proc = Proc::default();
@@ -94,20 +102,7 @@ fn a_crash_at_every_sink_point_of_the_enum_ends_exactly_once() {
     for (template, sink) in worlds() {
         for point in points_of(&[Protocol::Kafka, Protocol::Postgres]) {
             for nth in 1..=EPOCHS as u32 {
-                let mut w = World::new(
-                    &template
-                        .pg_sinks
-                        .iter()
-                        .map(String::as_str)
-                        .collect::<Vec<_>>(),
-                    &template
-                        .kafka_sinks
-                        .iter()
-                        .map(String::as_str)
-                        .collect::<Vec<_>>(),
-                    1_000_000,
-                );
-                w.decision_log = false;
+                let mut w = fresh(&template);
                 w.crash_at = Some((point, nth));
                 run(&mut w, &sink, 0);
                 if w.crash_at.is_none() {
@@ -136,20 +131,7 @@ fn a_lost_commit_answer_is_resolved_from_the_durable_record() {
     for (template, sink) in worlds() {
         for committed in [true, false] {
             for retries in [0, 2] {
-                let mut w = World::new(
-                    &template
-                        .pg_sinks
-                        .iter()
-                        .map(String::as_str)
-                        .collect::<Vec<_>>(),
-                    &template
-                        .kafka_sinks
-                        .iter()
-                        .map(String::as_str)
-                        .collect::<Vec<_>>(),
-                    1_000_000,
-                );
-                w.decision_log = false;
+                let mut w = fresh(&template);
                 let (mut proc, last) = start(&mut w, &sink);
                 w.lose_commit = Some(committed);
                 let mut m = SingleEpoch::new(SingleConfig {

@@ -1,7 +1,7 @@
 //! Commits whose outcome is unknown, resolved from the durable record — never by guessing:
 //! [`KafkaInDoubt`] (the marker) and [`PostgresInDoubt`] (`laminar.sink_epochs`).
 
-use super::super::command::{Command, Event, Failure, FailureKind, unexpected};
+use super::super::command::{Command, Event, Failure, FailureKind, failure_of};
 use super::super::records::epoch_committed;
 use super::super::{Core, End, Epoch, Idle, NoChild, Refusal, RefusalKind, Steps, core_accessors};
 
@@ -154,16 +154,9 @@ impl KafkaInDoubt {
                 self.read_marker();
             }
             (Command::AbortProducer { .. } | Command::ReinitProducer { .. }, Event::Ack) => {}
-            (_, Event::Failed(f)) => {
-                self.core.out.clear();
-                self.ending = Some(End::Failed(f));
-            }
             (command, event) => {
                 self.core.out.clear();
-                self.ending = Some(End::Failed(Failure::new(
-                    FailureKind::Fatal,
-                    unexpected(&command, &event),
-                )));
+                self.ending = Some(End::Failed(failure_of(&command, event)));
             }
         }
     }
@@ -248,16 +241,9 @@ impl PostgresInDoubt {
                 self.ending = Some(End::Ok);
             }
             (Command::Log { .. }, Event::Ack) => {}
-            (_, Event::Failed(f)) => {
-                self.core.out.clear();
-                self.ending = Some(End::Failed(f));
-            }
             (command, event) => {
                 self.core.out.clear();
-                self.ending = Some(End::Failed(Failure::new(
-                    FailureKind::Fatal,
-                    unexpected(&command, &event),
-                )));
+                self.ending = Some(End::Failed(failure_of(&command, event)));
             }
         }
     }
@@ -265,10 +251,6 @@ impl PostgresInDoubt {
 
 impl Steps for KafkaInDoubt {
     core_accessors!(NoChild);
-
-    fn on(&mut self, command: Command, event: Event) {
-        self.step(command, event);
-    }
 
     fn idle(&mut self) -> Idle {
         Idle::End(self.ending.take().unwrap_or_else(|| {
@@ -282,10 +264,6 @@ impl Steps for KafkaInDoubt {
 
 impl Steps for PostgresInDoubt {
     core_accessors!(NoChild);
-
-    fn on(&mut self, command: Command, event: Event) {
-        self.step(command, event);
-    }
 
     fn idle(&mut self) -> Idle {
         Idle::End(self.ending.take().unwrap_or_else(|| {

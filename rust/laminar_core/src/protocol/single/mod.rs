@@ -236,10 +236,7 @@ impl SingleEpoch {
             ) => {}
             (command, event) => {
                 self.core.out.clear();
-                self.ending = Some(End::Failed(Failure::new(
-                    FailureKind::Fatal,
-                    unexpected(&command, &event),
-                )));
+                self.ending = Some(End::Failed(unexpected(&command, &event)));
             }
         }
     }
@@ -247,10 +244,6 @@ impl SingleEpoch {
 
 impl Steps for SingleEpoch {
     core_accessors!(NoChild);
-
-    fn on(&mut self, command: Command, event: Event) {
-        self.step(command, event);
-    }
 
     fn idle(&mut self) -> Idle {
         Idle::End(self.ending.take().unwrap_or_else(|| {

@@ -441,7 +441,7 @@ impl WatcherPass {
             (Command::Rollback, Event::Ack) => self.next_item(),
             (Command::Log { .. }, Event::Ack) => {}
             (command, event) => {
-                let message = unexpected(&command, &event);
+                let message = unexpected(&command, &event).message;
                 self.item_failed(&message);
             }
         }
@@ -450,10 +450,6 @@ impl WatcherPass {
 
 impl Steps for WatcherPass {
     core_accessors!(Child);
-
-    fn on(&mut self, command: Command, event: Event) {
-        self.step(command, event);
-    }
 
     fn on_child_end(&mut self, child: Child, end: End) {
         self.child_ended(child, end);

@@ -15,11 +15,10 @@
 //!              Resolution::complete | Resolution::roll_back
 //! ```
 
+use crate::protocol::stalled;
 use crate::recovery::atomic::DecisionRecord;
 
-use super::super::command::{
-    Command, DecisionSelection, Event, Failure, FailureKind, ParticipantState, unexpected,
-};
+use super::super::command::{Command, DecisionSelection, Event, ParticipantState, unexpected};
 use super::super::distributed::{Resolution, ResolutionOutcome};
 use super::super::kafka_recovery::KafkaRecovery;
 use super::super::names::decision_of;
@@ -333,10 +332,7 @@ impl Resolve {
                 ));
             }
             (command, event) => {
-                self.core.finish(End::Failed(Failure::new(
-                    FailureKind::Fatal,
-                    unexpected(&command, &event),
-                )));
+                self.core.finish(End::Failed(unexpected(&command, &event)));
             }
         }
     }
@@ -370,10 +366,6 @@ impl Resolve {
 impl Steps for Resolve {
     core_accessors!(Child);
 
-    fn on(&mut self, command: Command, event: Event) {
-        self.step(command, event);
-    }
-
     fn on_child_end(&mut self, child: Child, end: End) {
         self.child_ended(child, end);
     }
@@ -382,7 +374,7 @@ impl Steps for Resolve {
         Idle::End(if self.outcome.is_some() {
             End::Ok
         } else {
-            End::Failed(Failure::new(FailureKind::Fatal, "resolve stalled"))
+            stalled("resolve")
         })
     }
 }

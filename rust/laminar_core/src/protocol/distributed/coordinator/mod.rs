@@ -20,13 +20,12 @@
 
 mod decision;
 
+use crate::protocol::stalled;
 use std::collections::BTreeSet;
 
 use crate::recovery::atomic::{EpochPlan, SinkProgress, plan_epoch};
 
-use super::super::command::{
-    Command, Event, Failure, FailureKind, LogLevel, ParticipantResult, unexpected,
-};
+use super::super::command::{Command, Event, LogLevel, ParticipantResult, unexpected};
 use super::super::crash::CrashPoint;
 use super::super::names::dtid;
 use super::super::records::DtState;
@@ -391,10 +390,7 @@ impl ScaleOutEpoch {
             ) => {}
             (command, event) => {
                 self.core.out.clear();
-                self.ending = Some(End::Failed(Failure::new(
-                    FailureKind::Fatal,
-                    unexpected(&command, &event),
-                )));
+                self.ending = Some(End::Failed(unexpected(&command, &event)));
             }
         }
     }
@@ -403,17 +399,15 @@ impl ScaleOutEpoch {
 impl Steps for ScaleOutEpoch {
     core_accessors!(Child);
 
-    fn on(&mut self, command: Command, event: Event) {
-        self.step(command, event);
-    }
-
     fn on_child_end(&mut self, child: Child, end: End) {
         self.child_ended(child, end);
     }
 
     fn idle(&mut self) -> Idle {
-        Idle::End(self.ending.take().unwrap_or_else(|| {
-            End::Failed(Failure::new(FailureKind::Fatal, "scale-out epoch stalled"))
-        }))
+        Idle::End(
+            self.ending
+                .take()
+                .unwrap_or_else(|| stalled("scale-out epoch")),
+        )
     }
 }
