@@ -7,7 +7,7 @@
 //! an [`Event`] — the clock comes in as an argument of the events that need it. When
 //! [`Machine::poll`] returns `None` the machine has ended: [`Machine::end`] says how, and the
 //! machine's accessors hold its results. The same machines run in the Python drivers and in the
-//! simulation ([`sim`], tests only), which walks every [`CrashPoint`].
+//! simulation (`sim`, tests only), which walks every [`CrashPoint`].
 //!
 //! - [`atomic`]: the atomic group (start-up, the KIP-939 epoch, steps 1–8, and the writer's
 //!   retries), [`kafka_recovery`]: bringing Kafka sinks level with the decision log;
@@ -16,9 +16,14 @@
 //! - [`watcher`]: the resolution watcher's pass and the operator's `resolve`;
 //! - [`single`]: one sink's epoch and its in-doubt resolution (Kafka, PostgreSQL);
 //! - [`records`]: the transition tables of `dt_state` and `txn_state` and the small rules every
-//!   machine shares (the "already committed" rule, the epoch base, the owner guard, participant
-//!   names and matching);
-//! - [`crash`]: the crash points, named after the step they follow.
+//!   machine shares (the "already committed" rule, the epoch base, the owner guard);
+//! - [`names`]: the dtid, the participant names and the one participant-matching rule;
+//! - [`crash`]: the crash points, named after the step they follow;
+//! - [`command`]: the commands and events of the driver loop.
+//!
+//! Every machine implements `Steps` (what each answer leads to, what to do when idle); the one
+//! loop in this module turns that into [`Machine`]: its own queued commands first, then the
+//! machine it runs inside itself (a recovery inside an epoch, a resolution inside a watcher pass).
 
 pub mod atomic;
 pub mod command;

@@ -15,7 +15,7 @@
 //! (scale-out: a WatcherPass of the group with resolve_after_s = 0)
 //! ```
 //!
-//! An epoch: [`plan_epoch`] (skip / refuse / the sinks that need it), then [`AtomicEpoch`] (steps
+//! An epoch: `plan_epoch` (skip / refuse / the sinks that need it), then [`AtomicEpoch`] (steps
 //! 1–8), or the scale-out coordinator ([`crate::protocol::distributed::ScaleOutEpoch`]).
 
 mod epoch;

@@ -12,7 +12,9 @@ use super::super::super::command::{
 };
 use super::super::super::crash::CrashPoint;
 use super::super::super::names::postgres_participant;
-use super::super::super::records::{DtEvent, DtState, dt_next, illegal};
+use super::super::super::records::{
+    DtEvent, DtState, TxnEvent, TxnRow, dt_next, illegal, txn_next,
+};
 use super::super::super::{End, Refusal, RefusalKind};
 use super::super::resolution::Resolution;
 use super::super::vote::vote;
@@ -109,6 +111,14 @@ impl ScaleOutEpoch {
             state: ParticipantState::Prepared,
         });
         for r in prepared.iter().filter(|r| r.kind == ParticipantKind::Kafka) {
+            // the participant's last decision is its marker (pending ones were completed before
+            // this epoch), so the row goes from there; a participant ahead is refused
+            let row = r.marker.map_or(TxnRow::None, TxnRow::Decided);
+            if let Err(e) = txn_next(row, TxnEvent::Decide(epoch)) {
+                let refusal = illegal(e).for_sink(r.resource.clone()).for_epoch(epoch);
+                let why = refusal.message.clone();
+                return self.roll_back(End::Refused(refusal), why, Some(DtState::Prepare), true);
+            }
             self.core.out.push(Command::RecordDecision {
                 transactional_id: r.resource.clone(),
                 epoch,

@@ -28,7 +28,7 @@ use crate::recovery::atomic::{EpochPlan, SinkProgress, plan_epoch};
 use super::super::command::{Command, Event, LogLevel, ParticipantResult, unexpected};
 use super::super::crash::CrashPoint;
 use super::super::names::dtid;
-use super::super::records::DtState;
+use super::super::records::{DtEvent, DtState, dt_next, illegal};
 use super::super::watcher::{PassConfig, WatcherPass};
 use super::super::{Core, End, Epoch, Idle, Refusal, RefusalKind, Steps, children, core_accessors};
 use super::resolution::{Resolution, ResolutionOutcome};
@@ -165,6 +165,10 @@ impl ScaleOutEpoch {
 
     fn create(&mut self) {
         self.stage = Stage::Creating;
+        if let Err(e) = dt_next(None, DtEvent::Create) {
+            self.ending = Some(End::Refused(illegal(e)));
+            return;
+        }
         self.core.out.push(Command::CreateDt {
             dtid: self.dtid.clone(),
             group_id: self.ctx.group_id.clone(),
