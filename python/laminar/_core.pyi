@@ -745,6 +745,7 @@ __all__ += [
     "epoch_committed",
     "kafka_participant_id",
     "next_epoch_base",
+    "owner_decision",
     "participant_base",
     "participant_matches",
     "refusal_error",
@@ -1242,6 +1243,22 @@ def refusal_error(
 ) -> Exception:
     """The ``laminar.errors`` exception for a refusal of the core (with a ``refusal``
     attribute naming its kind): the one error bridge."""
+
+def owner_decision(
+    registry_id: str,
+    members: Sequence[str],
+    *,
+    owner: str | None,
+    epoch_base: int,
+    member_owners: Sequence[tuple[str, str]],
+    last_committed: Sequence[int | None],
+    mine: str | None,
+    restart: bool,
+) -> tuple[Literal["keep", "claim"], int, str | None]:
+    """The checkpoint-reset guard (docs/protocol.md §5) from the registry row (``owner``,
+    ``epoch_base``) and the members' owners and last committed epochs: ``("keep", base, None)``,
+    or ``("claim", base, replaced)`` to record ``mine`` as the owner (``restart``: past every
+    committed epoch). A foreign owner without ``restart`` raises ``ConfigError``."""
 
 def epoch_committed(last: int | None, epoch: int) -> bool:
     """Whether a sink whose last committed epoch is ``last`` holds ``epoch``."""

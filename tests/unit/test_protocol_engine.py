@@ -99,6 +99,22 @@ def test_the_shared_rules() -> None:
     assert _core.epoch_committed(4, 4)
     assert not _core.epoch_committed(None, 0)
     assert _core.next_epoch_base(0, [3, None, 9]) == 10
+
+    def guard(restart: bool) -> tuple[str, int, str | None]:
+        return _core.owner_decision(
+            "g",
+            ["a", "b"],
+            owner="old",
+            epoch_base=0,
+            member_owners=[],
+            last_committed=[4, None],
+            mine="new",
+            restart=restart,
+        )
+
+    with pytest.raises(ConfigError, match="laminar reset g"):
+        guard(restart=False)
+    assert guard(restart=True) == ("claim", 5, "old")
     assert _core.dtid("g", 4) == "laminar:g:4"
     assert _core.participant_base(_core.kafka_participant_id("a.b", 3)) == ("a.b", 3)
     assert _core.participant_matches("laminar:s:5:1", "laminar:s:5:1")

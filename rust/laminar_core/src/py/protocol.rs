@@ -133,6 +133,42 @@ fn refusal_error(
     Ok(refusal_to_py_err(py, &refusal).into_value(py).into_any())
 }
 
+/// The checkpoint-reset guard (docs/protocol.md §5): `("keep", base, None)` or `("claim", base,
+/// replaced owner)`; a foreign owner without `restart` raises `ConfigError` (the bridge).
+#[pyfunction]
+#[pyo3(signature = (
+    registry_id, members, *, owner, epoch_base, member_owners, last_committed, mine, restart,
+))]
+#[allow(clippy::too_many_arguments)]
+fn owner_decision(
+    py: Python<'_>,
+    registry_id: &str,
+    members: Vec<String>,
+    owner: Option<String>,
+    epoch_base: Epoch,
+    member_owners: Vec<(String, String)>,
+    last_committed: Vec<Option<Epoch>>,
+    mine: Option<String>,
+    restart: bool,
+) -> PyResult<(&'static str, Epoch, Option<String>)> {
+    let records = records::OwnerRecords {
+        registry_id,
+        members: &members,
+        owner: owner.as_deref(),
+        epoch_base,
+        member_owners: &member_owners,
+        last_committed: &last_committed,
+    };
+    match records::owner_decision(&records, mine.as_deref(), restart) {
+        Ok(records::OwnerDecision::Keep { epoch_base }) => Ok(("keep", epoch_base, None)),
+        Ok(records::OwnerDecision::Claim {
+            epoch_base,
+            replaced,
+        }) => Ok(("claim", epoch_base, replaced)),
+        Err(r) => Err(refusal_to_py_err(py, &r)),
+    }
+}
+
 /// Whether a sink whose last committed epoch is `last` holds `epoch`.
 #[pyfunction]
 fn epoch_committed(last: Option<Epoch>, epoch: Epoch) -> bool {
@@ -175,6 +211,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCommand>()?;
     m.add_class::<PyEvent>()?;
     m.add_function(wrap_pyfunction!(refusal_error, m)?)?;
+    m.add_function(wrap_pyfunction!(owner_decision, m)?)?;
     m.add_function(wrap_pyfunction!(epoch_committed, m)?)?;
     m.add_function(wrap_pyfunction!(next_epoch_base, m)?)?;
     m.add_function(wrap_pyfunction!(dtid, m)?)?;
