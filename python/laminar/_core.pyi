@@ -584,7 +584,15 @@ _Refusal = Literal[
     "invalid_epoch",
 ]
 _DtState = Literal["prepare", "commit", "rollback"]
-_DtEvent = Literal["create", "start_commit", "set_rollback", "conclude"]
+_DtEvent = Literal[
+    "create",
+    "start_commit",
+    "set_rollback",
+    "conclude",
+    "conclude_empty",
+    "force_commit",
+    "force_rollback",
+]
 _WatcherAction = Literal[
     "wait", "complete", "roll_back", "set_rollback_then_roll_back", "report_only"
 ]
@@ -967,3 +975,555 @@ def decode_sasl_authenticate(
     data: bytes, version: int, correlation_id: int
 ) -> tuple[int, str | None, bytes]:
     """``(error code, error message, the broker's next message)``."""
+
+# --- protocol engine (core: protocol/; docs/engine.md) -------------------------------------------
+
+__all__ += [
+    "AtomicGroupMachine",
+    "Command",
+    "CrashPoint",
+    "Event",
+    "KafkaInDoubtMachine",
+    "KafkaRecoveryMachine",
+    "PostgresInDoubtMachine",
+    "ResolveMachine",
+    "ScaleOutTaskMachine",
+    "SingleEpochMachine",
+    "WatcherItem",
+    "WatcherPassMachine",
+    "dtid",
+    "epoch_committed",
+    "kafka_participant_id",
+    "next_epoch_base",
+    "owner_decision",
+    "participant_base",
+    "participant_matches",
+    "refusal_error",
+]
+
+_Protocol = Literal["atomic", "recovery", "scaleout", "kafka", "postgres"]
+_CommandKind = Literal[
+    "reached",
+    "sleep",
+    "log",
+    "init_sink",
+    "known_epoch",
+    "sink_begin",
+    "sink_write",
+    "sink_prepare",
+    "sink_commit",
+    "sink_abort",
+    "sink_recover",
+    "retry_commit",
+    "abort_producer",
+    "reinit_producer",
+    "read_marker",
+    "produce_redo",
+    "end_txn",
+    "fence_producer",
+    "register_group",
+    "read_sink_epochs",
+    "read_ownership",
+    "set_owner",
+    "commit",
+    "rollback",
+    "bump_generation",
+    "lock_group",
+    "write_rows",
+    "replace_redo",
+    "record_decision",
+    "rewrite_decision",
+    "commit_decision",
+    "read_decisions",
+    "redo_exists",
+    "read_redo",
+    "delete_redo",
+    "create_dt",
+    "set_dt_state",
+    "read_dt_state",
+    "conclude_dt",
+    "read_dt_states",
+    "read_participants",
+    "read_participant_decisions",
+    "run_tasks",
+    "claim_epoch",
+    "mark_participants",
+    "list_prepared",
+    "commit_prepared",
+    "rollback_prepared",
+    "lock_partition",
+    "claim_participants",
+    "peek_partition",
+    "write_partition",
+    "release_participants",
+]
+_EventKind = Literal[
+    "ack",
+    "failed",
+    "missing",
+    "began",
+    "claimed",
+    "generation",
+    "progress",
+    "ownership",
+    "decisions",
+    "marker",
+    "found",
+    "applied",
+    "redo_read",
+    "prepared",
+    "end_txn",
+    "dt_state",
+    "dt_rows",
+    "participants",
+    "participant_decisions",
+    "prepared_list",
+    "task_results",
+    "rows",
+]
+_FailureKind = Literal["abortable", "in_doubt", "fenced", "fatal"]
+_RefusalKind = Literal[
+    "corrupt_decision",
+    "kafka_behind",
+    "kafka_ahead",
+    "epoch_backwards",
+    "other_epoch_while_incomplete",
+    "fenced",
+    "invalid_epoch",
+    "decision_lost",
+    "awaiting_replay",
+    "not_decided",
+    "incomplete",
+    "still_in_doubt",
+    "foreign_owner",
+    "against_decision",
+    "not_found",
+    "illegal_transition",
+]
+_End = Literal["ok", "refused", "failed"]
+_ParticipantKind = Literal["attempt", "postgres", "kafka"]
+#: A task's result row in ``laminar.scaleout.RESULT_SCHEMA``'s order: part, attempt,
+#: participant, kind, resource, records, prepared_state, marker, status.
+_ResultRow = tuple[int, str, str, str, str, int, str, int | None, str]
+
+@final
+class CrashPoint:
+    """A crash point: where the crash tests kill a writer, named after the step it follows
+    (``atomic.after_decision``). Coordinator points are emitted by the machines as ``reached``
+    commands; sink points are reached inside the sink operation ``after`` names."""
+
+    @staticmethod
+    def all() -> list[CrashPoint]:
+        """Every crash point, protocol by protocol, in the order a run reaches them."""
+    @staticmethod
+    def for_protocol(protocol: _Protocol) -> list[CrashPoint]:
+        """The points of one protocol."""
+    @staticmethod
+    def parse(name: str) -> CrashPoint:
+        """The point a name or a legacy name (``atomic.step7``) denotes; ``ValueError`` if
+        none."""
+    @staticmethod
+    def legacy_names() -> dict[str, str]:
+        """Legacy name (``atomic.step1`` … ``atomic.step8``) → name."""
+    @property
+    def name(self) -> str:
+        """``<protocol>.<step>``, as ``LAMINAR_CRASH_AT`` takes it."""
+    @property
+    def protocol(self) -> _Protocol:
+        """The protocol it belongs to."""
+    @property
+    def after(self) -> _CommandKind:
+        """The command it follows (or, ``position == "within"``, the sink operation it is in)."""
+    @property
+    def position(self) -> Literal["after", "within"]:
+        """Right after its command, or within it."""
+    @property
+    def legacy_name(self) -> str | None:
+        """The name it had before points were named after their steps."""
+    @property
+    def in_task(self) -> bool:
+        """Whether a scale-out task (not the coordinator) reaches it."""
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Command:
+    """One thing for the driver to do (docs/engine.md lists each kind with its statement or
+    client call); the fields a kind does not use are None."""
+
+    @property
+    def kind(self) -> _CommandKind: ...
+    @property
+    def sink_id(self) -> str | None: ...
+    @property
+    def transactional_id(self) -> str | None: ...
+    @property
+    def epoch(self) -> int | None: ...
+    @property
+    def group_id(self) -> str | None: ...
+    @property
+    def dtid(self) -> str | None: ...
+    @property
+    def gid(self) -> str | None: ...
+    @property
+    def key(self) -> str | None:
+        """``lock_partition``: the advisory lock's key."""
+    @property
+    def ms(self) -> int | None:
+        """``sleep``: how long."""
+    @property
+    def level(self) -> Literal["info", "warning"] | None:
+        """``log``: how loud."""
+    @property
+    def message(self) -> str | None:
+        """``log``: the line; ``set_dt_state``: the record's message."""
+    @property
+    def point(self) -> CrashPoint | None:
+        """``reached``: the crash point."""
+    @property
+    def keep(self) -> bool | None:
+        """``sink_write``: keep the records for the redo log; ``replace_redo``: insert them."""
+    @property
+    def prepared(self) -> bool | None:
+        """``release_participants``: leave prepared transactions open."""
+    @property
+    def for_share(self) -> bool | None:
+        """``read_dt_state``: ``FOR SHARE`` (the task's claim)."""
+    @property
+    def previous_epoch(self) -> int | None: ...
+    @property
+    def prepared_state(self) -> str | None: ...
+    @property
+    def producer_id(self) -> int | None: ...
+    @property
+    def producer_epoch(self) -> int | None: ...
+    @property
+    def from_state(self) -> _DtState | None:
+        """``set_dt_state``/``conclude_dt``: the state the row must be in."""
+    @property
+    def to_state(self) -> _DtState | None: ...
+    @property
+    def blob(self) -> int | None:
+        """``produce_redo``: which blob of ``read_redo``'s."""
+    @property
+    def up_to(self) -> int | None: ...
+    @property
+    def row_count(self) -> int | None:
+        """``claim_epoch``: the epoch's rows."""
+    @property
+    def sink_ids(self) -> list[str] | None:
+        """The sinks a read or ``set_owner`` covers (``read_decisions``: None with no
+        ``group_id`` means every row)."""
+    @property
+    def registry_id(self) -> str | None: ...
+    @property
+    def owner(self) -> str | None: ...
+    @property
+    def epoch_base(self) -> int | None: ...
+    @property
+    def participants(self) -> list[tuple[str, _ParticipantKind, str]] | None:
+        """``claim_participants``: ``(participant, kind, resource)`` rows."""
+    @property
+    def names(self) -> list[str] | None:
+        """``mark_participants``: the participants."""
+    @property
+    def state(self) -> Literal["claimed", "prepared", "committed", "rolled_back"] | None:
+        """``mark_participants``: their new state."""
+
+@final
+class Event:
+    """The result of a command, built by the driver with one of these constructors."""
+
+    @staticmethod
+    def ack() -> Event: ...
+    @staticmethod
+    def failed(kind: _FailureKind, message: str, *, retriable: bool = True) -> Event:
+        """The command failed; ``kind`` classifies the error the driver caught (which it
+        re-raises if the machine ends ``"failed"``)."""
+    @staticmethod
+    def missing() -> Event:
+        """The command names a sink the driver has no configuration for."""
+    @staticmethod
+    def began(opened: bool) -> Event: ...
+    @staticmethod
+    def claimed(claimed: bool) -> Event: ...
+    @staticmethod
+    def generation(generation: int | None) -> Event: ...
+    @staticmethod
+    def progress(epochs: Sequence[tuple[str, int | None]]) -> Event: ...
+    @staticmethod
+    def ownership(
+        owner: str | None, epoch_base: int, member_owners: Sequence[tuple[str, str]]
+    ) -> Event: ...
+    @staticmethod
+    def decisions(rows: Sequence[tuple[str, int, int | None, str, str, float]]) -> Event:
+        """``(transactional_id, epoch, previous_epoch, prepared_state, group_id, age_s)``."""
+    @staticmethod
+    def marker(epoch: int | None, now_ms: int) -> Event:
+        """The last committed epoch, with the driver's monotonic clock in ms."""
+    @staticmethod
+    def found(found: bool) -> Event: ...
+    @staticmethod
+    def applied(applied: bool) -> Event: ...
+    @staticmethod
+    def redo_read(blobs: int) -> Event: ...
+    @staticmethod
+    def prepared(prepared_state: str) -> Event: ...
+    @staticmethod
+    def end_txn(refused: str | None = None) -> Event: ...
+    @staticmethod
+    def dt_state(state: _DtState | None = None) -> Event: ...
+    @staticmethod
+    def dt_rows(rows: Sequence[tuple[str, int, _DtState, float]]) -> Event:
+        """``(dtid, epoch, state, age_s)``."""
+    @staticmethod
+    def participants(rows: Sequence[tuple[str, _ParticipantKind, str]]) -> Event:
+        """``(participant, kind, resource)``."""
+    @staticmethod
+    def participant_decisions(rows: Sequence[tuple[str, str, _DtState, str, str]]) -> Event:
+        """``(dtid, group_id, state, participant, resource)``, newest decision first."""
+    @staticmethod
+    def prepared_list(gids: Sequence[tuple[str, str | None, int | None, float]]) -> Event:
+        """``(gid, sink_id, epoch, age_s)``."""
+    @staticmethod
+    def task_results(results: Sequence[_ResultRow]) -> Event: ...
+    @staticmethod
+    def rows(count: int) -> Event: ...
+    @property
+    def kind(self) -> _EventKind: ...
+
+class _Machine:
+    """What every protocol machine has (docs/engine.md, "The driver loop")."""
+
+    def poll(self) -> Command | None:
+        """The next command to perform, or None once the machine has ended."""
+    def handle(self, event: Event) -> None:
+        """The result of the command ``poll`` returned last."""
+    @property
+    def end(self) -> _End | None:
+        """``"ok"``, ``"refused"`` (raise ``raise_refusal()``), ``"failed"`` (re-raise the
+        error caught for the failed command), or None while it runs."""
+    @property
+    def refusal(self) -> _RefusalKind | None:
+        """The refusal's kind, when it ended refused."""
+    @property
+    def failure(self) -> tuple[_FailureKind, str] | None:
+        """``(kind, message)`` of the failed command, when it ended failed."""
+    def raise_refusal(self) -> None:
+        """Raises the refusal as its ``laminar.errors`` class (the one error bridge)."""
+
+@final
+class AtomicGroupMachine(_Machine):
+    """An atomic group's coordinator (docs/protocol.md §3): start-up, epochs, retries."""
+
+    def __new__(
+        cls,
+        group_id: str,
+        postgres: Sequence[str],
+        kafka: Sequence[str],
+        *,
+        redo_log: bool = False,
+        owner: str | None = None,
+        restart_on_new_query: bool = False,
+        retries: int = 3,
+        retry_backoff_ms: int = 500,
+        scale_out: bool = False,
+    ) -> Self: ...
+    def start(self) -> None:
+        """Start the group: register, owner guard, fence, recover."""
+    def write_epoch(self, batch: int) -> None:
+        """Write Spark batch ``batch`` (epoch ``epoch_base + batch``), starting first if
+        needed."""
+    @property
+    def committed(self) -> bool:
+        """Whether the last ``write_epoch`` committed (False: skipped)."""
+    @property
+    def attempts(self) -> int: ...
+    @property
+    def started(self) -> bool: ...
+    @property
+    def generation(self) -> int: ...
+    @property
+    def epoch_base(self) -> int: ...
+    @property
+    def awaiting(self) -> list[tuple[str, int]]:
+        """Kafka sinks whose decided epoch only Spark's replay can complete."""
+    @property
+    def pending(self) -> list[str]:
+        """Decided distributed transactions not concluded yet (scale-out)."""
+    def last_committed(self, sink_id: str) -> int | None: ...
+
+@final
+class KafkaRecoveryMachine(_Machine):
+    """Bringing Kafka sinks level with the decision log (EndTxn, init, redo or replay)."""
+
+    def __new__(cls, sinks: Sequence[str]) -> Self: ...
+    @property
+    def awaiting(self) -> list[tuple[str, int]]: ...
+
+@final
+class ScaleOutTaskMachine(_Machine):
+    """One attempt of one partition of a scale-out epoch (docs/protocol.md §4, "Task")."""
+
+    def __new__(
+        cls,
+        dtid: str,
+        epoch: int,
+        part: int,
+        attempt: str,
+        postgres: Sequence[tuple[str, str]],
+        kafka: Sequence[str],
+    ) -> Self:
+        """``postgres``: ``(sink_id, gid)`` per PostgreSQL sink; ``kafka``: transactional
+        ids."""
+    @property
+    def results(self) -> list[_ResultRow]: ...
+
+@final
+class WatcherItem:
+    """One unresolved transaction a watcher pass found, and what came of it."""
+
+    @property
+    def kind(self) -> Literal["kafka_behind", "corrupt_decision", "participant", "distributed"]: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def epoch(self) -> int | None: ...
+    @property
+    def age_s(self) -> float: ...
+    @property
+    def decision(self) -> _DtState | None: ...
+    @property
+    def dtid(self) -> str | None: ...
+    @property
+    def detail(self) -> str: ...
+    @property
+    def action(self) -> _WatcherAction: ...
+    @property
+    def outcome(self) -> Literal["unresolved", "resolved", "failed"]: ...
+    @property
+    def lingering(self) -> bool: ...
+
+@final
+class WatcherPassMachine(_Machine):
+    """One pass of the resolution watcher (or, ``act=False``, the inspection of ``laminar
+    status``)."""
+
+    def __new__(
+        cls,
+        *,
+        group_id: str | None = None,
+        sink_ids: Sequence[str] | None = None,
+        check_kafka: bool = True,
+        resolve_after_s: float = 60.0,
+        lingering_after_s: float = 300.0,
+        act: bool = True,
+    ) -> Self: ...
+    @property
+    def items(self) -> list[WatcherItem]: ...
+    @property
+    def lingering(self) -> int: ...
+
+@final
+class ResolveMachine(_Machine):
+    """``laminar resolve``: never against a recorded decision without ``force``."""
+
+    def __new__(
+        cls,
+        kind: Literal["kafka", "gid", "dtid"],
+        target: str,
+        *,
+        commit: bool,
+        force: bool = False,
+    ) -> Self: ...
+    @property
+    def outcome(
+        self,
+    ) -> (
+        tuple[Literal["resolved"], bool]
+        | tuple[Literal["kafka_committed", "awaits_replay"], int]
+        | tuple[Literal["moved_back"], int | None]
+        | None
+    ): ...
+
+@final
+class SingleEpochMachine(_Machine):
+    """One epoch of a lone sink, with the writer's retries and in-doubt resolution."""
+
+    def __new__(
+        cls,
+        sink_id: str,
+        epoch: int,
+        last: int | None,
+        *,
+        refuse_backwards: bool,
+        retries: int = 3,
+        retry_backoff_ms: int = 500,
+    ) -> Self: ...
+    @property
+    def committed(self) -> bool: ...
+    @property
+    def attempts(self) -> int: ...
+
+@final
+class KafkaInDoubtMachine(_Machine):
+    """A Kafka sink's commit whose outcome is unknown, resolved from the marker."""
+
+    def __new__(cls, sink_id: str, epoch: int, commit_in_flight: bool) -> Self: ...
+    @property
+    def committed(self) -> bool | None: ...
+    @property
+    def marker(self) -> int | None: ...
+
+@final
+class PostgresInDoubtMachine(_Machine):
+    """A PostgreSQL sink's commit whose outcome is unknown, resolved from
+    ``laminar.sink_epochs``."""
+
+    def __new__(
+        cls, sink_id: str, epoch: int, pending_gid: str | None = None, *, commit: bool = True
+    ) -> Self: ...
+    @property
+    def committed(self) -> bool | None: ...
+    @property
+    def last(self) -> int | None: ...
+
+def refusal_error(
+    kind: _RefusalKind, message: str, *, sink_id: str | None = None, epoch: int | None = None
+) -> Exception:
+    """The ``laminar.errors`` exception for a refusal of the core (with a ``refusal``
+    attribute naming its kind): the one error bridge."""
+
+def owner_decision(
+    registry_id: str,
+    members: Sequence[str],
+    *,
+    owner: str | None,
+    epoch_base: int,
+    member_owners: Sequence[tuple[str, str]],
+    last_committed: Sequence[int | None],
+    mine: str | None,
+    restart: bool,
+) -> tuple[Literal["keep", "claim"], int, str | None]:
+    """The checkpoint-reset guard (docs/protocol.md §5) from the registry row (``owner``,
+    ``epoch_base``) and the members' owners and last committed epochs: ``("keep", base, None)``,
+    or ``("claim", base, replaced)`` to record ``mine`` as the owner (``restart``: past every
+    committed epoch). A foreign owner without ``restart`` raises ``ConfigError``."""
+
+def epoch_committed(last: int | None, epoch: int) -> bool:
+    """Whether a sink whose last committed epoch is ``last`` holds ``epoch``."""
+
+def next_epoch_base(base: int, committed: Sequence[int | None]) -> int:
+    """The epoch base past every committed epoch: ``max(base, max(committed) + 1)``."""
+
+def dtid(group_id: str, epoch: int) -> str:
+    """The distributed transaction id of one epoch of a group (``laminar:<group>:<epoch>``)."""
+
+def kafka_participant_id(transactional_id: str, part: int) -> str:
+    """The transactional id of a Kafka sink in partition ``part`` (``<tid>.p<part>``)."""
+
+def participant_base(participant_id: str) -> tuple[str, int] | None:
+    """``(base transactional id, part)`` of a participant id, or None."""
+
+def participant_matches(resource: str, gid: str) -> bool:
+    """Whether a prepared gid is the participant a ``dt_participant`` row names (exact)."""

@@ -7,6 +7,7 @@ pub mod epoch;
 pub mod error;
 pub mod kafka;
 pub mod prepared;
+pub mod protocol;
 pub mod recovery;
 pub mod redo;
 pub mod serialize;

@@ -1,9 +1,13 @@
-//! The one Rust→Python error bridge: `CoreError` becomes the matching `laminar.errors` class.
+//! The one Rust→Python error bridge: `CoreError` and the protocol's `Refusal` become the matching
+//! `laminar.errors` class.
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
+use pyo3::types::PyDict;
+
 use crate::error::CoreError;
+use crate::recovery::Refusal;
 
 static ERRORS_MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
 
@@ -40,4 +44,20 @@ impl<T> IntoPyResult<T> for Result<T, CoreError> {
     fn py_err(self, py: Python<'_>) -> PyResult<T> {
         self.map_err(|e| to_py_err(py, e))
     }
+}
+
+/// Converts a refusal of the core (a decision function's or a protocol machine's) into the
+/// `laminar.errors` class its kind names, with `sink_id`/`epoch` and a `refusal` attribute
+/// holding the kind's name (docs/engine.md, "Refusals").
+pub fn refusal_to_py_err(py: Python<'_>, refusal: &Refusal) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let cls = errors_module(py)?.getattr(refusal.kind.error_class())?;
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("sink_id", refusal.sink_id.as_deref())?;
+        kwargs.set_item("epoch", refusal.epoch)?;
+        let instance = cls.call((refusal.message.as_str(),), Some(&kwargs))?;
+        instance.setattr("refusal", refusal.kind.name())?;
+        Ok(PyErr::from_value(instance))
+    };
+    build().unwrap_or_else(|e| e)
 }

@@ -10,6 +10,7 @@ pub mod kafka;
 pub mod kafka_wire;
 pub mod metrics;
 pub mod prepared;
+pub mod protocol;
 pub mod recovery;
 pub mod redo;
 pub mod serialize;
@@ -28,5 +29,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     redo::register(m)?;
     kafka::register(m)?;
     kafka_wire::register(m)?;
+    protocol::register(m)?;
     Ok(())
 }

@@ -5,13 +5,18 @@
 //! ```text
 //! (none) --create--> Prepare --start_commit--> Commit --conclude--> (none)
 //!                    Prepare --set_rollback--> Rollback --conclude--> (none)
+//!                    Prepare --conclude_empty--> (none)          (every partition was empty)
+//!          Prepare | Rollback --force_commit--> Commit          (`laminar resolve --commit --force`)
+//!                      Commit --force_rollback--> Rollback      (`laminar resolve --rollback --force`)
 //! ```
 //!
 //! `create` is committed before any participant prepares, so every prepared participant has a
 //! record to be judged by; `start_commit` happens inside the decision transaction and is
 //! conditional on the state still being `Prepare`, exactly like the watcher's `set_rollback`: the
 //! row lock makes one of them win and the other see that it lost. `Commit` never becomes
-//! `Rollback` and the other way round.
+//! `Rollback` and the other way round, and `Rollback` never becomes `Rollback` again (a
+//! rollback that is already recorded is carried on, not recorded twice) — except through the
+//! operator's explicit `--force`, which is its own event.
 
 use std::fmt;
 
@@ -64,15 +69,25 @@ pub enum DtEvent {
     SetRollback,
     /// Every participant completed: delete the record.
     Conclude,
+    /// Every partition was empty: nothing was prepared, nothing to decide; delete the record.
+    ConcludeEmpty,
+    /// The operator commits against the record (`laminar resolve --commit --force`).
+    ForceCommit,
+    /// The operator rolls back against a decision to commit (`laminar resolve --rollback
+    /// --force`).
+    ForceRollback,
 }
 
 impl DtEvent {
     /// Every event.
-    pub const ALL: [DtEvent; 4] = [
+    pub const ALL: [DtEvent; 7] = [
         DtEvent::Create,
         DtEvent::StartCommit,
         DtEvent::SetRollback,
         DtEvent::Conclude,
+        DtEvent::ConcludeEmpty,
+        DtEvent::ForceCommit,
+        DtEvent::ForceRollback,
     ];
 
     /// The event's name.
@@ -82,6 +97,9 @@ impl DtEvent {
             DtEvent::StartCommit => "start_commit",
             DtEvent::SetRollback => "set_rollback",
             DtEvent::Conclude => "conclude",
+            DtEvent::ConcludeEmpty => "conclude_empty",
+            DtEvent::ForceCommit => "force_commit",
+            DtEvent::ForceRollback => "force_rollback",
         }
     }
 }
@@ -101,6 +119,22 @@ pub const DT_TRANSITIONS: &[(Option<DtState>, DtEvent, Option<DtState>)] = &[
     ),
     (Some(DtState::Commit), DtEvent::Conclude, None),
     (Some(DtState::Rollback), DtEvent::Conclude, None),
+    (Some(DtState::Prepare), DtEvent::ConcludeEmpty, None),
+    (
+        Some(DtState::Prepare),
+        DtEvent::ForceCommit,
+        Some(DtState::Commit),
+    ),
+    (
+        Some(DtState::Rollback),
+        DtEvent::ForceCommit,
+        Some(DtState::Commit),
+    ),
+    (
+        Some(DtState::Commit),
+        DtEvent::ForceRollback,
+        Some(DtState::Rollback),
+    ),
 ];
 
 /// The state after `event`, or [`CoreError::IllegalState`] naming both.
@@ -117,6 +151,9 @@ pub fn dt_next(state: Option<DtState>, event: DtEvent) -> CoreResult<Option<DtSt
                 }
                 (Some(DtState::Rollback), DtEvent::StartCommit) => {
                     " (a decision to roll back is final)"
+                }
+                (Some(DtState::Rollback), DtEvent::SetRollback) => {
+                    " (the rollback is recorded already: carry it on)"
                 }
                 _ => "",
             };
@@ -252,6 +289,11 @@ mod tests {
                 (Some(DtState::Prepare), DtEvent::StartCommit) => Some(Some(DtState::Commit)),
                 (Some(DtState::Prepare), DtEvent::SetRollback) => Some(Some(DtState::Rollback)),
                 (Some(DtState::Commit | DtState::Rollback), DtEvent::Conclude) => Some(None),
+                (Some(DtState::Prepare), DtEvent::ConcludeEmpty) => Some(None),
+                (Some(DtState::Prepare | DtState::Rollback), DtEvent::ForceCommit) => {
+                    Some(Some(DtState::Commit))
+                }
+                (Some(DtState::Commit), DtEvent::ForceRollback) => Some(Some(DtState::Rollback)),
                 _ => None,
             }
         };
@@ -282,6 +324,13 @@ mod tests {
             panic!()
         };
         assert!(m.contains("final"), "{m}");
+        // rollback -> rollback is not a transition: a recorded rollback is carried on
+        let Err(CoreError::IllegalState(m)) =
+            dt_next(Some(DtState::Rollback), DtEvent::SetRollback)
+        else {
+            panic!()
+        };
+        assert!(m.contains("carry it on"), "{m}");
     }
 
     #[test]

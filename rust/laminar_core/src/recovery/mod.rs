@@ -1,11 +1,11 @@
 //! The decisions of the commit protocols (docs/protocol.md §3–§6), as pure functions of recorded
 //! state.
 //!
-//! Python reads the records (the decision rows in PostgreSQL, the Kafka epoch markers, what redo
-//! sources exist, the ages of unresolved transactions), asks one of these functions what to do,
-//! performs the I/O and reports back by reading the records again. Nothing here touches a socket
-//! or a clock: ages and epochs come in as arguments, so the Rust tests walk every crash point of
-//! every protocol on an in-memory two-participant harness (`sim`).
+//! The protocol machines (`crate::protocol`, docs/engine.md) ask these functions every question;
+//! nothing here touches a socket or a clock: ages and epochs come in as arguments. [`Refusal`] is
+//! the core's one way of saying no, from these functions and from the machines alike; the error
+//! bridge (`py/errors.rs`) turns it into the `laminar.errors` class [`RefusalKind::error_class`]
+//! names.
 //!
 //! - [`atomic`]: the KIP-939 dual-write recipe — what to do at start-up and before each epoch for
 //!   each Kafka sink of an atomic group (nothing / complete by `EndTxn` / redo from the log /
@@ -17,16 +17,14 @@
 pub mod atomic;
 pub mod distributed;
 
-#[cfg(test)]
-mod sim;
-
 use std::fmt;
 
 /// A Spark batch id (the protocol's epoch).
 pub type Epoch = i64;
 
-/// Why a decision function refuses to act: recorded state the protocol cannot produce, or an
-/// epoch that must not be written. Python turns each kind into one `laminar.errors` class.
+/// Why the core refuses to act: recorded state the protocol cannot produce, an epoch that must not
+/// be written, or an epoch that did not go through (yet). The bridge raises each kind as one
+/// `laminar.errors` class ([`RefusalKind::error_class`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RefusalKind {
     /// A decision row whose prepared state does not decode (`InvalidStateEncoding`): no
@@ -44,16 +42,39 @@ pub enum RefusalKind {
     /// An epoch other than the decided-but-incomplete one (`FatalError`): writing it would leave
     /// the incomplete epoch missing from Kafka forever.
     OtherEpochWhileIncomplete,
-    /// The coordinator's generation is not the stored one (`FencedError`): a newer coordinator
-    /// took over the group.
+    /// Another instance took over (`FencedError`): a newer coordinator's generation, another
+    /// writer holding the sink's epoch, a commit nobody answers.
     Fenced,
     /// A negative epoch (`IllegalStateError`).
     InvalidEpoch,
+    /// The connection was lost during the decision and the decision did not commit
+    /// (`AbortableError`): the epoch is written again.
+    DecisionLost,
+    /// The epoch is decided but some Kafka sink's part can only be completed by Spark's replay of
+    /// it (`InDoubtError`).
+    AwaitingReplay,
+    /// A scale-out epoch was rolled back before its decision (`AbortableError`): a vote against,
+    /// a watcher that won the race; it is written again.
+    NotDecided,
+    /// A decided distributed transaction is not completed yet (`InDoubtError`): it is completed
+    /// before the next epoch.
+    Incomplete,
+    /// An in-doubt outcome is still unknown after every retry (`InDoubtError`).
+    StillInDoubt,
+    /// The sinks belong to another query (`ConfigError`).
+    ForeignOwner,
+    /// `laminar resolve` against a recorded decision, or a commit of an undecided transaction,
+    /// without `--force` (`FatalError`; the CLI exits 4).
+    AgainstDecision,
+    /// `laminar resolve` of something that is not there (`FatalError`; the CLI exits 6).
+    NotFound,
+    /// A change of a decision record the transition tables do not allow (`IllegalStateError`).
+    IllegalTransition,
 }
 
 impl RefusalKind {
     /// Every kind.
-    pub const ALL: [RefusalKind; 7] = [
+    pub const ALL: [RefusalKind; 16] = [
         RefusalKind::CorruptDecision,
         RefusalKind::KafkaBehind,
         RefusalKind::KafkaAhead,
@@ -61,6 +82,15 @@ impl RefusalKind {
         RefusalKind::OtherEpochWhileIncomplete,
         RefusalKind::Fenced,
         RefusalKind::InvalidEpoch,
+        RefusalKind::DecisionLost,
+        RefusalKind::AwaitingReplay,
+        RefusalKind::NotDecided,
+        RefusalKind::Incomplete,
+        RefusalKind::StillInDoubt,
+        RefusalKind::ForeignOwner,
+        RefusalKind::AgainstDecision,
+        RefusalKind::NotFound,
+        RefusalKind::IllegalTransition,
     ];
 
     /// The snake_case name Python sees.
@@ -73,7 +103,46 @@ impl RefusalKind {
             RefusalKind::OtherEpochWhileIncomplete => "other_epoch_while_incomplete",
             RefusalKind::Fenced => "fenced",
             RefusalKind::InvalidEpoch => "invalid_epoch",
+            RefusalKind::DecisionLost => "decision_lost",
+            RefusalKind::AwaitingReplay => "awaiting_replay",
+            RefusalKind::NotDecided => "not_decided",
+            RefusalKind::Incomplete => "incomplete",
+            RefusalKind::StillInDoubt => "still_in_doubt",
+            RefusalKind::ForeignOwner => "foreign_owner",
+            RefusalKind::AgainstDecision => "against_decision",
+            RefusalKind::NotFound => "not_found",
+            RefusalKind::IllegalTransition => "illegal_transition",
         }
+    }
+
+    /// Parses a name.
+    pub fn from_name(name: &str) -> Option<RefusalKind> {
+        RefusalKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The `laminar.errors` class the error bridge raises for this kind.
+    pub fn error_class(self) -> &'static str {
+        match self {
+            RefusalKind::CorruptDecision => "InvalidStateEncoding",
+            RefusalKind::KafkaBehind
+            | RefusalKind::AwaitingReplay
+            | RefusalKind::Incomplete
+            | RefusalKind::StillInDoubt => "InDoubtError",
+            RefusalKind::KafkaAhead
+            | RefusalKind::OtherEpochWhileIncomplete
+            | RefusalKind::AgainstDecision
+            | RefusalKind::NotFound => "FatalError",
+            RefusalKind::EpochBackwards | RefusalKind::ForeignOwner => "ConfigError",
+            RefusalKind::Fenced => "FencedError",
+            RefusalKind::InvalidEpoch | RefusalKind::IllegalTransition => "IllegalStateError",
+            RefusalKind::DecisionLost | RefusalKind::NotDecided => "AbortableError",
+        }
+    }
+
+    /// Whether the writer may write the epoch again (its class is `AbortableError` or
+    /// `InDoubtError`).
+    pub fn retryable(self) -> bool {
+        matches!(self.error_class(), "AbortableError" | "InDoubtError")
     }
 }
 
@@ -84,6 +153,10 @@ pub struct Refusal {
     pub kind: RefusalKind,
     /// What is wrong and what to do.
     pub message: String,
+    /// The sink it concerns, when one does (the error's `sink_id`).
+    pub sink_id: Option<String>,
+    /// The epoch it concerns, when one does (the error's `epoch`).
+    pub epoch: Option<Epoch>,
 }
 
 impl Refusal {
@@ -92,7 +165,21 @@ impl Refusal {
         Self {
             kind,
             message: message.into(),
+            sink_id: None,
+            epoch: None,
         }
+    }
+
+    /// The same refusal, about `sink_id`.
+    pub fn for_sink(mut self, sink_id: impl Into<String>) -> Self {
+        self.sink_id = Some(sink_id.into());
+        self
+    }
+
+    /// The same refusal, about `epoch`.
+    pub fn for_epoch(mut self, epoch: Epoch) -> Self {
+        self.epoch = Some(epoch);
+        self
     }
 }
 
@@ -142,5 +229,13 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), RefusalKind::ALL.len());
+        for kind in RefusalKind::ALL {
+            assert_eq!(RefusalKind::from_name(kind.name()), Some(kind));
+            assert!(
+                kind.error_class().ends_with("Error") || kind.error_class().ends_with("Encoding")
+            );
+        }
+        assert!(RefusalKind::DecisionLost.retryable());
+        assert!(!RefusalKind::Fenced.retryable());
     }
 }

@@ -1,0 +1,204 @@
+//! An atomic group's epoch: the plan, the epoch machine's result, and the writer's retries.
+
+use crate::recovery::atomic::{EpochPlan, SinkProgress, plan_epoch};
+
+use super::super::End;
+use super::super::command::{Command, FailureKind, LogLevel};
+use super::super::distributed::{ScaleContext, ScaleOutEpoch};
+use super::super::records::epoch_committed;
+use super::{AtomicEpoch, AtomicGroup, Child, EpochContext, Stage, Then};
+
+impl AtomicGroup {
+    pub(super) fn plan(&mut self) {
+        let Some(batch) = self.batch else {
+            self.ending = Some(End::Ok);
+            return;
+        };
+        self.stage = Stage::Epoch;
+        let epoch = self.epoch_base + batch;
+        if self.config.scale_out {
+            let ctx = ScaleContext {
+                group_id: self.config.group_id.clone(),
+                generation: self.generation,
+                epoch,
+                postgres: self
+                    .config
+                    .postgres
+                    .iter()
+                    .map(|s| (s.clone(), self.last_committed(s)))
+                    .collect(),
+                refuse_backwards: self.config.owner.is_some(),
+                pending: self.pending.clone(),
+            };
+            self.core
+                .run(Child::Scaled(Box::new(ScaleOutEpoch::new(ctx))));
+            return;
+        }
+        let progress: Vec<SinkProgress> = self
+            .sink_ids()
+            .into_iter()
+            .map(|sink_id| SinkProgress {
+                last: self.last_committed(&sink_id),
+                sink_id,
+            })
+            .collect();
+        let needs = match plan_epoch(
+            epoch,
+            &progress,
+            &self.awaiting,
+            self.config.owner.is_some(),
+        ) {
+            EpochPlan::Refuse(r) => return self.fail(End::Refused(r.for_epoch(epoch))),
+            EpochPlan::Skip => {
+                self.core.out.push(Command::log(
+                    LogLevel::Info,
+                    format!(
+                        "atomic group {}: epoch {epoch} already committed, skipped",
+                        self.config.group_id
+                    ),
+                ));
+                self.ending = Some(End::Ok);
+                return;
+            }
+            EpochPlan::Write { sinks } => sinks,
+        };
+        let n_pg = self.config.postgres.len();
+        let ctx = EpochContext {
+            group_id: self.config.group_id.clone(),
+            generation: self.generation,
+            epoch,
+            postgres: self
+                .config
+                .postgres
+                .iter()
+                .zip(&needs)
+                .filter(|(_, n)| **n)
+                .map(|(s, _)| s.clone())
+                .collect(),
+            kafka: self
+                .config
+                .kafka
+                .iter()
+                .zip(&needs[n_pg..])
+                .filter(|(_, n)| **n)
+                .map(|(s, _)| {
+                    (
+                        s.clone(),
+                        self.last_committed(s),
+                        self.decided.get(s).copied(),
+                    )
+                })
+                .collect(),
+            redo_log: self.config.redo_log,
+        };
+        self.core.run(Child::Epoch(Box::new(AtomicEpoch::new(ctx))));
+    }
+
+    pub(super) fn after_epoch(&mut self, run: &AtomicEpoch, end: End) {
+        let epoch = self.epoch_base + self.batch.unwrap_or_default();
+        if run.decided() {
+            for sink_id in &self.config.postgres {
+                self.last.insert(sink_id.clone(), Some(epoch));
+            }
+            for (sink_id, _) in run.awaiting() {
+                self.decided.insert(sink_id.clone(), epoch);
+            }
+            for sink_id in run.kafka_committed() {
+                self.decided.insert(sink_id.clone(), epoch);
+                self.last.insert(sink_id.clone(), Some(epoch));
+            }
+        }
+        self.release_awaiting();
+        for (sink_id, e) in run.awaiting() {
+            self.awaiting.retain(|(s, _)| s != sink_id);
+            self.awaiting.push((sink_id.clone(), *e));
+        }
+        match end {
+            End::Ok => {
+                self.committed = true;
+                self.ending = Some(End::Ok);
+            }
+            other => self.fail(other),
+        }
+    }
+
+    /// A Spark replay that completed an awaited epoch ends the wait.
+    pub(super) fn release_awaiting(&mut self) {
+        let last = &self.last;
+        let group = &self.config.group_id;
+        let mut released = Vec::new();
+        self.awaiting.retain(|(sink_id, awaited)| {
+            let done = epoch_committed(last.get(sink_id).copied().flatten(), *awaited);
+            if done {
+                released.push(format!(
+                    "atomic group {group}: Spark's replay completed epoch {awaited} in Kafka sink \
+                     {sink_id}"
+                ));
+            }
+            !done
+        });
+        for line in released {
+            self.core.out.push(Command::warn(line));
+        }
+    }
+
+    /// An attempt failed: refresh, then retry or end.
+    pub(super) fn fail(&mut self, end: End) {
+        let was_epoch = self.stage == Stage::Epoch;
+        self.failure = Some(end);
+        if was_epoch && self.started {
+            self.stage = Stage::Refresh;
+            self.last.clear();
+            self.core.out.push(Command::ReadSinkEpochs {
+                sink_ids: self.config.postgres.clone(),
+            });
+            for sink_id in &self.config.kafka {
+                self.core.out.push(Command::KnownEpoch {
+                    sink_id: sink_id.clone(),
+                });
+            }
+            self.then = Some(Then::Retry);
+        } else {
+            self.started = false;
+            self.decide_retry();
+        }
+    }
+
+    pub(super) fn decide_retry(&mut self) {
+        let end = self.failure.take().unwrap_or(End::Ok);
+        let (retryable, in_doubt, why) = match &end {
+            End::Failed(f) => (
+                matches!(f.kind, FailureKind::Abortable { .. } | FailureKind::InDoubt),
+                f.kind == FailureKind::InDoubt,
+                f.message.clone(),
+            ),
+            End::Refused(r) => (
+                r.kind.retryable(),
+                r.kind.error_class() == "InDoubtError",
+                r.message.clone(),
+            ),
+            End::Ok => (false, false, String::new()),
+        };
+        let retries = self.config.retries;
+        if !retryable || self.attempt > retries || (in_doubt && !self.awaiting.is_empty()) {
+            self.stage = Stage::Idle;
+            self.ending = Some(end);
+            return;
+        }
+        let delay = self
+            .config
+            .retry_backoff_ms
+            .saturating_mul(1 << (self.attempt - 1).min(20));
+        self.core.out.push(Command::warn(format!(
+            "atomic group {}: epoch {} not written ({why}); retry {}/{retries} in {:.1}s",
+            self.config.group_id,
+            self.batch.unwrap_or_default(),
+            self.attempt,
+            delay as f64 / 1000.0
+        )));
+        self.core.out.push(Command::Sleep { ms: delay });
+        self.stage = Stage::Backoff;
+        self.then = Some(Then::Attempt);
+        self.attempt += 1;
+    }
+}

@@ -1,0 +1,149 @@
+//! The atomic group's start-up (module docs of [`super`]): register, the owner guard, fence,
+//! recover.
+
+use super::super::command::{Command, LogLevel};
+use super::super::crash::CrashPoint;
+use super::super::kafka_recovery::KafkaRecovery;
+use super::super::records::{OwnerDecision, OwnerRecords, owner_decision};
+use super::super::watcher::{PassConfig, WatcherPass};
+use super::super::{End, Epoch};
+use super::{AtomicGroup, Child, Stage, Then};
+
+impl AtomicGroup {
+    pub(super) fn begin_attempt(&mut self) {
+        if self.started {
+            return self.plan();
+        }
+        self.stage = Stage::Starting;
+        let c = &self.config;
+        for sink_id in &c.postgres {
+            self.core.out.push(Command::InitSink {
+                sink_id: sink_id.clone(),
+            });
+        }
+        self.core.out.push(Command::RegisterGroup {
+            group_id: c.group_id.clone(),
+        });
+        self.core.out.push(Command::ReadSinkEpochs {
+            sink_ids: c.postgres.clone(),
+        });
+        for sink_id in &c.kafka {
+            self.core.out.push(Command::ReadMarker {
+                sink_id: sink_id.clone(),
+            });
+        }
+        self.core.out.push(Command::ReadOwnership {
+            registry_id: c.group_id.clone(),
+            members: self.sink_ids(),
+        });
+    }
+
+    pub(super) fn sink_ids(&self) -> Vec<String> {
+        let c = &self.config;
+        c.postgres.iter().chain(&c.kafka).cloned().collect()
+    }
+
+    pub(super) fn on_ownership(
+        &mut self,
+        owner: Option<String>,
+        base: Epoch,
+        owners: Vec<(String, String)>,
+    ) {
+        let members = self.sink_ids();
+        let last: Vec<Option<Epoch>> = members.iter().map(|s| self.last_committed(s)).collect();
+        let records = OwnerRecords {
+            registry_id: &self.config.group_id,
+            members: &members,
+            owner: owner.as_deref(),
+            epoch_base: base,
+            member_owners: &owners,
+            last_committed: &last,
+        };
+        let mine = self.config.owner.clone();
+        match owner_decision(&records, mine.as_deref(), self.config.restart_on_new_query) {
+            Err(r) => {
+                self.core.out.push(Command::Rollback);
+                self.fail(End::Refused(r));
+                return;
+            }
+            Ok(OwnerDecision::Keep { epoch_base }) => {
+                self.epoch_base = epoch_base;
+                self.core.out.push(Command::Commit);
+            }
+            Ok(OwnerDecision::Claim {
+                epoch_base,
+                replaced,
+            }) => {
+                self.epoch_base = epoch_base;
+                if let Some(previous) = replaced {
+                    self.core.out.push(Command::warn(format!(
+                        "sinks {members:?}: query {:?} replaces query {previous:?} \
+                         (on_new_query='restart'); epochs now start at {epoch_base}",
+                        mine.as_deref().unwrap_or_default()
+                    )));
+                }
+                let mut ids = vec![self.config.group_id.clone()];
+                ids.extend(members);
+                self.core.out.push(Command::SetOwner {
+                    ids,
+                    owner: mine.unwrap_or_default(),
+                    epoch_base,
+                });
+            }
+        }
+        self.core.out.push(Command::BumpGeneration {
+            group_id: self.config.group_id.clone(),
+        });
+        self.core.out.push(Command::Reached {
+            point: CrashPoint::AtomicAfterFence,
+        });
+    }
+
+    pub(super) fn after_recovery(&mut self, recovery: &KafkaRecovery) {
+        self.awaiting = recovery.awaiting().to_vec();
+        self.decided = recovery
+            .decided_epochs()
+            .map(|(s, e)| (s.to_owned(), e))
+            .collect();
+        for sink_id in &self.config.kafka {
+            self.core.out.push(Command::KnownEpoch {
+                sink_id: sink_id.clone(),
+            });
+        }
+        if self.config.scale_out {
+            self.core.run(Child::Pass(Box::new(WatcherPass::new(
+                PassConfig::owned_group(&self.config.group_id, &self.config.postgres),
+            ))));
+        } else {
+            self.started_log();
+        }
+    }
+
+    pub(super) fn started_log(&mut self) {
+        let waiting = if self.awaiting.is_empty() {
+            String::new()
+        } else {
+            format!(", awaiting Spark's replay of {:?}", self.awaiting)
+        };
+        self.core.out.push(Command::log(
+            LogLevel::Info,
+            format!(
+                "atomic group {}: generation {}, epoch base {}, sinks {:?}{waiting}",
+                self.config.group_id,
+                self.generation,
+                self.epoch_base,
+                self.sink_ids()
+            ),
+        ));
+        self.then = Some(Then::Started);
+    }
+
+    /// Started: write the batch if there is one.
+    pub(super) fn on_started(&mut self) {
+        self.started = true;
+        match self.batch {
+            Some(_) => self.plan(),
+            None => self.ending = Some(End::Ok),
+        }
+    }
+}

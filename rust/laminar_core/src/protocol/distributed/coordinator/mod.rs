@@ -1,0 +1,417 @@
+//! The scale-out coordinator's epoch (docs/protocol.md §4, "Coordinator").
+//!
+//! ```text
+//! (decided transactions pending: a WatcherPass of the group, read_dt_states, read_sink_epochs;
+//!  refuse `incomplete` while one remains)
+//! plan_epoch over the PostgreSQL sinks: skip / refuse
+//! 1 create_dt (a row left by an earlier run: roll it back first, or complete it)
+//!                                                         scaleout.after_create
+//! 2 run_tasks                                             scaleout.after_tasks
+//!   every partition empty: conclude_dt (conclude_empty), nothing written
+//! 3 lock_group (check_generation), set_dt_state prepare -> commit, read_participants,
+//!   the vote, claim_epoch per PostgreSQL sink, mark_participants, record_decision per
+//!   prepared Kafka participant, commit_decision           scaleout.after_decision
+//! 4-5 Resolution::complete with the collected results (commit_prepared …, end_txn …,
+//!     conclude_dt)
+//! ```
+//!
+//! Anything that fails before the decision rolls the epoch back with [`Resolution::roll_back`]
+//! (the one definition) and ends; the epoch is written again.
+
+mod decision;
+
+use crate::protocol::stalled;
+use std::collections::BTreeSet;
+
+use crate::recovery::atomic::{EpochPlan, SinkProgress, plan_epoch};
+
+use super::super::command::{Command, Event, LogLevel, ParticipantResult, unexpected};
+use super::super::crash::CrashPoint;
+use super::super::names::dtid;
+use super::super::records::{DtEvent, DtState, dt_next, illegal};
+use super::super::watcher::{PassConfig, WatcherPass};
+use super::super::{Core, End, Epoch, Idle, Refusal, RefusalKind, Steps, children, core_accessors};
+use super::resolution::{Resolution, ResolutionOutcome};
+
+/// What the coordinator's epoch starts from.
+#[derive(Debug, Clone)]
+pub struct ScaleContext {
+    pub group_id: String,
+    pub generation: i64,
+    pub epoch: Epoch,
+    /// The PostgreSQL sinks with their last committed epochs.
+    pub postgres: Vec<(String, Option<Epoch>)>,
+    /// The writer knows its query (refuse epochs going backwards).
+    pub refuse_backwards: bool,
+    /// Decided transactions of the group not concluded yet.
+    pub pending: BTreeSet<String>,
+}
+
+children!(
+    /// What the coordinator runs inside itself.
+    Child {
+        Pass(WatcherPass),
+        Resolution(Resolution),
+    }
+);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Settling,
+    Creating,
+    /// Rolling back a row an earlier run left.
+    Clearing,
+    Deciding,
+    /// Rolling back before the decision; end with the failure kept.
+    RollingBack,
+    Completing,
+}
+
+/// The coordinator's side of one scale-out epoch (module docs).
+#[derive(Debug)]
+pub struct ScaleOutEpoch {
+    ctx: ScaleContext,
+    dtid: String,
+    core: Core<Child>,
+    stage: Stage,
+    results: Vec<ParticipantResult>,
+    committed: bool,
+    /// After settling: skip the epoch (an earlier call decided it).
+    skip_after_settle: bool,
+    /// A row left by an earlier run was rolled back once already.
+    cleared: bool,
+    after_rollback: Option<End>,
+    ending: Option<End>,
+}
+
+impl ScaleOutEpoch {
+    /// The epoch, starting with the pending transactions (if any) or the plan.
+    pub fn new(ctx: ScaleContext) -> Self {
+        let dtid = dtid(&ctx.group_id, ctx.epoch);
+        let mut me = Self {
+            dtid,
+            ctx,
+            core: Core::default(),
+            stage: Stage::Settling,
+            results: Vec::new(),
+            committed: false,
+            skip_after_settle: false,
+            cleared: false,
+            after_rollback: None,
+            ending: None,
+        };
+        if me.ctx.pending.is_empty() {
+            me.plan();
+        } else {
+            me.settle();
+        }
+        me
+    }
+
+    /// Whether the epoch was committed (false: skipped, or every partition was empty).
+    pub fn committed(&self) -> bool {
+        self.committed
+    }
+
+    /// The decided transactions still not concluded.
+    pub fn pending(&self) -> &BTreeSet<String> {
+        &self.ctx.pending
+    }
+
+    /// The PostgreSQL sinks' last committed epochs as this epoch leaves them.
+    pub fn postgres_last(&self) -> &[(String, Option<Epoch>)] {
+        &self.ctx.postgres
+    }
+
+    fn settle(&mut self) {
+        self.stage = Stage::Settling;
+        let sinks = self
+            .ctx
+            .postgres
+            .iter()
+            .map(|(s, _)| s.clone())
+            .collect::<Vec<_>>();
+        self.core.run(Child::Pass(Box::new(WatcherPass::new(
+            PassConfig::owned_group(&self.ctx.group_id, &sinks),
+        ))));
+    }
+
+    fn plan(&mut self) {
+        let epoch = self.ctx.epoch;
+        let progress: Vec<SinkProgress> = self
+            .ctx
+            .postgres
+            .iter()
+            .map(|(sink_id, last)| SinkProgress {
+                sink_id: sink_id.clone(),
+                last: *last,
+            })
+            .collect();
+        match plan_epoch(epoch, &progress, &[], self.ctx.refuse_backwards) {
+            EpochPlan::Refuse(r) => self.ending = Some(End::Refused(r.for_epoch(epoch))),
+            EpochPlan::Skip => {
+                self.core.out.push(Command::log(
+                    LogLevel::Info,
+                    format!(
+                        "scale-out {}: epoch {epoch} already committed, skipped",
+                        self.ctx.group_id
+                    ),
+                ));
+                self.ending = Some(End::Ok);
+            }
+            EpochPlan::Write { .. } => self.create(),
+        }
+    }
+
+    fn create(&mut self) {
+        self.stage = Stage::Creating;
+        if let Err(e) = dt_next(None, DtEvent::Create) {
+            self.ending = Some(End::Refused(illegal(e)));
+            return;
+        }
+        self.core.out.push(Command::CreateDt {
+            dtid: self.dtid.clone(),
+            group_id: self.ctx.group_id.clone(),
+            epoch: self.ctx.epoch,
+        });
+    }
+
+    /// Before the decision: roll back, then end with `end`.
+    /// `rollback_txn`: the decision transaction is open and is rolled back first (its
+    /// `prepare -> commit` with it).
+    fn roll_back(&mut self, end: End, why: String, state: Option<DtState>, rollback_txn: bool) {
+        self.core.out.clear();
+        if rollback_txn {
+            self.core.out.push(Command::Rollback);
+        }
+        self.stage = Stage::RollingBack;
+        self.after_rollback = Some(end);
+        self.core
+            .run(Child::Resolution(Box::new(Resolution::roll_back(
+                self.dtid.clone(),
+                state,
+                why,
+            ))));
+    }
+
+    fn refuse(&mut self, kind: RefusalKind, message: String) {
+        let why = message.clone();
+        let refusal = Refusal::new(kind, message).for_epoch(self.ctx.epoch);
+        self.roll_back(End::Refused(refusal), why, Some(DtState::Prepare), true);
+    }
+
+    fn child_ended(&mut self, child: Child, end: End) {
+        match (self.stage, child) {
+            (Stage::Settling, Child::Pass(pass)) => {
+                if let Some(line) = pass.startup_summary(&self.ctx.group_id) {
+                    self.core.out.push(Command::warn(line));
+                }
+                if let End::Failed(f) = end {
+                    self.ending = Some(End::Failed(f));
+                    return;
+                }
+                self.core.out.push(Command::ReadDtStates {
+                    group_id: Some(self.ctx.group_id.clone()),
+                });
+                let sinks = self.ctx.postgres.iter().map(|(s, _)| s.clone()).collect();
+                self.core
+                    .out
+                    .push(Command::ReadSinkEpochs { sink_ids: sinks });
+            }
+            (Stage::Clearing, Child::Resolution(r)) => match (end, r.outcome()) {
+                (End::Ok, Some(ResolutionOutcome::DecidedCommit)) => {
+                    // decided by an earlier call whose answer was lost: complete it instead
+                    self.ctx.pending.insert(self.dtid.clone());
+                    self.skip_after_settle = true;
+                    self.settle();
+                }
+                (End::Ok, Some(ResolutionOutcome::Unresolved(why))) => {
+                    let refusal = Refusal::new(
+                        RefusalKind::Incomplete,
+                        format!(
+                            "{} left by an earlier run cannot be rolled back: {why}",
+                            self.dtid
+                        ),
+                    );
+                    self.ending = Some(End::Refused(refusal.for_epoch(self.ctx.epoch)));
+                }
+                (End::Ok, _) => self.create(),
+                (other, _) => self.ending = Some(other),
+            },
+            (Stage::RollingBack, Child::Resolution(r)) => {
+                if let (End::Ok, Some(ResolutionOutcome::DecidedCommit)) = (&end, r.outcome()) {
+                    // the decision committed although its answer was lost
+                    self.ctx.pending.insert(self.dtid.clone());
+                }
+                if !end.is_ok() {
+                    self.core.out.push(Command::warn(format!(
+                        "{}: rollback failed ({end:?}); the watcher or the next start resolves it",
+                        self.dtid
+                    )));
+                }
+                self.ending = self.after_rollback.take();
+            }
+            (Stage::Completing, Child::Resolution(r)) => {
+                let problem = match (end, r.outcome()) {
+                    (
+                        End::Ok,
+                        Some(ResolutionOutcome::Concluded { .. } | ResolutionOutcome::Gone),
+                    ) => {
+                        self.ctx.pending.remove(&self.dtid);
+                        self.committed = true;
+                        self.ending = Some(End::Ok);
+                        return;
+                    }
+                    (End::Ok, Some(ResolutionOutcome::Unresolved(why))) => why.clone(),
+                    (End::Failed(f), _) => format!("its completion failed ({f})"),
+                    (End::Refused(r), _) => format!("its completion failed ({})", r.message),
+                    (End::Ok, _) => "its completion did not conclude".to_owned(),
+                };
+                self.ending = Some(End::Refused(
+                    Refusal::new(
+                        RefusalKind::Incomplete,
+                        format!(
+                            "{} is decided (committed in PostgreSQL) but {problem}; it is \
+                             completed before the next epoch is written (or by the watcher, \
+                             `laminar recover`), and stays in laminar.dt_state for `laminar \
+                             status` until then",
+                            self.dtid
+                        ),
+                    )
+                    .for_epoch(self.ctx.epoch),
+                ));
+            }
+            (_, _) => self.ending = Some(end),
+        }
+    }
+
+    fn step(&mut self, command: Command, event: Event) {
+        match (command, event) {
+            (Command::ReadDtStates { .. }, Event::DtRows { rows }) => {
+                let left: BTreeSet<String> = rows.into_iter().map(|r| r.dtid).collect();
+                self.ctx.pending.retain(|d| left.contains(d));
+            }
+            (Command::ReadSinkEpochs { .. }, Event::Progress { epochs }) => {
+                for (sink_id, last) in &mut self.ctx.postgres {
+                    *last = epochs
+                        .iter()
+                        .find(|(s, _)| s == sink_id)
+                        .and_then(|(_, e)| *e);
+                }
+                if !self.ctx.pending.is_empty() {
+                    let refusal = Refusal::new(
+                        RefusalKind::Incomplete,
+                        format!(
+                            "decided distributed transaction(s) {:?} of group {:?} could not be \
+                             completed yet; see `laminar status`",
+                            self.ctx.pending, self.ctx.group_id
+                        ),
+                    );
+                    self.ending = Some(End::Refused(refusal.for_epoch(self.ctx.epoch)));
+                } else if self.skip_after_settle {
+                    self.ending = Some(End::Ok);
+                } else {
+                    self.plan();
+                }
+            }
+            (Command::CreateDt { .. }, Event::Applied { applied: true }) => {
+                self.core.out.push(Command::Reached {
+                    point: CrashPoint::ScaleoutAfterCreate,
+                });
+                self.core.out.push(Command::RunTasks {
+                    dtid: self.dtid.clone(),
+                    epoch: self.ctx.epoch,
+                });
+            }
+            (Command::CreateDt { .. }, Event::Applied { applied: false })
+                if self.stage == Stage::Creating && !self.cleared =>
+            {
+                self.stage = Stage::Clearing;
+                self.cleared = true;
+                self.core
+                    .run(Child::Resolution(Box::new(Resolution::roll_back(
+                        self.dtid.clone(),
+                        None,
+                        "left by an earlier run",
+                    ))));
+            }
+            (Command::RunTasks { .. }, Event::TaskResults { results }) => self.on_results(results),
+            (Command::RunTasks { .. }, Event::Failed(f)) => {
+                let why = f.message.clone();
+                self.roll_back(End::Failed(f), why, Some(DtState::Prepare), false);
+            }
+            (Command::LockGroup { .. }, Event::Generation { generation }) => {
+                self.after_lock(generation)
+            }
+            (Command::SetDtState { .. }, Event::Applied { applied: true }) => {
+                self.core.out.push(Command::ReadParticipants {
+                    dtid: self.dtid.clone(),
+                });
+            }
+            (Command::SetDtState { .. }, Event::Applied { applied: false }) => {
+                let message = format!(
+                    "scale-out epoch {} of group {:?}: the resolution watcher rolled it back \
+                     before its decision; it is written again",
+                    self.ctx.epoch, self.ctx.group_id
+                );
+                let refusal = Refusal::new(RefusalKind::NotDecided, message.clone())
+                    .for_epoch(self.ctx.epoch);
+                self.roll_back(End::Refused(refusal), message, None, true);
+            }
+            (Command::ReadParticipants { .. }, Event::Participants { rows }) => {
+                self.after_claims(rows)
+            }
+            (Command::ClaimEpoch { sink_id, epoch, .. }, Event::Claimed { claimed: false }) => self
+                .refuse(
+                    RefusalKind::Fenced,
+                    format!(
+                        "PostgreSQL sink {sink_id:?} already holds epoch {epoch}: another writer \
+                         uses its sink id outside this group"
+                    ),
+                ),
+            (Command::CommitDecision, Event::Ack) => self.after_decision(),
+            (Command::CommitDecision, Event::Failed(f)) => {
+                let why = f.message.clone();
+                self.roll_back(End::Failed(f), why, None, true);
+            }
+            (_, Event::Failed(f)) if self.stage == Stage::Deciding => {
+                let why = f.message.clone();
+                self.roll_back(End::Failed(f), why, Some(DtState::Prepare), true);
+            }
+            (_, Event::Failed(f)) => {
+                self.core.out.clear();
+                self.ending = Some(End::Failed(f));
+            }
+            (
+                Command::Reached { .. }
+                | Command::Log { .. }
+                | Command::Rollback
+                | Command::ConcludeDt { .. }
+                | Command::ClaimEpoch { .. }
+                | Command::MarkParticipants { .. }
+                | Command::RecordDecision { .. },
+                Event::Ack | Event::Claimed { .. } | Event::Applied { .. },
+            ) => {}
+            (command, event) => {
+                self.core.out.clear();
+                self.ending = Some(End::Failed(unexpected(&command, &event)));
+            }
+        }
+    }
+}
+
+impl Steps for ScaleOutEpoch {
+    core_accessors!(Child);
+
+    fn on_child_end(&mut self, child: Child, end: End) {
+        self.child_ended(child, end);
+    }
+
+    fn idle(&mut self) -> Idle {
+        Idle::End(
+            self.ending
+                .take()
+                .unwrap_or_else(|| stalled("scale-out epoch")),
+        )
+    }
+}

@@ -1,0 +1,20 @@
+//! Scale-out (docs/protocol.md §4): Spark tasks write the partitions of a batch as two-phase
+//! participants and the process that runs `foreachBatch` coordinates them, Vitess-style, with
+//! `laminar.dt_state` as the decision record.
+//!
+//! - [`ScaleOutEpoch`]: the coordinator's epoch (create, tasks, vote and decision, completion);
+//! - [`ScaleOutTask`]: one attempt of one partition (claim, clean the predecessor, write,
+//!   prepare);
+//! - [`Resolution`]: the one roll-back-and-conclude and the one complete-and-conclude, used by
+//!   the coordinator, the watcher, start-up and `laminar resolve`;
+//! - [`vote`]: the coordinator's vote.
+
+mod coordinator;
+mod resolution;
+mod task;
+mod vote;
+
+pub use coordinator::{ScaleContext, ScaleOutEpoch};
+pub use resolution::{Resolution, ResolutionOutcome};
+pub use task::{ScaleOutTask, TaskContext};
+pub use vote::vote;

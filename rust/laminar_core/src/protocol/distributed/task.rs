@@ -1,0 +1,339 @@
+//! One attempt of one partition of a scale-out epoch (docs/protocol.md §4, "Task").
+//!
+//! ```text
+//! a lock_partition
+//! b read_dt_state (for share): not `prepare` -> commit, nothing written (skipped)
+//!   claim_participants                                  scaleout.task_after_claim
+//! c list_prepared -> rollback_prepared of this partition's gids an earlier attempt left
+//!   peek_partition: no row -> empty
+//!   init_sink + known_epoch per Kafka participant (fences earlier attempts), init_sink per
+//!   PostgreSQL participant
+//! d sink_begin per participant (one that holds the epoch: abort the others, skipped)
+//!   write_partition                                     scaleout.task_before_prepare
+//! e sink_prepare per Kafka, then per PostgreSQL participant
+//!                                                       scaleout.task_after_prepare
+//! f release_participants (prepared transactions stay open); one result per participant
+//! ```
+//!
+//! Commands name a participant by its participant name (`pg:<sink>:p<part>`,
+//! `kafka:<tid>.p<part>`) in `sink_id`.
+
+use crate::protocol::stalled;
+use std::collections::BTreeMap;
+
+use super::super::command::{
+    Command, Event, Failure, ParticipantKind, ParticipantResult, ParticipantRow, ResultStatus,
+    unexpected,
+};
+use super::super::crash::CrashPoint;
+use super::super::names::{
+    attempt_participant, kafka_participant, kafka_participant_id, participant_matches,
+    partition_lock_key, postgres_participant,
+};
+use super::super::records::DtState;
+use super::super::{Core, End, Epoch, Idle, NoChild, Steps, core_accessors};
+
+/// What one task attempt writes.
+#[derive(Debug, Clone)]
+pub struct TaskContext {
+    pub dtid: String,
+    pub epoch: Epoch,
+    pub part: u32,
+    /// The attempt's token (unique per attempt).
+    pub attempt: String,
+    /// The PostgreSQL sinks with this partition's gid.
+    pub postgres: Vec<(String, String)>,
+    /// The Kafka sinks (base transactional ids).
+    pub kafka: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Participant {
+    name: String,
+    kind: ParticipantKind,
+    resource: String,
+}
+
+/// A task attempt (module docs).
+#[derive(Debug)]
+pub struct ScaleOutTask {
+    ctx: TaskContext,
+    participants: Vec<Participant>,
+    core: Core<NoChild>,
+    opened: Vec<String>,
+    markers: BTreeMap<String, Option<Epoch>>,
+    prepared: BTreeMap<String, String>,
+    rows: u64,
+    status: Option<ResultStatus>,
+    failure: Option<Failure>,
+    /// The participants are initialised (a failure from here undoes them).
+    writing: bool,
+    undoing: bool,
+}
+
+impl ScaleOutTask {
+    /// The attempt, starting with the partition's lock.
+    pub fn new(ctx: TaskContext) -> Self {
+        let postgres = ctx.postgres.iter().map(|(sink, gid)| Participant {
+            name: postgres_participant(sink, ctx.part),
+            kind: ParticipantKind::Postgres,
+            resource: gid.clone(),
+        });
+        let kafka = ctx.kafka.iter().map(|tid| {
+            let id = kafka_participant_id(tid, ctx.part);
+            Participant {
+                name: kafka_participant(&id),
+                kind: ParticipantKind::Kafka,
+                resource: id,
+            }
+        });
+        let participants = postgres.chain(kafka).collect();
+        let mut core = Core::default();
+        core.out.push(Command::LockPartition {
+            key: partition_lock_key(&ctx.dtid, ctx.part),
+        });
+        core.out.push(Command::ReadDtState {
+            dtid: ctx.dtid.clone(),
+            for_share: true,
+        });
+        Self {
+            ctx,
+            participants,
+            core,
+            opened: Vec::new(),
+            markers: BTreeMap::new(),
+            prepared: BTreeMap::new(),
+            rows: 0,
+            status: None,
+            failure: None,
+            writing: false,
+            undoing: false,
+        }
+    }
+
+    /// The participant rows the claim upserts (the attempt row first).
+    pub fn claim_rows(&self) -> Vec<ParticipantRow> {
+        let mut rows = vec![ParticipantRow {
+            participant: attempt_participant(self.ctx.part),
+            kind: ParticipantKind::Attempt,
+            resource: self.ctx.attempt.clone(),
+        }];
+        rows.extend(self.participants.iter().map(|p| ParticipantRow {
+            participant: p.name.clone(),
+            kind: p.kind,
+            resource: p.resource.clone(),
+        }));
+        rows
+    }
+
+    /// One result per participant (after the machine ended `Ok`).
+    pub fn results(&self) -> Vec<ParticipantResult> {
+        let status = self.status.unwrap_or(ResultStatus::Skipped);
+        self.participants
+            .iter()
+            .map(|p| {
+                let prepared = status == ResultStatus::Prepared;
+                ParticipantResult {
+                    part: self.ctx.part,
+                    attempt: self.ctx.attempt.clone(),
+                    participant: p.name.clone(),
+                    kind: p.kind,
+                    resource: p.resource.clone(),
+                    records: if prepared { self.rows } else { 0 },
+                    prepared_state: if prepared {
+                        self.prepared.get(&p.name).cloned().unwrap_or_default()
+                    } else {
+                        String::new()
+                    },
+                    marker: if prepared {
+                        self.markers.get(&p.name).copied().flatten()
+                    } else {
+                        None
+                    },
+                    status,
+                }
+            })
+            .collect()
+    }
+
+    fn names(&self, kind: ParticipantKind) -> Vec<String> {
+        self.participants
+            .iter()
+            .filter(|p| p.kind == kind)
+            .map(|p| p.name.clone())
+            .collect()
+    }
+
+    fn finish(&mut self, status: ResultStatus) {
+        self.status = Some(status);
+    }
+
+    fn on_state(&mut self, state: Option<DtState>) {
+        if state == Some(DtState::Prepare) {
+            self.core.out.push(Command::ClaimParticipants {
+                dtid: self.ctx.dtid.clone(),
+                rows: self.claim_rows(),
+            });
+            self.core.out.push(Command::Reached {
+                point: CrashPoint::ScaleoutTaskAfterClaim,
+            });
+            self.core.out.push(Command::ListPrepared);
+            return;
+        }
+        self.core.out.push(Command::Commit);
+        self.core.out.push(Command::warn(format!(
+            "{} partition {}: the distributed transaction is {}: nothing written",
+            self.ctx.dtid,
+            self.ctx.part,
+            state.map_or("gone", DtState::name)
+        )));
+        self.finish(ResultStatus::Skipped);
+    }
+
+    fn on_prepared_list(&mut self, gids: Vec<String>) {
+        for p in self
+            .participants
+            .iter()
+            .filter(|p| p.kind == ParticipantKind::Postgres)
+        {
+            if gids.iter().any(|gid| participant_matches(&p.resource, gid)) {
+                self.core.out.push(Command::warn(format!(
+                    "{} partition {}: rolling back {} left by an earlier attempt",
+                    self.ctx.dtid, self.ctx.part, p.resource
+                )));
+                self.core.out.push(Command::RollbackPrepared {
+                    gid: p.resource.clone(),
+                });
+            }
+        }
+        self.core.out.push(Command::PeekPartition);
+    }
+
+    fn write(&mut self) {
+        self.writing = true;
+        for name in self.names(ParticipantKind::Kafka) {
+            self.core.out.push(Command::InitSink {
+                sink_id: name.clone(),
+            });
+            self.core.out.push(Command::KnownEpoch { sink_id: name });
+        }
+        for name in self.names(ParticipantKind::Postgres) {
+            self.core.out.push(Command::InitSink { sink_id: name });
+        }
+        let epoch = self.ctx.epoch;
+        for p in &self.participants {
+            self.core.out.push(Command::SinkBegin {
+                sink_id: p.name.clone(),
+                epoch,
+            });
+        }
+        self.core.out.push(Command::WritePartition);
+        self.core.out.push(Command::Reached {
+            point: CrashPoint::ScaleoutTaskBeforePrepare,
+        });
+        let order = self
+            .names(ParticipantKind::Kafka)
+            .into_iter()
+            .chain(self.names(ParticipantKind::Postgres));
+        for sink_id in order {
+            self.core.out.push(Command::SinkPrepare { sink_id, epoch });
+        }
+        self.core.out.push(Command::Reached {
+            point: CrashPoint::ScaleoutTaskAfterPrepare,
+        });
+        self.core
+            .out
+            .push(Command::ReleaseParticipants { prepared: true });
+    }
+
+    /// Undo the participants opened, then end (skipped, or failed).
+    fn undo(&mut self, status: Option<ResultStatus>, failure: Option<Failure>) {
+        self.core.out.clear();
+        for sink_id in self.opened.drain(..) {
+            self.core.out.push(Command::SinkAbort {
+                sink_id,
+                epoch: self.ctx.epoch,
+            });
+        }
+        self.core
+            .out
+            .push(Command::ReleaseParticipants { prepared: false });
+        self.status = status;
+        self.failure = failure;
+        self.undoing = true;
+    }
+
+    fn step(&mut self, command: Command, event: Event) {
+        if self.undoing {
+            return; // failing aborts change nothing: the next attempt's init fences them
+        }
+        match (command, event) {
+            (Command::ReadDtState { .. }, Event::DtState { state }) => self.on_state(state),
+            (Command::ListPrepared, Event::PreparedList { gids }) => {
+                self.on_prepared_list(gids.into_iter().map(|g| g.gid).collect());
+            }
+            (Command::PeekPartition, Event::Found { found }) => {
+                if found {
+                    self.write();
+                } else {
+                    self.finish(ResultStatus::Empty);
+                }
+            }
+            (Command::KnownEpoch { sink_id }, Event::Marker { epoch, .. }) => {
+                self.markers.insert(sink_id, epoch);
+            }
+            (Command::SinkBegin { sink_id, .. }, Event::Began { opened }) => {
+                if opened {
+                    self.opened.push(sink_id);
+                } else {
+                    let line = format!(
+                        "{}: participant {sink_id} already holds the epoch",
+                        self.ctx.dtid
+                    );
+                    self.undo(Some(ResultStatus::Skipped), None);
+                    self.core.out.push_front(Command::warn(line));
+                }
+            }
+            (Command::WritePartition, Event::Rows { count }) => self.rows = count,
+            (Command::SinkPrepare { sink_id, .. }, Event::Prepared { prepared_state }) => {
+                self.prepared.insert(sink_id, prepared_state);
+            }
+            (Command::ReleaseParticipants { prepared: true }, Event::Ack) => {
+                self.finish(ResultStatus::Prepared);
+            }
+            (_, Event::Failed(f)) if self.writing => self.undo(None, Some(f)),
+            (_, Event::Failed(f)) => {
+                self.core.out.clear();
+                self.failure = Some(f);
+            }
+            (
+                Command::LockPartition { .. }
+                | Command::ClaimParticipants { .. }
+                | Command::Commit
+                | Command::Reached { .. }
+                | Command::Log { .. }
+                | Command::InitSink { .. }
+                | Command::SinkAbort { .. }
+                | Command::ReleaseParticipants { .. },
+                Event::Ack,
+            )
+            | (Command::RollbackPrepared { .. }, Event::Found { .. }) => {}
+            (command, event) => {
+                let f = unexpected(&command, &event);
+                self.undo(None, Some(f));
+            }
+        }
+    }
+}
+
+impl Steps for ScaleOutTask {
+    core_accessors!(NoChild);
+
+    fn idle(&mut self) -> Idle {
+        Idle::End(match (self.failure.take(), self.status) {
+            (Some(f), _) => End::Failed(f),
+            (None, Some(_)) => End::Ok,
+            (None, None) => stalled("scale-out task"),
+        })
+    }
+}

@@ -1,0 +1,429 @@
+//! The decision records and the rules every machine shares (docs/engine.md, "Records"):
+//!
+//! - the transition tables: `laminar.dt_state` ([`DT_TRANSITIONS`], [`dt_next`]) and
+//!   `laminar.txn_state` ([`TXN_TRANSITIONS`], [`txn_next`]) — every change a command asks for
+//!   is checked here first, and the command carries the state it changes *from*, so the
+//!   database applies it only if the row still is in that state;
+//! - [`epoch_committed`]: the one "already committed" rule (`last >= epoch`);
+//! - [`next_epoch_base`]: the one epoch-base rule (past every committed epoch);
+//! - [`owner_decision`]: the checkpoint-reset guard (docs/protocol.md §5).
+//!
+//! The names of distributed transactions and their participants, and the one
+//! participant-matching rule, are in [`super::names`].
+
+use crate::error::CoreError;
+use crate::prepared::PreparedTxnState;
+use crate::recovery::atomic::{DecisionRecord, ProducerIdentity};
+
+pub use crate::recovery::distributed::{DT_TRANSITIONS, DtEvent, DtState, dt_next};
+
+use super::command::DecisionRow;
+use super::{Epoch, Refusal, RefusalKind};
+
+/// Whether a sink whose last committed epoch is `last` holds `epoch` (docs/protocol.md §1: a
+/// replayed epoch is skipped). The one place this rule is written.
+pub fn epoch_committed(last: Option<Epoch>, epoch: Epoch) -> bool {
+    last.is_some_and(|last| last >= epoch)
+}
+
+/// The epoch base that starts sinks over past every committed epoch: `max(base, top + 1)` with
+/// `top` the highest of `committed` (docs/protocol.md §5).
+pub fn next_epoch_base(base: Epoch, committed: impl IntoIterator<Item = Option<Epoch>>) -> Epoch {
+    let top = committed.into_iter().flatten().max().unwrap_or(-1);
+    base.max(top + 1)
+}
+
+/// What the owner guard decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnerDecision {
+    /// Nothing to record: the sinks are this query's (or the writer knows no query).
+    Keep {
+        /// The epoch base.
+        epoch_base: Epoch,
+    },
+    /// Record this query as the owner (first owner, or a restart replacing `replaced`).
+    Claim {
+        /// The epoch base to record.
+        epoch_base: Epoch,
+        /// The owner this query replaces (`on_new_query="restart"`).
+        replaced: Option<String>,
+    },
+}
+
+/// What the owner guard reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerRecords<'a> {
+    /// The registry row's id (a group, or a lone PostgreSQL sink).
+    pub registry_id: &'a str,
+    /// The member sinks' ids.
+    pub members: &'a [String],
+    /// The registry row's owner.
+    pub owner: Option<&'a str>,
+    /// The registry row's epoch base.
+    pub epoch_base: Epoch,
+    /// The members that have an owner, with it.
+    pub member_owners: &'a [(String, String)],
+    /// Each member's last committed epoch.
+    pub last_committed: &'a [Option<Epoch>],
+}
+
+/// The checkpoint-reset guard (docs/protocol.md §5): `mine` is the writer's query (None: it
+/// knows none), `restart` is `on_new_query="restart"`.
+pub fn owner_decision(
+    records: &OwnerRecords<'_>,
+    mine: Option<&str>,
+    restart: bool,
+) -> Result<OwnerDecision, Refusal> {
+    let Some(mine) = mine else {
+        return Ok(OwnerDecision::Keep {
+            epoch_base: records.epoch_base,
+        });
+    };
+    let registry_foreign = records.owner.filter(|o| *o != mine);
+    let member_foreign = records
+        .member_owners
+        .iter()
+        .find(|(_, o)| o != mine)
+        .map(|(_, o)| o.as_str());
+    let Some(previous) = registry_foreign.or(member_foreign) else {
+        return Ok(if records.owner == Some(mine) {
+            OwnerDecision::Keep {
+                epoch_base: records.epoch_base,
+            }
+        } else {
+            OwnerDecision::Claim {
+                epoch_base: records.epoch_base,
+                replaced: None,
+            }
+        });
+    };
+    if !restart {
+        let mut members = records.members.to_vec();
+        members.sort();
+        return Err(Refusal::new(
+            RefusalKind::ForeignOwner,
+            format!(
+                "sinks {members:?} are owned by query {previous:?}, not by {mine:?}: their \
+                 committed epochs belong to that query (a query restarted from a new checkpoint \
+                 starts again at batch 0, and every batch would be taken for a replay and \
+                 skipped). To make this query the owner and start over, run `laminar reset {}` \
+                 or pass exactly_once(..., on_new_query=\"restart\"); to continue the old query, \
+                 restart it from its own checkpoint",
+                records.registry_id
+            ),
+        ));
+    }
+    Ok(OwnerDecision::Claim {
+        epoch_base: next_epoch_base(records.epoch_base, records.last_committed.iter().copied()),
+        replaced: Some(previous.to_owned()),
+    })
+}
+
+// -- laminar.txn_state ------------------------------------------------------------------------------
+
+/// A Kafka sink's decision row, as far as its transitions go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TxnRow {
+    /// No row.
+    None,
+    /// The last decided epoch.
+    Decided(Epoch),
+    /// A row whose prepared state does not decode (its epoch column still reads).
+    Corrupt(Epoch),
+}
+
+/// A change of a decision row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TxnEvent {
+    /// The decision transaction records epoch `e` (never behind the row's epoch: a replay of an
+    /// incomplete epoch records it again).
+    Decide(Epoch),
+    /// `laminar resolve kafka:<tid> --commit` of a corrupt row: same epoch, the unreadable
+    /// producer identity forgotten (recovery then completes it from the redo log or the replay).
+    Repair,
+    /// `laminar resolve kafka:<tid> --rollback --force`: the decision moves back to Kafka's
+    /// marker (None: no marker).
+    ForceBack(Option<Epoch>),
+}
+
+/// The kind of a [`TxnRow`] (the rows of the table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TxnRowKind {
+    /// [`TxnRow::None`].
+    None,
+    /// [`TxnRow::Decided`].
+    Decided,
+    /// [`TxnRow::Corrupt`].
+    Corrupt,
+}
+
+/// The kind of a [`TxnEvent`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TxnEventKind {
+    /// [`TxnEvent::Decide`].
+    Decide,
+    /// [`TxnEvent::Repair`].
+    Repair,
+    /// [`TxnEvent::ForceBack`].
+    ForceBack,
+}
+
+/// Every legal change of a decision row; [`txn_next`] also keeps `Decide` from going back.
+pub const TXN_TRANSITIONS: &[(TxnRowKind, TxnEventKind, TxnRowKind)] = &[
+    (TxnRowKind::None, TxnEventKind::Decide, TxnRowKind::Decided),
+    (
+        TxnRowKind::Decided,
+        TxnEventKind::Decide,
+        TxnRowKind::Decided,
+    ),
+    (
+        TxnRowKind::Corrupt,
+        TxnEventKind::Repair,
+        TxnRowKind::Decided,
+    ),
+    (
+        TxnRowKind::Decided,
+        TxnEventKind::ForceBack,
+        TxnRowKind::Decided,
+    ),
+    (
+        TxnRowKind::Corrupt,
+        TxnEventKind::ForceBack,
+        TxnRowKind::Decided,
+    ),
+];
+
+impl TxnRow {
+    fn kind(self) -> TxnRowKind {
+        match self {
+            TxnRow::None => TxnRowKind::None,
+            TxnRow::Decided(_) => TxnRowKind::Decided,
+            TxnRow::Corrupt(_) => TxnRowKind::Corrupt,
+        }
+    }
+}
+
+impl TxnEvent {
+    fn kind(self) -> TxnEventKind {
+        match self {
+            TxnEvent::Decide(_) => TxnEventKind::Decide,
+            TxnEvent::Repair => TxnEventKind::Repair,
+            TxnEvent::ForceBack(_) => TxnEventKind::ForceBack,
+        }
+    }
+}
+
+/// The decision row after `event`, or [`CoreError::IllegalState`] naming both.
+pub fn txn_next(row: TxnRow, event: TxnEvent) -> Result<TxnRow, CoreError> {
+    let legal = TXN_TRANSITIONS
+        .iter()
+        .any(|(from, e, _)| *from == row.kind() && *e == event.kind());
+    let illegal = |why: &str| {
+        CoreError::IllegalState(format!(
+            "decision row (laminar.txn_state): cannot {event:?} from {row:?}{why}"
+        ))
+    };
+    if !legal {
+        return Err(illegal(match row {
+            TxnRow::Corrupt(_) => " (a corrupt decision is only changed by the operator)",
+            _ => "",
+        }));
+    }
+    Ok(match (row, event) {
+        (TxnRow::Decided(d), TxnEvent::Decide(e)) if e < d => {
+            return Err(illegal(" (a decision never goes back to an earlier epoch)"));
+        }
+        (_, TxnEvent::Decide(e)) => TxnRow::Decided(e),
+        (TxnRow::Corrupt(d), TxnEvent::Repair) => TxnRow::Decided(d),
+        (_, TxnEvent::ForceBack(marker)) => TxnRow::Decided(marker.unwrap_or(-1)),
+        _ => return Err(illegal("")),
+    })
+}
+
+/// What a decision row says, decoded (its prepared state parsed by the core).
+pub fn decision_record(row: &DecisionRow) -> DecisionRecord {
+    match PreparedTxnState::parse(&row.prepared_state) {
+        Ok(state) => DecisionRecord::Decided {
+            epoch: row.epoch,
+            previous: row.previous_epoch,
+            producer: ProducerIdentity::known(state.producer_id, state.producer_epoch),
+        },
+        Err(e) => DecisionRecord::Corrupt {
+            reason: e.to_string(),
+        },
+    }
+}
+
+/// A decision row's place in the table.
+pub fn txn_row(record: &DecisionRecord, epoch: Epoch) -> TxnRow {
+    match record {
+        DecisionRecord::None => TxnRow::None,
+        DecisionRecord::Decided { epoch, .. } => TxnRow::Decided(*epoch),
+        DecisionRecord::Corrupt { .. } => TxnRow::Corrupt(epoch),
+    }
+}
+
+/// The prepared-state text of a decision that knows no producer (`resolve`'s repair and forced
+/// rollback): recovery can only complete it from the redo log or the replay.
+pub fn anonymous_prepared_state(transactional_id: &str, epoch: Epoch) -> String {
+    PreparedTxnState::new(Some(transactional_id.to_owned()), epoch).to_text()
+}
+
+/// Why a refusal or a failure from a transition check: an illegal change is a refusal.
+pub(crate) fn illegal(e: CoreError) -> Refusal {
+    Refusal::new(RefusalKind::IllegalTransition, e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn committed_and_base_rules() {
+        assert!(!epoch_committed(None, 0));
+        assert!(epoch_committed(Some(3), 3));
+        assert!(epoch_committed(Some(4), 3));
+        assert!(!epoch_committed(Some(2), 3));
+        assert_eq!(next_epoch_base(0, [None, None]), 0);
+        assert_eq!(next_epoch_base(0, [Some(4), None, Some(9)]), 10);
+        assert_eq!(next_epoch_base(20, [Some(4)]), 20);
+    }
+
+    fn records<'a>(
+        owner: Option<&'a str>,
+        member_owners: &'a [(String, String)],
+        members: &'a [String],
+        last: &'a [Option<Epoch>],
+    ) -> OwnerRecords<'a> {
+        OwnerRecords {
+            registry_id: "g",
+            members,
+            owner,
+            epoch_base: 2,
+            member_owners,
+            last_committed: last,
+        }
+    }
+
+    #[test]
+    fn the_owner_guard() {
+        let members = vec!["a".to_owned(), "b".to_owned()];
+        let last = [Some(7), None];
+        let none: Vec<(String, String)> = vec![];
+        let keep = OwnerDecision::Keep { epoch_base: 2 };
+        assert_eq!(
+            owner_decision(&records(Some("q"), &none, &members, &last), None, false),
+            Ok(keep.clone())
+        );
+        assert_eq!(
+            owner_decision(
+                &records(Some("q"), &none, &members, &last),
+                Some("q"),
+                false
+            ),
+            Ok(keep)
+        );
+        assert_eq!(
+            owner_decision(&records(None, &none, &members, &last), Some("q"), false),
+            Ok(OwnerDecision::Claim {
+                epoch_base: 2,
+                replaced: None
+            })
+        );
+        let err = owner_decision(
+            &records(Some("old"), &none, &members, &last),
+            Some("q"),
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(err.kind, RefusalKind::ForeignOwner);
+        assert!(err.message.contains("\"old\"") && err.message.contains("laminar reset g"));
+        let foreign_member = vec![("b".to_owned(), "other".to_owned())];
+        assert_eq!(
+            owner_decision(
+                &records(None, &foreign_member, &members, &last),
+                Some("q"),
+                true
+            ),
+            Ok(OwnerDecision::Claim {
+                epoch_base: 8,
+                replaced: Some("other".into())
+            })
+        );
+    }
+
+    #[test]
+    fn txn_state_transitions() {
+        assert_eq!(
+            txn_next(TxnRow::None, TxnEvent::Decide(3)),
+            Ok(TxnRow::Decided(3))
+        );
+        assert_eq!(
+            txn_next(TxnRow::Decided(3), TxnEvent::Decide(3)),
+            Ok(TxnRow::Decided(3))
+        );
+        assert_eq!(
+            txn_next(TxnRow::Decided(3), TxnEvent::Decide(5)),
+            Ok(TxnRow::Decided(5))
+        );
+        let Err(CoreError::IllegalState(m)) = txn_next(TxnRow::Decided(5), TxnEvent::Decide(4))
+        else {
+            panic!()
+        };
+        assert!(m.contains("never goes back"), "{m}");
+        assert!(txn_next(TxnRow::Corrupt(5), TxnEvent::Decide(6)).is_err());
+        assert!(txn_next(TxnRow::Decided(5), TxnEvent::Repair).is_err());
+        assert!(txn_next(TxnRow::None, TxnEvent::ForceBack(None)).is_err());
+        assert_eq!(
+            txn_next(TxnRow::Corrupt(5), TxnEvent::Repair),
+            Ok(TxnRow::Decided(5))
+        );
+        assert_eq!(
+            txn_next(TxnRow::Decided(5), TxnEvent::ForceBack(Some(4))),
+            Ok(TxnRow::Decided(4))
+        );
+        assert_eq!(
+            txn_next(TxnRow::Corrupt(5), TxnEvent::ForceBack(None)),
+            Ok(TxnRow::Decided(-1))
+        );
+    }
+
+    #[test]
+    fn decision_rows_decode_in_the_core() {
+        let mut state = PreparedTxnState::new(Some("t".into()), 4);
+        state.producer_id = 7;
+        state.producer_epoch = 2;
+        let row = DecisionRow {
+            transactional_id: "t".into(),
+            epoch: 4,
+            previous_epoch: Some(3),
+            prepared_state: state.to_text(),
+            group_id: "g".into(),
+            age_s: 0.0,
+        };
+        assert_eq!(
+            decision_record(&row),
+            DecisionRecord::Decided {
+                epoch: 4,
+                previous: Some(3),
+                producer: ProducerIdentity::known(7, 2)
+            }
+        );
+        let bad = DecisionRow {
+            prepared_state: "lm1.garbage".into(),
+            ..row.clone()
+        };
+        assert!(matches!(
+            decision_record(&bad),
+            DecisionRecord::Corrupt { .. }
+        ));
+        let anon = DecisionRow {
+            prepared_state: anonymous_prepared_state("t", 4),
+            ..row
+        };
+        assert!(matches!(
+            decision_record(&anon),
+            DecisionRecord::Decided { producer: None, .. }
+        ));
+    }
+}

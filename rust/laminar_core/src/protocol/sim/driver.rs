@@ -1,0 +1,292 @@
+//! The simulation's driver: performs each command against the in-memory stores and reports the
+//! result, exactly as the Python drivers do against psycopg, confluent-kafka and `kafka_log`. It
+//! decides nothing: every branch here is the behaviour of a store or a client (a broker that
+//! fences, a transaction that timed out, a COPY that claims an epoch), never of the protocol.
+
+use std::collections::BTreeMap;
+
+use crate::prepared::PreparedTxnState;
+
+use super::super::command::{Command, Event, Failure, FailureKind};
+use super::super::{End, Epoch, Machine};
+use super::db::perform_db;
+use super::kafka::KafkaErr;
+use super::pg::Pg;
+use super::sinks::{sink_begin, sink_commit, sink_prepare, sink_recover, write_rows};
+use super::tasks::run_tasks;
+use super::{Record, World};
+
+/// The process died at a crash point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::protocol) struct Crash;
+
+/// A Kafka sink in a process: its producer and what its tracker knows.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Producer {
+    pub(super) epoch: Option<i32>,
+    pub(super) last: Option<Epoch>,
+    pub(super) open: Option<Epoch>,
+    pub(super) prepared: bool,
+    /// A commit whose answer was lost: (epoch, the producer is still there).
+    pub(super) in_doubt: Option<Epoch>,
+}
+
+/// A process of the writer (or of a task): its clients and its open transaction.
+#[derive(Debug, Default)]
+pub(in crate::protocol) struct Proc {
+    pub(super) producers: BTreeMap<String, Producer>,
+    /// PostgreSQL sinks: the epoch and rows of the open transaction, and what the tracker knows.
+    pub(super) staged: BTreeMap<String, (Epoch, Vec<Record>)>,
+    pub(super) pg_last: BTreeMap<String, Option<Epoch>>,
+    pub(super) pg_in_doubt: BTreeMap<String, Epoch>,
+    /// The open transaction on the decision database.
+    pub(super) txn: Option<Pg>,
+    pub(super) kept: BTreeMap<String, Vec<Record>>,
+    pub(super) redo_read: Vec<Vec<Record>>,
+    /// A task's partition and its PostgreSQL participants' gids.
+    pub(super) part: Option<u32>,
+    pub(super) gids: BTreeMap<String, String>,
+}
+
+/// Drives `machine` to its end in process `proc`.
+pub(in crate::protocol) fn drive(
+    w: &mut World,
+    proc: &mut Proc,
+    machine: &mut dyn Machine,
+) -> Result<End, Crash> {
+    let mut guard = 0;
+    while let Some(command) = machine.poll() {
+        guard += 1;
+        assert!(guard < 100_000, "machine does not end");
+        let event = perform(w, proc, &command)?;
+        machine.handle(event);
+    }
+    Ok(machine.end().cloned().expect("ended"))
+}
+
+pub(super) fn failed(kind: FailureKind, message: impl Into<String>) -> Event {
+    Event::Failed(Failure::new(kind, message))
+}
+
+pub(super) fn kafka_failure(e: KafkaErr) -> Event {
+    match e {
+        KafkaErr::Fenced => failed(FailureKind::Fenced, "producer fenced"),
+        KafkaErr::NoTransaction => failed(
+            FailureKind::Abortable { retriable: true },
+            "the broker aborted the transaction",
+        ),
+    }
+}
+
+pub(super) fn prepared_state(tid: &str, epoch: Epoch, identity: (i64, i32)) -> String {
+    let mut state = PreparedTxnState::new(Some(tid.to_owned()), epoch);
+    state.producer_id = identity.0;
+    state.producer_epoch = identity.1;
+    state.to_text()
+}
+
+impl Proc {
+    /// The Kafka transactional id a sink id names (a task names participants `kafka:<tid>`).
+    pub(super) fn kafka_tid(w: &World, sink_id: &str) -> Option<String> {
+        let tid = sink_id.strip_prefix("kafka:").unwrap_or(sink_id);
+        w.kafka_base(tid).map(|_| tid.to_owned())
+    }
+
+    /// The PostgreSQL sink a sink id names (a task names participants `pg:<sink>:p<part>`).
+    pub(super) fn pg_sink(w: &World, sink_id: &str) -> Option<String> {
+        let sink = sink_id
+            .strip_prefix("pg:")
+            .and_then(|s| s.rsplit_once(':'))
+            .map_or(sink_id, |(s, _)| s);
+        w.pg_sinks
+            .iter()
+            .any(|s| s == sink)
+            .then(|| sink.to_owned())
+    }
+
+    pub(super) fn producer(&mut self, w: &mut World, tid: &str) -> (i32, &mut Producer) {
+        if self.producers.get(tid).and_then(|p| p.epoch).is_none() {
+            let (_, epoch) = w.kafka.init_transactions(tid);
+            let marker = w.kafka.marker(tid);
+            let p = self.producers.entry(tid.to_owned()).or_default();
+            p.epoch = Some(epoch);
+            p.last = marker;
+            p.open = None;
+            p.prepared = false;
+        }
+        let p = self.producers.get_mut(tid).expect("initialised above");
+        (p.epoch.unwrap_or_default(), p)
+    }
+}
+
+/// Performs one command. `Err(Crash)`: the process died at a crash point.
+pub(super) fn perform(w: &mut World, proc: &mut Proc, command: &Command) -> Result<Event, Crash> {
+    w.kafka.advance(w.step_ms);
+    if let Some(event) = perform_db(w, proc, command)? {
+        return Ok(event);
+    }
+    let event = match command.clone() {
+        Command::Reached { point } => {
+            w.point(point)?;
+            Event::Ack
+        }
+        Command::Sleep { ms } => {
+            w.kafka.advance(ms);
+            Event::Ack
+        }
+        Command::Log { .. } | Command::RegisterGroup { .. } | Command::LockPartition { .. } => {
+            Event::Ack
+        }
+        Command::InitSink { sink_id } | Command::ReinitProducer { sink_id } => {
+            if let Some(tid) = Proc::kafka_tid(w, &sink_id) {
+                proc.producers.remove(&tid);
+                proc.producer(w, &tid);
+            } else if let Some(sink) = Proc::pg_sink(w, &sink_id) {
+                proc.staged.remove(&sink);
+                proc.pg_last
+                    .insert(sink.clone(), w.pg.sink_epochs.get(&sink).copied());
+            }
+            Event::Ack
+        }
+        Command::KnownEpoch { sink_id } => {
+            let epoch = match Proc::kafka_tid(w, &sink_id) {
+                Some(tid) => proc.producer(w, &tid).1.last,
+                None => proc.pg_last.get(&sink_id).copied().flatten(),
+            };
+            Event::Marker {
+                epoch,
+                now_ms: w.kafka.now_ms,
+            }
+        }
+        Command::SinkBegin { sink_id, epoch } => sink_begin(w, proc, &sink_id, epoch)?,
+        Command::SinkWrite {
+            sink_id,
+            epoch,
+            keep,
+        } => {
+            let rows: Vec<Record> = (0..w.rows).map(|r| (epoch, r)).collect();
+            write_rows(w, proc, &sink_id, &rows, keep)?
+        }
+        Command::SinkPrepare { sink_id, epoch } => sink_prepare(w, proc, &sink_id, epoch)?,
+        Command::SinkCommit { sink_id, epoch } => sink_commit(w, proc, &sink_id, epoch)?,
+        Command::SinkAbort { sink_id, .. } | Command::AbortProducer { sink_id } => {
+            if let Some(tid) = Proc::kafka_tid(w, &sink_id) {
+                let (pe, p) = proc.producer(w, &tid);
+                p.open = None;
+                p.prepared = false;
+                if w.kafka.abort(&tid, pe).is_err() {
+                    // an abort that fails: a new producer makes it final
+                    proc.producers.remove(&tid);
+                    proc.producer(w, &tid);
+                }
+            } else if let Some(sink) = Proc::pg_sink(w, &sink_id) {
+                proc.staged.remove(&sink);
+                if let Some(gid) = proc.gids.get(&sink_id) {
+                    w.pg.finish_prepared(&gid.clone(), false);
+                }
+            }
+            Event::Ack
+        }
+        Command::SinkRecover { sink_id } => sink_recover(w, proc, &sink_id)?,
+        Command::RetryCommit { sink_id, .. } => {
+            let tid = Proc::kafka_tid(w, &sink_id).expect("a Kafka sink");
+            let (pe, p) = proc.producer(w, &tid);
+            p.in_doubt = None;
+            let open = w.kafka.tids.get(&tid).is_some_and(|t| t.open.is_some());
+            if !open {
+                // committed before its answer was lost (the retry learns it), or gone
+                let held = w.kafka.marker(&tid) >= p.open;
+                p.open = None;
+                if held {
+                    Event::Ack
+                } else {
+                    failed(
+                        FailureKind::Abortable { retriable: true },
+                        "transaction gone",
+                    )
+                }
+            } else {
+                match w.kafka.commit(&tid, pe) {
+                    Ok(()) => Event::Ack,
+                    Err(e) => kafka_failure(e),
+                }
+            }
+        }
+        Command::ReadMarker { sink_id } => match Proc::kafka_tid(w, &sink_id) {
+            Some(tid) => Event::Marker {
+                epoch: w.kafka.marker(&tid),
+                now_ms: w.kafka.now_ms,
+            },
+            None => Event::Missing,
+        },
+        Command::ProduceRedo { sink_id, blob, .. } => {
+            let rows = proc
+                .redo_read
+                .get(blob as usize)
+                .cloned()
+                .unwrap_or_default();
+            write_rows(w, proc, &sink_id, &rows, false)?
+        }
+        Command::EndTxn {
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            ..
+        } => {
+            match w
+                .kafka
+                .end_txn(&transactional_id, producer_id, producer_epoch)
+            {
+                Ok(()) => Event::EndTxn { refused: None },
+                Err(e) => Event::EndTxn {
+                    refused: Some(format!("{e:?}")),
+                },
+            }
+        }
+        Command::FenceProducer { transactional_id } => {
+            match Proc::kafka_tid(w, &transactional_id) {
+                Some(tid) => {
+                    w.kafka.init_transactions(&tid);
+                    Event::Ack
+                }
+                None => Event::Missing,
+            }
+        }
+        Command::RunTasks { dtid, epoch } => run_tasks(w, &dtid, epoch),
+        Command::PeekPartition => Event::Found {
+            found: !w.partition(proc.part.unwrap_or_default()).is_empty(),
+        },
+        Command::WritePartition => {
+            let part = proc.part.unwrap_or_default();
+            let epoch = proc
+                .producers
+                .values()
+                .find_map(|p| p.open)
+                .or_else(|| proc.staged.values().next().map(|(e, _)| *e))
+                .unwrap_or_default();
+            let rows: Vec<Record> = w.partition(part).into_iter().map(|r| (epoch, r)).collect();
+            let opened: Vec<String> = proc
+                .producers
+                .iter()
+                .filter(|(_, p)| p.open.is_some())
+                .map(|(t, _)| t.clone())
+                .chain(proc.staged.keys().cloned())
+                .collect();
+            for sink in opened {
+                if let Event::Failed(f) = write_rows(w, proc, &sink, &rows, false)? {
+                    return Ok(Event::Failed(f));
+                }
+            }
+            Event::Rows {
+                count: rows.len() as u64,
+            }
+        }
+        Command::ReleaseParticipants { .. } => {
+            proc.producers.clear();
+            proc.staged.clear();
+            Event::Ack
+        }
+        _ => unreachable!("a decision-database command: perform_db"),
+    };
+    Ok(event)
+}

@@ -1,0 +1,353 @@
+//! Scale-out in the simulation: the coordinator ([`super::super::distributed::ScaleOutEpoch`])
+//! and its tasks, Spark's retries and speculative twins, a failing job, a coordinator crash at
+//! every scale-out point of the enum, the watcher's rules, and what `laminar resolve` may do.
+
+use std::collections::BTreeSet;
+
+use proptest::prelude::*;
+
+use super::super::atomic::GroupConfig;
+use super::super::crash::{CrashPoint, Protocol};
+use super::super::records::DtState;
+use super::super::watcher::resolve::{Resolve, ResolveOutcome, ResolveTarget};
+use super::super::watcher::{ItemOutcome, PassConfig, WatcherPass};
+use super::super::{End, Epoch, RefusalKind};
+use super::atomic_tests::{Writer, config, run};
+use super::{Collected, Crash, Proc, World, drive, points_of};
+
+const EPOCHS: Epoch = 3;
+
+fn world() -> World {
+    World::new(&["pg"], &["k"], 1_000_000)
+}
+
+fn scaled(w: &World) -> GroupConfig {
+    GroupConfig {
+        scale_out: true,
+        ..config(w, false)
+    }
+}
+
+/// The scenarios every point is walked in.
+fn scenarios() -> Vec<World> {
+    let mut out = Vec::new();
+    for (twin, fail) in [
+        (None, None),
+        (Some(Collected::First), None),
+        (Some(Collected::Second), None),
+        (None, Some(1)),
+    ] {
+        let mut w = world();
+        w.tasks.twin = twin;
+        w.tasks.fail_part = fail;
+        out.push(w);
+    }
+    let mut two = World::new(&["pg1", "pg2"], &["k1", "k2"], 1_000_000);
+    two.rows = 5;
+    out.push(two);
+    out
+}
+
+fn clone_world(t: &World) -> World {
+    let pg: Vec<&str> = t.pg_sinks.iter().map(String::as_str).collect();
+    let kafka: Vec<&str> = t.kafka_sinks.iter().map(String::as_str).collect();
+    let mut w = World::new(&pg, &kafka, t.kafka.timeout_ms);
+    w.rows = t.rows;
+    w.tasks.parts = t.tasks.parts;
+    w.tasks.twin = t.tasks.twin;
+    w.tasks.fail_part = t.tasks.fail_part;
+    w
+}
+
+pub(super) fn coverage() -> BTreeSet<CrashPoint> {
+    let mut seen = BTreeSet::new();
+    for template in scenarios() {
+        let mut w = clone_world(&template);
+        let c = scaled(&w);
+        w.crash_at = Some((CrashPoint::ScaleoutAfterDecision, 1));
+        run(&mut w, &c, EPOCHS, |_| {});
+        seen.extend(w.seen);
+    }
+    seen
+}
+
+fn pass(w: &mut World, config: PassConfig) -> WatcherPass {
+    let mut pass = WatcherPass::new(config);
+    assert_eq!(drive(w, &mut Proc::default(), &mut pass), Ok(End::Ok));
+    pass
+}
+
+fn watcher_config(resolve_after_s: f64) -> PassConfig {
+    let mut c = PassConfig::owned_group("g", &["pg".to_owned()]);
+    c.group_id = None;
+    c.sink_ids = None;
+    c.thresholds.resolve_after_s = resolve_after_s;
+    c
+}
+
+#[test]
+fn no_crash_writes_every_epoch_once_through_the_tasks() {
+    for template in scenarios() {
+        let mut w = clone_world(&template);
+        let c = scaled(&w);
+        let r = run(&mut w, &c, EPOCHS, |_| {});
+        assert_eq!(r.restarts, 0);
+        assert!(w.seen.contains(&CrashPoint::ScaleoutTaskAfterPrepare));
+    }
+}
+
+/// Every scale-out crash point of the enum, at its n-th occurrence, in every scenario: a
+/// coordinator point kills the writer (restarted, its start-up resolves the leftovers), a task
+/// point kills the task attempt (Spark retries it).
+#[test]
+fn a_crash_at_every_scaleout_point_of_the_enum_ends_exactly_once() {
+    let walked = points_of(&[Protocol::Scaleout, Protocol::Postgres]);
+    let mut crashed = BTreeSet::new();
+    for template in scenarios() {
+        for &point in &walked {
+            for nth in 1..=4 {
+                let mut w = clone_world(&template);
+                let c = scaled(&w);
+                w.crash_at = Some((point, nth));
+                run(&mut w, &c, EPOCHS, |_| {});
+                if w.crash_at.is_none() {
+                    crashed.insert(point);
+                }
+            }
+        }
+    }
+    let never: Vec<&str> = points_of(&[Protocol::Scaleout])
+        .into_iter()
+        .filter(|p| !crashed.contains(p))
+        .map(CrashPoint::name)
+        .collect();
+    assert!(never.is_empty(), "never crashed at {never:?}");
+}
+
+#[test]
+fn a_speculative_twin_commits_only_when_its_result_is_the_one_collected() {
+    for which in [Collected::First, Collected::Second] {
+        let mut w = world();
+        w.tasks.twin = Some(which);
+        let c = scaled(&w);
+        let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
+        let end = writer.write(&mut w, 0).expect("no crash");
+        match which {
+            // the twin claimed last: the collected attempt is not the claimant, roll back
+            Collected::First => match end {
+                End::Refused(r) => assert_eq!(r.kind, RefusalKind::NotDecided),
+                other => panic!("{other:?}"),
+            },
+            Collected::Second => assert_eq!(end, End::Ok),
+        }
+        assert!(w.pg.dt_state.is_empty(), "concluded either way");
+        assert!(w.pg.prepared.is_empty());
+        assert_eq!(writer.write(&mut w, 0).expect("no crash"), End::Ok);
+        w.check_exactly_once(1);
+    }
+}
+
+#[test]
+fn a_failed_job_is_rolled_back_and_written_again() {
+    let mut w = world();
+    w.tasks.fail_part = Some(2);
+    let c = scaled(&w);
+    let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
+    assert!(!writer.write(&mut w, 0).expect("no crash").is_ok());
+    assert!(w.seen.contains(&CrashPoint::ScaleoutAfterSetRollback));
+    assert!(w.pg.prepared.is_empty() && w.pg.dt_state.is_empty());
+    assert_eq!(writer.write(&mut w, 0).expect("no crash"), End::Ok);
+    w.check_exactly_once(1);
+}
+
+#[test]
+fn empty_partitions_prepare_nothing_and_an_empty_epoch_decides_nothing() {
+    let mut w = world();
+    w.rows = 2; // partition 2 is empty
+    let c = scaled(&w);
+    run(&mut w, &c, EPOCHS, |_| {});
+    let mut w = world();
+    w.rows = 0;
+    let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
+    assert_eq!(writer.write(&mut w, 0).expect("no crash"), End::Ok);
+    assert!(!writer.group.committed(), "nothing written");
+    assert!(w.pg.dt_state.is_empty(), "concluded (conclude_empty)");
+}
+
+#[test]
+fn a_recorded_rollback_is_carried_on_not_recorded_twice() {
+    let mut w = world();
+    w.tasks.fail_part = Some(0);
+    let c = scaled(&w);
+    let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
+    w.crash_at = Some((CrashPoint::ScaleoutAfterSetRollback, 1));
+    assert_eq!(writer.write(&mut w, 0), Err(Crash));
+    assert_eq!(
+        w.pg.dt_state.values().next().map(|r| r.state),
+        Some(DtState::Rollback)
+    );
+    // the restarted writer's start-up resolves it: rollback -> (no transition) -> concluded
+    let (mut writer, end) = Writer::start(&mut w, &c).expect("no crash");
+    assert_eq!(end, End::Ok);
+    assert!(w.pg.dt_state.is_empty() && w.pg.prepared.is_empty());
+    assert_eq!(writer.write(&mut w, 0).expect("no crash"), End::Ok);
+    w.check_exactly_once(1);
+}
+
+#[test]
+fn the_watcher_completes_a_decided_epoch_and_rolls_back_an_undecided_one() {
+    for (point, decided) in [
+        (CrashPoint::ScaleoutAfterDecision, true),
+        (CrashPoint::ScaleoutMidCompletion, true),
+        (CrashPoint::ScaleoutAfterTasks, false),
+        (CrashPoint::ScaleoutAfterCreate, false),
+    ] {
+        let mut w = world();
+        let c = scaled(&w);
+        let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
+        w.crash_at = Some((point, 1));
+        assert_eq!(writer.write(&mut w, 0), Err(Crash));
+        // too young for the threshold: left alone
+        let young = pass(&mut w, watcher_config(60.0));
+        assert!(
+            young
+                .items()
+                .iter()
+                .all(|i| i.outcome == ItemOutcome::Unresolved),
+            "{point}"
+        );
+        assert!(!w.pg.dt_state.is_empty());
+        let done = pass(&mut w, watcher_config(0.0));
+        assert_eq!(done.unresolved().count(), 0, "{point}: {:?}", done.items());
+        assert!(
+            w.pg.dt_state.is_empty() && w.pg.prepared.is_empty(),
+            "{point}"
+        );
+        assert_eq!(w.pg.sink_epochs.contains_key("pg"), decided, "{point}");
+        let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
+        assert_eq!(writer.write(&mut w, 0).expect("no crash"), End::Ok);
+        assert_eq!(writer.write(&mut w, 1).expect("no crash"), End::Ok);
+        w.check_exactly_once(2);
+    }
+}
+
+fn resolve(
+    w: &mut World,
+    target: ResolveTarget,
+    commit: bool,
+    force: bool,
+) -> (End, Option<ResolveOutcome>) {
+    let mut m = Resolve::new(target, commit, force);
+    let end = drive(w, &mut Proc::default(), &mut m).expect("no crash");
+    (end, m.outcome().cloned())
+}
+
+fn refused(end: &End) -> Option<RefusalKind> {
+    match end {
+        End::Refused(r) => Some(r.kind),
+        _ => None,
+    }
+}
+
+#[test]
+fn resolve_never_goes_against_a_decision_without_force() {
+    // an undecided epoch: commit refused, rollback allowed
+    let mut w = world();
+    let c = scaled(&w);
+    let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
+    w.crash_at = Some((CrashPoint::ScaleoutAfterTasks, 1));
+    assert_eq!(writer.write(&mut w, 0), Err(Crash));
+    let dtid = "laminar:g:0".to_owned();
+    let (end, _) = resolve(&mut w, ResolveTarget::Dtid(dtid.clone()), true, false);
+    assert_eq!(refused(&end), Some(RefusalKind::AgainstDecision));
+    let gid = w.pg.prepared.keys().next().cloned().expect("prepared");
+    let (end, _) = resolve(&mut w, ResolveTarget::Gid(gid.clone()), true, false);
+    assert_eq!(refused(&end), Some(RefusalKind::AgainstDecision));
+    let (end, outcome) = resolve(&mut w, ResolveTarget::Dtid(dtid.clone()), false, false);
+    assert_eq!(
+        (end, outcome),
+        (End::Ok, Some(ResolveOutcome::Resolved { done: true }))
+    );
+    assert!(w.pg.prepared.is_empty() && w.pg.dt_state.is_empty());
+    let (end, _) = resolve(&mut w, ResolveTarget::Dtid(dtid), false, false);
+    assert_eq!(refused(&end), Some(RefusalKind::NotFound));
+    let (end, _) = resolve(&mut w, ResolveTarget::Gid(gid), false, false);
+    assert_eq!(refused(&end), Some(RefusalKind::NotFound));
+
+    // a decided epoch: rollback refused without force; commit completes it
+    let mut w = world();
+    let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
+    w.crash_at = Some((CrashPoint::ScaleoutAfterDecision, 1));
+    assert_eq!(writer.write(&mut w, 0), Err(Crash));
+    let gid = w.pg.prepared.keys().next().cloned().expect("prepared");
+    let (end, _) = resolve(&mut w, ResolveTarget::Gid(gid), false, false);
+    assert_eq!(refused(&end), Some(RefusalKind::AgainstDecision));
+    let (end, _) = resolve(
+        &mut w,
+        ResolveTarget::Dtid("laminar:g:0".into()),
+        false,
+        false,
+    );
+    assert_eq!(refused(&end), Some(RefusalKind::AgainstDecision));
+    let (end, outcome) = resolve(
+        &mut w,
+        ResolveTarget::Dtid("laminar:g:0".into()),
+        true,
+        false,
+    );
+    assert_eq!(
+        (end, outcome),
+        (End::Ok, Some(ResolveOutcome::Resolved { done: true }))
+    );
+    w.check_exactly_once(1);
+}
+
+#[test]
+fn resolve_of_a_kafka_decision_completes_it_or_moves_it_back_only_with_force() {
+    let mut w = World::new(&["pg"], &["k"], 50);
+    let c = config(&w, false);
+    let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
+    w.crash_at = Some((CrashPoint::AtomicAfterDecision, 1));
+    assert_eq!(writer.write(&mut w, 0), Err(Crash));
+    w.kafka.advance(1_000); // the broker gave the transaction up
+    let target = || ResolveTarget::Kafka("k".into());
+    let (end, outcome) = resolve(&mut w, target(), true, false);
+    assert_eq!(
+        (end, outcome),
+        (End::Ok, Some(ResolveOutcome::AwaitsReplay { epoch: 0 }))
+    );
+    let (end, _) = resolve(&mut w, target(), false, false);
+    assert_eq!(refused(&end), Some(RefusalKind::AgainstDecision));
+    let (end, outcome) = resolve(&mut w, target(), false, true);
+    assert_eq!(
+        (end, outcome),
+        (End::Ok, Some(ResolveOutcome::MovedBack { marker: None }))
+    );
+    assert_eq!(w.pg.txn_state["k"].epoch, -1);
+    let (end, _) = resolve(&mut w, ResolveTarget::Kafka("nope".into()), true, false);
+    assert_eq!(refused(&end), Some(RefusalKind::NotFound));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Random crashes at scale-out points, in random scenarios: always exactly once.
+    #[test]
+    fn random_scaleout_crash_schedules_always_end_exactly_once(
+        scenario in 0usize..5,
+        crashes in proptest::collection::vec((0usize..64, 1u32..4), 0..6),
+    ) {
+        let mut w = clone_world(&scenarios()[scenario]);
+        let c = scaled(&w);
+        let all = points_of(&[Protocol::Scaleout, Protocol::Kafka, Protocol::Postgres]);
+        let mut schedule = crashes.into_iter();
+        let arm = |w: &mut World, s: Option<(usize, u32)>| {
+            if let Some((p, nth)) = s {
+                w.reached.clear();
+                w.crash_at = Some((all[p % all.len()], nth));
+            }
+        };
+        arm(&mut w, schedule.next());
+        run(&mut w, &c, 4, |w| arm(w, schedule.next()));
+    }
+}

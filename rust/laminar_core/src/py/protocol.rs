@@ -1,0 +1,222 @@
+//! Bindings of `protocol`: the crash points, the commands and events of the driver loop, the
+//! machines (`protocol/machines.rs`) and the shared rules. Typed in `_core.pyi`; the driver loop
+//! is described in docs/engine.md.
+
+mod command;
+mod event;
+mod machines;
+
+pub use command::PyCommand;
+pub use event::{PyEvent, ResultTuple, result_tuple};
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use super::errors::refusal_to_py_err;
+use crate::protocol::crash::{CrashPoint, Position, Protocol};
+use crate::protocol::{Epoch, names, records};
+use crate::recovery::{Refusal, RefusalKind};
+
+/// A crash point (see `_core.pyi`).
+#[pyclass(module = "laminar._core", name = "CrashPoint", frozen, eq, hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PyCrashPoint(pub CrashPoint);
+
+fn protocol_of(name: &str) -> PyResult<Protocol> {
+    Protocol::from_name(name).ok_or_else(|| {
+        let known: Vec<&str> = Protocol::ALL.iter().map(|p| p.name()).collect();
+        PyValueError::new_err(format!(
+            "unknown protocol {name:?}; expected one of {known:?}"
+        ))
+    })
+}
+
+#[pymethods]
+impl PyCrashPoint {
+    /// Every crash point, protocol by protocol.
+    #[staticmethod]
+    fn all() -> Vec<PyCrashPoint> {
+        CrashPoint::ALL.iter().map(|p| PyCrashPoint(*p)).collect()
+    }
+
+    /// The points of one protocol.
+    #[staticmethod]
+    fn for_protocol(protocol: &str) -> PyResult<Vec<PyCrashPoint>> {
+        Ok(CrashPoint::for_protocol(protocol_of(protocol)?)
+            .into_iter()
+            .map(PyCrashPoint)
+            .collect())
+    }
+
+    /// The point a name or a legacy name (`atomic.step7`) denotes.
+    #[staticmethod]
+    fn parse(name: &str) -> PyResult<PyCrashPoint> {
+        CrashPoint::from_name(name)
+            .map(PyCrashPoint)
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "unknown crash point {name:?}; CrashPoint.all() lists them"
+                ))
+            })
+    }
+
+    /// Legacy name → name.
+    #[staticmethod]
+    fn legacy_names() -> std::collections::BTreeMap<&'static str, &'static str> {
+        CrashPoint::ALL
+            .iter()
+            .filter_map(|p| Some((p.legacy_name()?, p.name())))
+            .collect()
+    }
+
+    #[getter]
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+
+    #[getter]
+    fn protocol(&self) -> &'static str {
+        self.0.protocol().name()
+    }
+
+    #[getter]
+    fn after(&self) -> &'static str {
+        self.0.after()
+    }
+
+    #[getter]
+    fn position(&self) -> &'static str {
+        match self.0.position() {
+            Position::After => "after",
+            Position::Within => "within",
+        }
+    }
+
+    #[getter]
+    fn legacy_name(&self) -> Option<&'static str> {
+        self.0.legacy_name()
+    }
+
+    #[getter]
+    fn in_task(&self) -> bool {
+        self.0.in_task()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("CrashPoint({:?})", self.0.name())
+    }
+
+    fn __str__(&self) -> &'static str {
+        self.0.name()
+    }
+}
+
+/// The `laminar.errors` exception for a refusal kind (the one bridge; replaces a table in
+/// Python).
+#[pyfunction]
+#[pyo3(signature = (kind, message, *, sink_id=None, epoch=None))]
+fn refusal_error(
+    py: Python<'_>,
+    kind: &str,
+    message: String,
+    sink_id: Option<String>,
+    epoch: Option<Epoch>,
+) -> PyResult<Py<PyAny>> {
+    let kind = RefusalKind::from_name(kind)
+        .ok_or_else(|| PyValueError::new_err(format!("unknown refusal kind {kind:?}")))?;
+    let refusal = Refusal {
+        kind,
+        message,
+        sink_id,
+        epoch,
+    };
+    Ok(refusal_to_py_err(py, &refusal).into_value(py).into_any())
+}
+
+/// The checkpoint-reset guard (docs/protocol.md §5): `("keep", base, None)` or `("claim", base,
+/// replaced owner)`; a foreign owner without `restart` raises `ConfigError` (the bridge).
+#[pyfunction]
+#[pyo3(signature = (
+    registry_id, members, *, owner, epoch_base, member_owners, last_committed, mine, restart,
+))]
+#[allow(clippy::too_many_arguments)]
+fn owner_decision(
+    py: Python<'_>,
+    registry_id: &str,
+    members: Vec<String>,
+    owner: Option<String>,
+    epoch_base: Epoch,
+    member_owners: Vec<(String, String)>,
+    last_committed: Vec<Option<Epoch>>,
+    mine: Option<String>,
+    restart: bool,
+) -> PyResult<(&'static str, Epoch, Option<String>)> {
+    let records = records::OwnerRecords {
+        registry_id,
+        members: &members,
+        owner: owner.as_deref(),
+        epoch_base,
+        member_owners: &member_owners,
+        last_committed: &last_committed,
+    };
+    match records::owner_decision(&records, mine.as_deref(), restart) {
+        Ok(records::OwnerDecision::Keep { epoch_base }) => Ok(("keep", epoch_base, None)),
+        Ok(records::OwnerDecision::Claim {
+            epoch_base,
+            replaced,
+        }) => Ok(("claim", epoch_base, replaced)),
+        Err(r) => Err(refusal_to_py_err(py, &r)),
+    }
+}
+
+/// Whether a sink whose last committed epoch is `last` holds `epoch`.
+#[pyfunction]
+fn epoch_committed(last: Option<Epoch>, epoch: Epoch) -> bool {
+    records::epoch_committed(last, epoch)
+}
+
+/// The epoch base past every committed epoch.
+#[pyfunction]
+fn next_epoch_base(base: Epoch, committed: Vec<Option<Epoch>>) -> Epoch {
+    records::next_epoch_base(base, committed)
+}
+
+/// The distributed transaction id of one epoch of a group.
+#[pyfunction]
+fn dtid(group_id: &str, epoch: Epoch) -> String {
+    names::dtid(group_id, epoch)
+}
+
+/// The transactional id of Kafka sink `transactional_id` in partition `part`.
+#[pyfunction]
+fn kafka_participant_id(transactional_id: &str, part: u32) -> String {
+    names::kafka_participant_id(transactional_id, part)
+}
+
+/// `(base transactional id, part)` of a participant id, or None.
+#[pyfunction]
+fn participant_base(participant_id: &str) -> Option<(String, u32)> {
+    names::participant_base(participant_id).map(|(b, p)| (b.to_owned(), p))
+}
+
+/// Whether a prepared gid is the participant a `dt_participant` row names (exact).
+#[pyfunction]
+fn participant_matches(resource: &str, gid: &str) -> bool {
+    names::participant_matches(resource, gid)
+}
+
+/// Registers the protocol engine.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyCrashPoint>()?;
+    m.add_class::<PyCommand>()?;
+    m.add_class::<PyEvent>()?;
+    m.add_function(wrap_pyfunction!(refusal_error, m)?)?;
+    m.add_function(wrap_pyfunction!(owner_decision, m)?)?;
+    m.add_function(wrap_pyfunction!(epoch_committed, m)?)?;
+    m.add_function(wrap_pyfunction!(next_epoch_base, m)?)?;
+    m.add_function(wrap_pyfunction!(dtid, m)?)?;
+    m.add_function(wrap_pyfunction!(kafka_participant_id, m)?)?;
+    m.add_function(wrap_pyfunction!(participant_base, m)?)?;
+    m.add_function(wrap_pyfunction!(participant_matches, m)?)?;
+    machines::register(m)
+}

@@ -1,0 +1,126 @@
+"""The protocol engine's bindings (docs/engine.md): the crash-point enum the crash tests
+enumerate, the driver loop's commands and events, and the one refusal bridge."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import laminar
+from laminar import _core
+from laminar._core import CrashPoint, Event, SingleEpochMachine
+from laminar.errors import ConfigError, FencedError, InDoubtError, LaminarError
+
+PACKAGE = Path(laminar.__file__).parent
+
+
+def test_every_crash_point_is_named_after_its_step_and_listed_once() -> None:
+    points = CrashPoint.all()
+    names = [p.name for p in points]
+    assert len(names) == len(set(names))
+    for point in points:
+        protocol, _, step = point.name.partition(".")
+        assert protocol == point.protocol
+        assert not re.search(r"\d", step), point.name
+        assert CrashPoint.parse(point.name) == point
+        assert point in CrashPoint.for_protocol(point.protocol)
+        assert point.position in ("after", "within")
+        assert point.after
+    protocols = {p.protocol for p in points}
+    assert protocols == {"atomic", "recovery", "scaleout", "kafka", "postgres"}
+    per_protocol = [len(CrashPoint.for_protocol(p)) for p in protocols]
+    assert sum(per_protocol) == len(points)
+
+
+def test_the_numbered_atomic_steps_map_to_named_points() -> None:
+    legacy = CrashPoint.legacy_names()
+    assert sorted(legacy) == [f"atomic.step{n}" for n in range(1, 9)]
+    assert legacy["atomic.step7"] == "atomic.after_decision"
+    assert CrashPoint.parse("atomic.step4") == CrashPoint.parse("atomic.after_kafka_prepare")
+    assert CrashPoint.parse("atomic.step8").legacy_name == "atomic.step8"
+    with pytest.raises(ValueError, match=r"CrashPoint\.all"):
+        CrashPoint.parse("atomic.step9")
+
+
+def test_every_crash_point_the_package_reaches_is_in_the_enum() -> None:
+    """A misspelt ``crash_point("...")`` in the package fails here (the enum is the list)."""
+    used = set()
+    for path in PACKAGE.rglob("*.py"):
+        used.update(re.findall(r'crash_point\("([a-z_.0-9]+)"\)', path.read_text()))
+    assert used, "no crash_point call found"
+    for name in sorted(used):
+        CrashPoint.parse(name)
+
+
+def test_a_driver_loop_performs_commands_and_reports_events() -> None:
+    """The loop every driver runs, over a lone sink's epoch (scripted events: pure logic)."""
+    machine = SingleEpochMachine("orders", 5, 4, refuse_backwards=True, retries=0)
+    performed = []
+    answers = {
+        "sink_begin": Event.began(True),
+        "sink_write": Event.ack(),
+        "sink_commit": Event.ack(),
+    }
+    while (command := machine.poll()) is not None:
+        performed.append((command.kind, command.sink_id, command.epoch))
+        machine.handle(answers[command.kind])
+    assert performed == [
+        ("sink_begin", "orders", 5),
+        ("sink_write", "orders", 5),
+        ("sink_commit", "orders", 5),
+    ]
+    assert (machine.end, machine.committed, machine.refusal) == ("ok", True, None)
+    machine.raise_refusal()  # nothing to raise
+
+
+def test_a_refusal_is_raised_through_the_one_bridge() -> None:
+    machine = SingleEpochMachine("orders", 2, 5, refuse_backwards=True)
+    assert machine.poll() is None
+    assert (machine.end, machine.refusal) == ("refused", "epoch_backwards")
+    with pytest.raises(ConfigError, match="laminar reset") as caught:
+        machine.raise_refusal()
+    assert caught.value.refusal == "epoch_backwards"  # type: ignore[attr-defined]
+    assert (caught.value.sink_id, caught.value.epoch) == ("orders", 2)
+
+    for error, cls in [
+        (_core.refusal_error("fenced", "why", sink_id="s", epoch=3), FencedError),
+        (_core.refusal_error("awaiting_replay", "why"), InDoubtError),
+        (_core.refusal_error("foreign_owner", "why"), ConfigError),
+    ]:
+        assert type(error) is cls
+        assert isinstance(error, LaminarError)
+    with pytest.raises(ValueError, match="unknown refusal kind"):
+        _core.refusal_error("nope", "why")  # type: ignore[arg-type]
+
+
+def test_the_shared_rules() -> None:
+    assert _core.epoch_committed(4, 4)
+    assert not _core.epoch_committed(None, 0)
+    assert _core.next_epoch_base(0, [3, None, 9]) == 10
+
+    def guard(restart: bool) -> tuple[str, int, str | None]:
+        return _core.owner_decision(
+            "g",
+            ["a", "b"],
+            owner="old",
+            epoch_base=0,
+            member_owners=[],
+            last_committed=[4, None],
+            mine="new",
+            restart=restart,
+        )
+
+    with pytest.raises(ConfigError, match="laminar reset g"):
+        guard(restart=False)
+    assert guard(restart=True) == ("claim", 5, "old")
+    assert _core.dtid("g", 4) == "laminar:g:4"
+    assert _core.participant_base(_core.kafka_participant_id("a.b", 3)) == ("a.b", 3)
+    assert _core.participant_matches("laminar:s:5:1", "laminar:s:5:1")
+    assert not _core.participant_matches("laminar:s:5:1", "laminar:s:5:10")
+    # rollback -> rollback is not a transition; the forced paths are their own events
+    with pytest.raises(laminar.errors.IllegalStateError):
+        _core.dt_next("rollback", "set_rollback")
+    assert _core.dt_next("commit", "force_rollback") == "rollback"
+    assert _core.dt_next("prepare", "conclude_empty") is None
