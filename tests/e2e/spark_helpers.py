@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 
-from laminar.kafka_log import read_committed
+from tests.integration.kafka_fill import settled_committed as read_committed
 
 try:  # registered so that the wrappers below travel by value to the server's Python
     from pyspark import cloudpickle

@@ -24,7 +24,7 @@ from psycopg import sql
 
 from laminar.demo import TABLE, TOPIC
 from laminar.embedded._process import port_accepts
-from laminar.kafka_log import read_committed
+from tests.integration.kafka_fill import settled_committed as read_committed
 
 
 @pytest.mark.parametrize("crash_at", ["after-decision", "after-flush"])

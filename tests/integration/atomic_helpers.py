@@ -15,7 +15,7 @@ import pyarrow as pa
 from confluent_kafka import Producer
 
 import laminar
-from laminar.kafka_log import read_committed
+from tests.integration.kafka_fill import settled_committed as read_committed
 from tests.integration.kafka_helpers import ids_of
 
 ROWS_PER_EPOCH = 20

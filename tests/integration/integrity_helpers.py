@@ -13,7 +13,7 @@ import pytest
 from psycopg import sql
 
 from laminar.errors import AbortableError
-from laminar.kafka_log import read_committed
+from tests.integration.kafka_fill import settled_committed as read_committed
 from laminar.sinks import _pg_steps, kafka, postgres
 from tests.integration.pg_helpers import backend_pids, terminate, wait_for
 

@@ -12,7 +12,8 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 import laminar
-from laminar.kafka_log import LogRecord, read_committed, read_partition
+from laminar.kafka_log import LogRecord, read_partition
+from tests.integration.kafka_fill import settled_committed as read_committed
 
 ROWS_PER_EPOCH = 50
 

@@ -19,7 +19,7 @@ import time
 import psycopg
 import pytest
 
-from laminar.kafka_log import read_committed
+from tests.integration.kafka_fill import settled_committed as read_committed
 from tests.fixtures import APACHE_KAFKA, TANSU
 from tests.integration.atomic_helpers import (
     ROWS_PER_EPOCH,

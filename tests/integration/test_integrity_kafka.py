@@ -16,7 +16,7 @@ import pytest
 import laminar
 from laminar import DataError, FatalError, RecordTooLargeError
 from laminar.embedded._process import free_port
-from laminar.kafka_log import read_committed
+from tests.integration.kafka_fill import settled_committed as read_committed
 from tests.integration.integrity_helpers import create_rows_table, epoch_rows, pg_rows
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ import pytest
 
 from laminar.cli import main
 from laminar.kafka_log import read_partition
-from tests.integration.atomic_helpers import killed, run_writer
+from tests.integration.atomic_helpers import create_table, killed, run_writer
 from tests.integration.test_atomic_crash import EPOCHS, args, check
 
 TRANSACTION_TIMEOUT_MS = 3000
@@ -40,6 +40,16 @@ def wait_for_the_broker_to_abort(bootstrap: str, topic: str, timeout: float = 30
     pytest.fail(f"the broker did not abort the prepared transaction within {timeout:.0f} s")
 
 
+@pytest.fixture
+def own_world(world: dict[str, str], postgres: Any, unique_name: Any) -> dict[str, str]:
+    """``world`` with a decision database of its own: ``laminar status`` reports the whole
+    database, and other tests leave in-doubt items on purpose (a corrupt decision) in the
+    shared one; the exit codes asserted here are this test's alone."""
+    dsn = str(postgres.create_database(unique_name("db")))
+    create_table(dsn, world["table"])
+    return {**world, "dsn": dsn}
+
+
 def status(dsn: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
     capsys.readouterr()
     code = main(["status", "--dsn", dsn, "--json"])
@@ -53,11 +63,12 @@ def kafka_row(doc: dict[str, Any], tid: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("redo", ["log", "replay"])
 def test_a_prepared_transaction_the_broker_timed_out_is_reported_and_completed_once(
-    world: dict[str, str],
+    own_world: dict[str, str],
     redo: str,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    world = own_world
     monkeypatch.setenv("LAMINAR_TEST_TRANSACTION_TIMEOUT_MS", str(TRANSACTION_TIMEOUT_MS))
     crashed = run_writer(args(world, redo), "atomic.step7@2")
     assert killed(crashed), crashed.stdout + crashed.stderr[-2000:]

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pytest
 
 import laminar
-from laminar.kafka_log import read_committed
+from tests.integration.kafka_fill import settled_committed as read_committed
 from laminar.scaleout import ParticipantResult, ScaleOutTask
 from tests.integration.atomic_helpers import assert_exactly_once, make_group
 from tests.integration.kafka_helpers import ids_of

@@ -25,7 +25,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from laminar.kafka_log import read_committed
+from tests.integration.kafka_fill import settled_committed as read_committed
 
 REPO = Path(__file__).resolve().parents[2]
 ROUND_TRIP = Path(__file__).with_name("wheel_round_trip.py")
