@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 import pytest
+from psycopg import sql
 
 import laminar
 from laminar import ConfigError, DataError, PostgresSink
@@ -92,13 +93,19 @@ def upsert_sink(dsn: str, table: str, **kwargs: Any) -> PostgresSink:
     return PostgresSink(dsn, table, mode="upsert", key="id", **kwargs)
 
 
-def no_staging_tables(dsn: str) -> bool:
-    found = query(
+def staging_tables_empty(dsn: str) -> bool:
+    """Whether every staging table is empty (no staging row is ever committed)."""
+    names = query(
         dsn,
-        "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
         " WHERE n.nspname = 'laminar' AND c.relname LIKE 'upsert_stage_%'",
     )
-    return int(found[0][0]) == 0
+    assert names, "no staging table was created"
+    return all(
+        query(dsn, sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier("laminar", n)))
+        == [(0,)]
+        for (n,) in names
+    )
 
 
 # -- values across epochs, replays, duplicates -----------------------------------------------------
@@ -114,7 +121,7 @@ def test_upsert_replaces_values_across_epochs(pg_dsn: str, table: str) -> None:
     finally:
         writer.close()
     assert sink_epoch(pg_dsn, sink.sink_id) == 3
-    assert no_staging_tables(pg_dsn)
+    assert staging_tables_empty(pg_dsn)
 
 
 def test_a_replayed_epoch_is_skipped(pg_dsn: str, table: str) -> None:
@@ -273,7 +280,7 @@ def test_a_crash_at_each_step_then_recovery_is_exactly_once(
     assert resumed.stdout.split() == ["1", replay, "2", "committed"]
     assert rows_of(pg_dsn, table) == expected_after(range(3))
     assert sink_epoch(pg_dsn, sink.sink_id) == 2
-    assert no_staging_tables(pg_dsn)
+    assert staging_tables_empty(pg_dsn)
 
 
 # -- the key: options, start-up and per-epoch checks --------------------------------------------
@@ -366,7 +373,7 @@ def test_the_table_altered_between_epochs(pg_dsn: str, table: str, table_name: s
     finally:
         writer.close()
     assert rows_of(pg_dsn, table) == expected_after(range(3))
-    assert no_staging_tables(pg_dsn)
+    assert staging_tables_empty(pg_dsn)
 
 
 # -- two-phase (scale-out), the atomic pair, every input kind ------------------------------------
@@ -389,7 +396,7 @@ def test_a_two_phase_participant_upserts_on_commit_prepared(
         sink.commit_transaction(0)
         sink.close()
     assert [r[0] for r in rows_of(dsn, table)] == [1, 2, 11, 12]
-    assert no_staging_tables(dsn)
+    assert staging_tables_empty(dsn)
 
 
 @pytest.fixture
@@ -433,3 +440,38 @@ def test_every_input_kind_upserts_exactly(
         writer.close()
     if sinks == "atomic":  # Kafka has every record once (it appends): the upsert is PG's view
         assert committed_kafka_rows(kafka_bootstrap, rows_table, tid) == Counter(written)
+
+
+def test_writers_sharing_a_staging_table_never_see_each_others_rows(
+    clean_prepared_xacts: str, table: str
+) -> None:
+    """Partition 0 of epoch 1 upserts while partition 0 of epoch 0 is prepared with its staging
+    rows in the same (sink, partition, layout) staging table: each transaction sees only its own
+    rows, and both commit exactly their own."""
+    dsn = clean_prepared_xacts
+    first, second = (
+        upsert_sink(dsn, table, sink_id="upsert-share", two_phase_part=0) for _ in "ab"
+    )
+    assert first.begin_transaction(0)
+    first.write(keyed(0, ids=[1, 2]))
+    first.prepare_transaction()
+    assert second.begin_transaction(1)
+    second.write(keyed(1, ids=[3, 4]))  # other keys: the same key would wait for epoch 0
+    second.prepare_transaction()
+    with psycopg.connect(dsn) as coordinator:
+        assert claim_epoch(coordinator, "upsert-share", 0)
+        coordinator.commit()
+    first.commit_transaction(0)
+    with psycopg.connect(dsn) as coordinator:
+        assert claim_epoch(coordinator, "upsert-share", 1)
+        coordinator.commit()
+    second.commit_transaction(1)
+    for sink in (first, second):
+        sink.close()
+    assert rows_of(dsn, table) == [
+        (1, 0, "e0-1", 1),
+        (2, 0, "e0-2", 2),
+        (3, 1, "e1-3", 103),
+        (4, 1, "e1-4", 104),
+    ]
+    assert staging_tables_empty(dsn)

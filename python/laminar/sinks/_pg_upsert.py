@@ -3,21 +3,28 @@ the statements that replace rows by key inside the epoch's transaction.
 
 Per `write` call, in the epoch's transaction (after the epoch claim, before the totals)::
 
-    CREATE UNLOGGED TABLE laminar."upsert_stage_<random>" (<batch columns>, <ordinal> int8)
-    COPY laminar."upsert_stage_<random>" (…) FROM STDIN (FORMAT BINARY)  -- the same encoder
+    CREATE UNLOGGED TABLE IF NOT EXISTS laminar."upsert_stage_<hash>" (<columns>, <ordinal> int8)
+                                   -- only when missing, on a side connection, committed at once
+    COPY laminar."upsert_stage_<hash>" (…) FROM STDIN (FORMAT BINARY)   -- the same encoder
     INSERT INTO <table> AS t (<columns>)
       SELECT DISTINCT ON (<key>) <columns> FROM <stage> ORDER BY <key>, <ordinal> DESC
       ON CONFLICT (<key>) DO UPDATE SET <column> = EXCLUDED.<column>, …   -- DO NOTHING: key only
-    DROP TABLE laminar."upsert_stage_<random>"
+    DELETE FROM laminar."upsert_stage_<hash>"
 
 Why these choices:
 
-- An *unlogged* staging table in the ``laminar`` schema, not ``CREATE TEMP TABLE … ON COMMIT
-  DROP``: PostgreSQL refuses ``PREPARE TRANSACTION`` in a transaction that touched a temporary
-  table, and a PostgresSink's transaction may end with a prepare (scale-out partitions, a
-  two-phase coordinator). It is created and dropped in the epoch's own transaction under a random
-  name, so concurrent writers never meet, and a crash or rollback leaves nothing behind (the
-  CREATE rolls back with the rows). Unlogged: its rows are written to no WAL.
+- A staging table that is *kept and reused*, one per sink id, partition and column layout
+  (``<hash>``: SHA-256 of the three), *unlogged* (its rows are written to no WAL), in the
+  ``laminar`` schema. Not ``CREATE TEMP TABLE … ON COMMIT DROP``: PostgreSQL refuses ``PREPARE
+  TRANSACTION`` in a transaction that touched a temporary table, and a PostgresSink's transaction
+  may end with a prepare (scale-out partitions, a two-phase coordinator). Not created and dropped
+  per epoch either: that costs about ten times more per write (catalog rows, an init fork; ≈ 5 ms
+  against ≈ 0.5 ms measured on a loopback server). Sharing it is safe by MVCC: a transaction
+  sees only its own uncommitted staging rows and deletes them before it ends, so no staging row
+  is ever committed, concurrent writers never see each other's rows, and a crash or rollback
+  leaves nothing behind (dead rows, for autovacuum). The table is created, when missing, in a
+  transaction of its own that commits at once: created inside the epoch's transaction, it would
+  stay locked (and invisible) as long as that transaction — a prepared one, until its decision.
 - ``INSERT … ON CONFLICT`` rather than ``MERGE``: its arbiter is exactly the unique index the key
   is checked against, and it is atomic under concurrent inserts, where PostgreSQL 15's ``MERGE``
   can fail with a unique violation.
@@ -29,8 +36,8 @@ Why these choices:
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -188,16 +195,24 @@ def upsert_batch(
     data: pa.Table | pa.RecordBatch,
     key: Sequence[str],
     *,
+    stage_id: str,
+    create_stage: Callable[[sql.Composed], None],
     slice_bytes: int = DEFAULT_SLICE_BYTES,
 ) -> tuple[int, int]:
     """Upsert ``data`` into ``table`` by ``key`` (the module's statements, in the connection's
-    current transaction); return (rows, bytes) sent, as `copy_batch` does."""
+    current transaction); return (rows, bytes) sent, as `copy_batch` does. ``stage_id`` names the
+    writer (sink id and partition): with the column layout, it chooses the staging table;
+    ``create_stage`` runs the staging table's CREATE in a transaction of its own, committed at
+    once (module doc)."""
     if data.num_rows == 0:
         return 0, 0
     key = resolve_key(table, key)
     _check_keys_not_null(table, plan, data, key)
-    stage = sql.Identifier(META_SCHEMA, f"upsert_stage_{uuid.uuid4().hex}")
     ordinal = _free_name("laminar_ordinal", {t.name for t in plan.targets})
+    layout = "\0".join(f"{t.name}\0{t.type_display}" for t in plan.targets)
+    digest = hashlib.sha256(f"{stage_id}\0{layout}\0{ordinal}".encode()).hexdigest()[:32]
+    name = f"upsert_stage_{digest}"
+    stage = sql.Identifier(META_SCHEMA, name)
     source = _free_name("laminar_ordinal", set(plan.source_columns))
     columns = sql.SQL(", ").join(sql.Identifier(t.name) for t in plan.targets)
     keys = sql.SQL(", ").join(sql.Identifier(k) for k in key)
@@ -205,11 +220,14 @@ def upsert_batch(
         sql.SQL("{} {}").format(sql.Identifier(t.name), sql.SQL(t.type_display))
         for t in plan.targets
     )
-    conn.execute(
-        sql.SQL("CREATE UNLOGGED TABLE {} ({}, {} int8 NOT NULL)").format(
-            stage, definitions, sql.Identifier(ordinal)
+    found = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{META_SCHEMA}.{name}",))
+    row = found.fetchone()
+    if row is None or not row[0]:
+        create_stage(
+            sql.SQL("CREATE UNLOGGED TABLE IF NOT EXISTS {} ({}, {} int8 NOT NULL)").format(
+                stage, definitions, sql.Identifier(ordinal)
+            )
         )
-    )
     ordinal_column = ColumnInfo(ordinal, "int8", -1, "bigint", True, False, "", "")
     stage_plan = CopyPlan(
         (*plan.source_columns, source),
@@ -244,5 +262,5 @@ def upsert_batch(
             action=action,
         )
     )
-    conn.execute(sql.SQL("DROP TABLE {}").format(stage))
+    conn.execute(sql.SQL("DELETE FROM {}").format(stage))
     return rows, nbytes

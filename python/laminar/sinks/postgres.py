@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 
 import psycopg
 import pyarrow as pa  # type: ignore[import-untyped]
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from laminar._core import PreparedTxnState
@@ -590,8 +591,25 @@ class PostgresSink(TransactionalSink):
         if self._key is None:
             return copy_batch(conn, table, plan, data, slice_bytes=self._slice_bytes)
         return _pg_upsert.upsert_batch(
-            conn, table, plan, data, self._key, slice_bytes=self._slice_bytes
+            conn,
+            table,
+            plan,
+            data,
+            self._key,
+            stage_id=f"{self.sink_id}\0{self._two_phase_part or 0}",
+            create_stage=self._create_stage,
+            slice_bytes=self._slice_bytes,
         )
+
+    def _create_stage(self, statement: sql.Composed) -> None:
+        """Create upsert mode's staging table on a connection without the epoch's transaction,
+        committed at once (`_pg_upsert`); a concurrent writer creating it too is no error."""
+        with self._idle_connection() as side:
+            try:
+                side.execute(statement)
+                side.commit()
+            except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable):
+                side.rollback()
 
     def _finish_epoch(self, epoch: int) -> None:
         """Store the epoch's totals (claim mode) — the last statement before COMMIT/PREPARE."""
