@@ -7,12 +7,7 @@ a two-phase (scale-out) participant and for every input kind."""
 from __future__ import annotations
 
 import json
-import os
-import pickle
 import signal
-import subprocess
-import sys
-import textwrap
 from collections import Counter
 from typing import Any
 
@@ -31,10 +26,12 @@ from tests.integration.integrity_helpers import (
     pg_rows,
 )
 from tests.integration.kafka_fill import settled_committed as read_committed
-from tests.integration.pg_helpers import REPO, create_table, query, sink_epoch
+from tests.integration.pg_helpers import create_table, query, run_child, sink_epoch
 
 pytestmark = pytest.mark.integration
 
+#: For `pg_helpers.run_child`'s child process, which imports `batch` from here.
+THIS_MODULE = "tests.integration.test_postgres_upsert"
 DDL = "(id int8 PRIMARY KEY, epoch int8 NOT NULL, payload text, amount numeric(12, 2))"
 
 
@@ -223,37 +220,10 @@ def test_a_batch_of_key_columns_only_inserts_missing_keys(pg_dsn: str, table_nam
 # -- crashes -------------------------------------------------------------------------------------
 
 
-def run_upsert_child(
-    sink: PostgresSink, epochs: list[int], crash_at: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Write `keyed(e)` for ``epochs`` in a fresh process (the sink pickled, as Spark ships it),
-    optionally SIGKILLed at a crash point."""
-    script = textwrap.dedent(
-        f"""
-        import pickle, sys
-        sys.path.insert(0, {str(REPO)!r})
-        import laminar
-        from tests.integration.test_postgres_upsert import keyed
-        sink = pickle.loads(bytes.fromhex(sys.argv[1]))
-        writer = laminar.exactly_once(sink, retry_backoff_s=0.05)
-        for epoch in {epochs!r}:
-            result = writer.write_epoch(epoch, keyed(epoch))
-            print(epoch, "committed" if result.committed else "skipped", flush=True)
-        writer.close()
-        """
-    )
-    env = {k: v for k, v in os.environ.items() if k != "LAMINAR_CRASH_AT"}
-    if crash_at:
-        env["LAMINAR_CRASH_AT"] = crash_at
-    return subprocess.run(
-        [sys.executable, "-c", script, pickle.dumps(sink).hex()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=REPO,
-        check=False,
-    )
+def batch(epoch: int, rows: int = 5, tag: str = "x") -> pa.Table:
+    """`keyed` under the name `pg_helpers.run_child` imports (``batches=`` this module)."""
+    del rows, tag
+    return keyed(epoch)
 
 
 @pytest.mark.parametrize(
@@ -269,12 +239,12 @@ def test_a_crash_at_each_step_then_recovery_is_exactly_once(
     pg_dsn: str, table: str, point: str, committed_before_crash: bool
 ) -> None:
     sink = upsert_sink(pg_dsn, table)
-    crashed = run_upsert_child(sink, [0, 1, 2], crash_at=f"{point}@2")
+    crashed = run_child(sink, [0, 1, 2], crash_at=f"{point}@2", batches=THIS_MODULE)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
     assert crashed.stdout.split() == ["0", "committed"]
     # nothing partial: exactly epoch 0's values, or epochs 0 and 1's once committed
     assert rows_of(pg_dsn, table) == expected_after(range(2 if committed_before_crash else 1))
-    resumed = run_upsert_child(sink, [1, 2])
+    resumed = run_child(sink, [1, 2], batches=THIS_MODULE)
     assert resumed.returncode == 0, resumed.stderr
     replay = "skipped" if committed_before_crash else "committed"
     assert resumed.stdout.split() == ["1", replay, "2", "committed"]
