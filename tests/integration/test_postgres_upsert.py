@@ -17,7 +17,7 @@ import pytest
 from psycopg import sql
 
 import laminar
-from laminar import ConfigError, DataError, PostgresSink
+from laminar import AuthorizationError, ConfigError, DataError, PostgresSink
 from laminar.sinks._pg_steps import claim_epoch
 from tests.integration.integrity_helpers import (
     INPUT_KINDS,
@@ -445,3 +445,32 @@ def test_writers_sharing_a_staging_table_never_see_each_others_rows(
         (4, 1, "e1-4", 104),
     ]
     assert staging_tables_empty(dsn)
+
+
+def test_missing_privileges_are_authorization_errors_naming_the_grant(
+    pg_dsn: str, table: str, table_name: str
+) -> None:
+    """A role that may INSERT but not UPDATE the table, then one that may not create the
+    staging table in schema laminar: each refused at start-up with the GRANT to run."""
+    owner = upsert_sink(pg_dsn, table)
+    owner.init_transactions()  # the laminar schema exists from here on
+    owner.close()
+    role = f"r_{table_name}"[:63]
+    ddl(pg_dsn, f"CREATE ROLE {role} LOGIN")
+    ddl(pg_dsn, f"GRANT INSERT, SELECT ON {table} TO {role}")
+    ddl(pg_dsn, f"GRANT USAGE ON SCHEMA laminar TO {role}")
+    ddl(pg_dsn, f"GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA laminar TO {role}")
+    dsn = psycopg.conninfo.make_conninfo(pg_dsn, user=role)
+    sink = upsert_sink(dsn, table, sink_id=f"grants-{table_name}")
+    with pytest.raises(AuthorizationError, match=rf"GRANT UPDATE ON public\.{table_name} TO"):
+        sink.init_transactions()
+    ddl(pg_dsn, f"GRANT UPDATE ON {table} TO {role}")
+    with pytest.raises(AuthorizationError, match=r"GRANT CREATE ON SCHEMA laminar TO <role>"):
+        sink.init_transactions()
+    ddl(pg_dsn, f"GRANT CREATE ON SCHEMA laminar TO {role}")
+    writer = laminar.exactly_once(sink)
+    try:
+        assert writer.write_epoch(0, keyed(0)).committed
+    finally:
+        writer.close()
+    assert rows_of(pg_dsn, table) == expected_after(range(1))
