@@ -90,11 +90,19 @@ def test_demo_proves_exactly_once_after_killing_the_writer(
     assert "SIGKILLed the foreachBatch worker" in result.stderr
 
 
+_WITH_CTRL_C = (
+    "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "from laminar.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
 class _Demo:
     """``laminar demo`` running in the background, its stderr (progress) read line by line."""
 
     def __init__(self, spark_remote: str, work_dir: Path, *extra: str) -> None:
-        command = [sys.executable, "-m", "laminar.cli", "demo", "--json"]
+        # Ctrl-C is asserted: Python leaves SIGINT ignored when it inherits it ignored (a CI
+        # runner's background job), so the child sets Python's own handler first
+        command = [sys.executable, "-c", _WITH_CTRL_C, "demo", "--json"]
         command += ["--spark-remote", spark_remote, "--work-dir", str(work_dir), *extra]
         self.proc = subprocess.Popen(
             command,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 import laminar
 from laminar import FencedError, InDoubtError
@@ -46,12 +46,28 @@ def topic(kafka_broker: Any, topic_name: str) -> str:
     return topic_name
 
 
-def marker(bootstrap: str, group: str, topic: str) -> TopicPartition:
-    """The group's committed offset on (topic, 0), with its metadata."""
+_LOADING = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+)
+
+
+def marker(bootstrap: str, group: str, topic: str, *, within_s: float = 30.0) -> TopicPartition:
+    """The group's committed offset on (topic, 0), with its metadata. A broker just restarted
+    answers NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS (retriable) while it loads the
+    offsets topic: asked again until ``within_s``."""
+    deadline = time.monotonic() + within_s
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        (offset,) = consumer.committed([TopicPartition(topic, 0)], timeout=15)
-        return offset
+        while True:
+            try:
+                (offset,) = consumer.committed([TopicPartition(topic, 0)], timeout=15)
+                return offset
+            except KafkaException as e:
+                if e.args[0].code() not in _LOADING or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
     finally:
         consumer.close()
 
