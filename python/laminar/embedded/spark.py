@@ -293,9 +293,6 @@ class SparkConnectServer:
             "spark.pyspark.python": self.python,
             "spark.pyspark.driver.python": self.python,
             "spark.python.worker.faulthandler.enabled": "true",
-            # how long Spark waits for a new Python worker to connect back (default 15 s): a
-            # loaded 2-core machine starting several workers at once took longer
-            "spark.python.authenticate.socketTimeout": "120s",
         }
         conf.update(self._conf)
         argv = [
