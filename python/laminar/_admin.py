@@ -14,7 +14,7 @@ from psycopg import sql
 from laminar._redact import SECRET, redact_dsn, redact_text
 from laminar.errors import FatalError, LaminarError
 from laminar.metadata import applied_version, table
-from laminar.recovery import read_decisions, settle_kafka_sinks
+from laminar.recovery import read_decisions, resolve_kafka_sinks
 from laminar.sinks._pg_names import parse_gid
 from laminar.sinks._pg_steps import commit_prepared, list_prepared, rollback_prepared
 from laminar.watcher import Item, Watcher, find_decision, inspect
@@ -411,7 +411,7 @@ def _resolve_kafka(
                 (str(fresh), tid),
             )
             conn.commit()
-        awaiting = settle_kafka_sinks(conn, [sink], init=lambda s: s.init_transactions())
+        awaiting = resolve_kafka_sinks(conn, [sink], init=lambda s: s.init_transactions())
         if awaiting:
             print(
                 f"Kafka sink {tid}: decided epoch {awaiting[tid]} can only be completed by "
