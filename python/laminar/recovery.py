@@ -33,7 +33,7 @@ from typing import Any
 import psycopg
 
 from laminar import _core
-from laminar._core import KafkaRecoveryMachine
+from laminar._core import KafkaRecoveryMachine, decode_redo
 from laminar._driver import KafkaDriver, drive, end_txn
 from laminar._records import DecisionRow, delete_redo, read_decisions, read_redo, redo_exists
 from laminar.errors import FatalError, LaminarError
@@ -45,6 +45,7 @@ __all__ = [
     "read_decisions",
     "read_redo",
     "redo_exists",
+    "redo_from_log",
     "refusal_error",
     "resolve_kafka_sinks",
     "settle_kafka_sinks",
@@ -87,6 +88,30 @@ def resolve_kafka_sinks(
     machine = KafkaRecoveryMachine(list(by_id))
     drive(machine, KafkaDriver(by_id, lambda: conn, log, init=init).perform)
     return dict(machine.awaiting)
+
+
+def redo_from_log(conn: psycopg.Connection[Any], sink: Any, epoch: int) -> bool:
+    """Re-produce ``epoch``'s records from ``laminar.redo`` in a fresh transaction with marker
+    ``epoch``, then drop them; False if the sink already holds the epoch.
+
+    Kept for its callers: recovery itself runs the redo inside `KafkaRecoveryMachine`, which
+    decides when it is due. This performs the same commands for one epoch, in the machine's
+    order, aborting the redo's transaction on failure."""
+    blobs = read_redo(conn, sink.sink_id, epoch)
+    conn.commit()
+    if not sink.begin_transaction(epoch):
+        return False
+    try:
+        for blob in blobs:
+            sink.write_records(*decode_redo(blob))
+        sink.commit_transaction(epoch)
+    except LaminarError:
+        if sink.transaction_state.name in ("Active", "Prepared"):
+            sink.abort_transaction(epoch)
+        raise
+    delete_redo(conn, sink.sink_id, epoch)
+    conn.commit()
+    return True
 
 
 #: The name `resolve_kafka_sinks` had before the vocabulary was made one (kept: add, never rename).
