@@ -26,15 +26,18 @@ from laminar.metadata import table
 __all__ = [
     "DecisionRow",
     "bump_generation",
+    "committed_epochs",
     "delete_redo",
     "lock_group",
     "read_decisions",
     "read_ownership",
     "read_redo",
+    "read_registry",
     "read_sink_epochs",
     "record_decision",
     "redo_exists",
     "replace_redo",
+    "reset_owner",
     "set_owner",
 ]
 
@@ -60,6 +63,18 @@ _SET_OWNER = sql.SQL(
     "UPDATE {t} SET owner = %s, owner_since = now(), epoch_base = %s, updated_at = now()"
     " WHERE sink_id = ANY(%s)"
 ).format(t=table("sinks"))
+
+_READ_REGISTRY = sql.SQL(
+    "SELECT kind, config, epoch_base FROM {t} WHERE sink_id = %s FOR UPDATE"
+).format(t=table("sinks"))
+_RESET_OWNER = sql.SQL(
+    "UPDATE {t} SET owner = NULL, owner_since = NULL, epoch_base = %s, updated_at = now()"
+    " WHERE sink_id = ANY(%s)"
+).format(t=table("sinks"))
+_COMMITTED_EPOCHS = sql.SQL(
+    "SELECT (SELECT max(epoch) FROM {e} WHERE sink_id = ANY(%s)),"
+    " (SELECT max(epoch) FROM {d} WHERE transactional_id = ANY(%s))"
+).format(e=table("sink_epochs"), d=table("txn_state"))
 
 # -- laminar.sink_epochs ---------------------------------------------------------------------------
 
@@ -135,6 +150,26 @@ def set_owner(
 ) -> None:
     """Make ``owner`` the owner of these rows, from ``epoch_base``."""
     conn.execute(_SET_OWNER, (owner, epoch_base, list(ids)))
+
+
+def read_registry(
+    conn: psycopg.Connection[Any], sink_id: str
+) -> tuple[str, dict[str, Any], int] | None:
+    """A registry row's kind, config and epoch base, locked (None: no such row)."""
+    row = conn.execute(_READ_REGISTRY, (sink_id,)).fetchone()
+    return None if row is None else (str(row[0]), dict(row[1] or {}), int(row[2]))
+
+
+def committed_epochs(conn: psycopg.Connection[Any], sink_ids: Sequence[str]) -> list[int | None]:
+    """The last epoch committed in PostgreSQL and the last decided in Kafka among these sinks
+    (None where there is none): what `laminar._core.next_epoch_base` moves past."""
+    row = conn.execute(_COMMITTED_EPOCHS, (list(sink_ids), list(sink_ids))).fetchone()
+    return [None, None] if row is None else [None if e is None else int(e) for e in row]
+
+
+def reset_owner(conn: psycopg.Connection[Any], sink_ids: Sequence[str], epoch_base: int) -> None:
+    """Forget these rows' owner and set their epoch base (``laminar reset``)."""
+    conn.execute(_RESET_OWNER, (epoch_base, list(sink_ids)))
 
 
 def read_sink_epochs(
