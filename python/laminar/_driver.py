@@ -247,6 +247,14 @@ class KafkaDriver:
             event = Event.progress(_records.read_sink_epochs(conn, c.sink_ids or []))
         elif kind == "read_decisions":
             rows = _records.read_decisions(conn, c.sink_ids, group_id=c.group_id)
+            for row in rows:
+                sink = self.kafka_by_id.get(row.transactional_id)
+                if sink is not None:
+                    # a decision row proves the sink has written: lost marker and identity
+                    # groups must not make it look new (docs/protocol.md §1)
+                    sink.recorded_history = (
+                        f"laminar.txn_state records its decided epoch {row.epoch}"
+                    )
             event = Event.decisions([r.event_row() for r in rows])
         elif kind == "redo_exists":
             assert c.transactional_id is not None
