@@ -15,9 +15,16 @@ would be spent by its first reader and the others would see no rows (docs/serial
 "Input"). The cost is memory: a stream is held whole while its epoch is written.
 
 A ``RecordBatchReader`` that Laminar read before is refused with a `ConfigError`, so that a retry
-of ``sink.write(reader)`` cannot silently write nothing. (Other streams cannot be told apart
-from objects that export a fresh stream each time, such as a polars DataFrame: hand those to
-the writer, which reads them once per epoch.)
+of ``sink.write(reader)`` cannot silently write nothing. Other streams cannot be told apart from
+objects that export a fresh stream each time (a polars DataFrame): Laminar remembers, weakly, how
+many rows each one gave, and one that gave rows before and gives none now — a cursor-like stream
+handed in again after a failed ``write_epoch`` — is refused the same way instead of committing an
+empty epoch.
+
+A **pandas DataFrame** is converted without its index, as Spark's ``createDataFrame`` and polars'
+``from_pandas`` do: row labels (a filtered frame's 1, 3, 5, …) are not data. A *named* index
+(``groupby(...).sum()``'s keys) is data a user means to write: it is refused with a `ConfigError`
+that says to call ``reset_index()``, never dropped silently.
 """
 
 from __future__ import annotations
@@ -76,12 +83,16 @@ def materialize(batch: ArrowData) -> pa.Table | pa.RecordBatch:
             )
         _SPENT.add(batch)
         return _read_stream(batch)
+    if _is_pandas(batch):
+        return _from_pandas(batch)
     if hasattr(batch, "__arrow_c_stream__"):
         try:
             reader = pa.RecordBatchReader.from_stream(batch)
         except (pa.ArrowException, TypeError, ValueError) as e:
             raise ConfigError(_not_a_table(batch, e)) from e
-        return _read_stream(reader)
+        table = _read_stream(reader)
+        _check_not_spent(batch, table.num_rows)
+        return table
     if hasattr(batch, "__arrow_c_array__"):
         try:
             return pa.record_batch(batch)
@@ -100,8 +111,10 @@ def read_once(batch: ArrowData) -> ArrowData:
     accept or refuse (a sink of your own may take other objects)."""
     if isinstance(batch, pa.Table | pa.RecordBatch):
         return batch
-    if isinstance(batch, pa.RecordBatchReader) or any(
-        hasattr(batch, name) for name in ("__arrow_c_stream__", "__arrow_c_array__")
+    if (
+        isinstance(batch, pa.RecordBatchReader)
+        or _is_pandas(batch)
+        or any(hasattr(batch, name) for name in ("__arrow_c_stream__", "__arrow_c_array__"))
     ):
         return materialize(batch)
     return batch
@@ -109,6 +122,47 @@ def read_once(batch: ArrowData) -> ArrowData:
 
 #: The pyarrow readers `materialize` read (weakly held): one handed in again is spent.
 _SPENT: weakref.WeakSet[Any] = weakref.WeakSet()
+#: Other ``__arrow_c_stream__`` objects `materialize` read, with the rows they gave (weakly held).
+_ROWS_GIVEN: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def _check_not_spent(stream: object, rows: int) -> None:
+    """Refuse a stream object that gave rows before and none now (module doc); remember what it
+    gave. Objects that cannot be weakly referenced are not tracked."""
+    try:
+        before = _ROWS_GIVEN.get(stream)
+        _ROWS_GIVEN[stream] = max(rows, before or 0)
+    except TypeError:  # not weakly referenceable (or unhashable): cannot be told apart
+        return
+    if rows == 0 and before:
+        raise ConfigError(
+            f"this {type(stream).__name__} gave {before:,} row(s) when it was read before and "
+            "none now: it is a one-shot stream already read to the end (by an earlier "
+            "write_epoch or write that failed), and writing it again would commit an empty "
+            "epoch; pass a new stream over the same data, or a pyarrow Table"
+        )
+
+
+def _is_pandas(batch: object) -> bool:
+    return type(batch).__module__.startswith("pandas.") and type(batch).__name__ == "DataFrame"
+
+
+def _from_pandas(frame: Any) -> pa.Table:
+    """A pandas DataFrame as a Table without its row labels (module doc)."""
+    named = [name for name in frame.index.names if name is not None]
+    if named:
+        raise ConfigError(
+            f"the pandas DataFrame's index {named!r} is named, so it looks like data (a groupby's "
+            "keys), but Laminar writes columns only: call df.reset_index() to write it as "
+            "column(s), or df.reset_index(drop=True) to leave it out"
+        )
+    try:
+        return pa.Table.from_pandas(frame, preserve_index=False)
+    except (pa.ArrowException, TypeError, ValueError) as e:
+        raise ConfigError(
+            f"the pandas DataFrame cannot be converted to Arrow ({type(e).__name__}: {e}); "
+            "give its columns Arrow-compatible dtypes"
+        ) from e
 
 
 def _read_stream(reader: Any) -> pa.Table:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote
 
 __all__ = ["SECRET", "is_secret_key", "redact_config", "redact_dsn", "redact_text"]
 
@@ -18,6 +19,10 @@ _SECRET_KEY = re.compile(
 )
 # postgresql://user:password@host/db  (password up to the last '@' before the host part)
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@\s]*)@")
+# postgresql://host/db?password=pw&...: a URL's query parameter (its key percent-decoded: libpq
+# reads ``passwor%64`` as ``password``); the value ends at '&', '#', a quote or whitespace
+_URL_QUERY_PARAM = re.compile(r"""(?P<lead>[?&])(?P<key>[^=&#\s'"]+)=(?P<value>[^&#\s'"]*)""")
+_PASSWORD_KEYS = frozenset({"password", "sslpassword"})
 # key=value DSN: the key of a password; its value is found by `_value_end` (libpq's rules)
 _KV_PASSWORD = re.compile(r"\b(?:password|sslpassword)\s*=\s*")
 # The key=value pairs between an opening quote and a password key: the DSN is quoted in the text
@@ -48,6 +53,8 @@ def redact_dsn(dsn: str) -> str:
     password is masked, never the text after it.
     """
     out = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{SECRET}@", dsn)
+    if "://" in out:
+        out = _URL_QUERY_PARAM.sub(_mask_query_password, out)
     parts: list[str] = []
     done = 0
     for match in _KV_PASSWORD.finditer(out):
@@ -58,6 +65,12 @@ def redact_dsn(dsn: str) -> str:
         done = end
     parts.append(out[done:])
     return "".join(parts)
+
+
+def _mask_query_password(match: re.Match[str]) -> str:
+    if unquote(match["key"]).strip().lower() not in _PASSWORD_KEYS:
+        return match[0]
+    return f"{match['lead']}{match['key']}={SECRET}"
 
 
 def _enclosing_quote(before: str) -> str | None:

@@ -9,13 +9,13 @@ JSON document instead.
 Exit codes:
 
     0  done (status: nothing in doubt; recover/resolve: resolved)
-    1  error (cannot connect, unknown sink, a server refused)
+    1  error (cannot connect, a server refused)
     2  usage error
     3  not implemented
     4  refused: the recorded decision says otherwise (add --force to override)
     5  something is still unresolved (status: in-doubt or lingering transactions; recover: some
        remain; resolve: the epoch awaits Spark's replay)
-    6  not found (no such transaction)
+    6  not found (no such sink, decision or prepared transaction)
 """
 
 from __future__ import annotations
@@ -179,10 +179,15 @@ def _check_dsn(dsn: str) -> None:
 
 def _key_values(items: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
-    for item in items:
+    for number, item in enumerate(items, 1):
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ValueError(f"--kafka-config takes KEY=VALUE, got {item!r}")
+            # never echoed: a mistyped separator ('sasl.password:...') would print the secret
+            raise ValueError(
+                f"--kafka-config takes KEY=VALUE (e.g. sasl.password=...), but item "
+                f"{number} of {len(items)} has no '=' or no key (not shown: it may hold "
+                "a secret)"
+            )
         out[key.strip()] = value
     return out
 

@@ -282,6 +282,12 @@ def settle_kafka_sinks(
     decisions = {r.transactional_id: r for r in read_decisions(conn, ids)}
     conn.commit()
     for sink in sinks:
+        if sink.sink_id in decisions:
+            # a decision row proves the sink has written: lost marker and identity groups
+            # must not make it look new (docs/protocol.md §1)
+            sink.recorded_history = (
+                f"laminar.txn_state records its decided epoch {decisions[sink.sink_id].epoch}"
+            )
         refused = False
         while True:
             step = _completion(conn, sink, decisions.get(sink.sink_id), refused=refused)

@@ -1,7 +1,8 @@
 """Spark Connect → Kafka through ``laminar.spark``: a rate source and a file source, stop and
 restart from the checkpoint, the foreachBatch worker SIGKILLed at protocol steps. Every record
-exactly once among the topic's *committed* records, read with `laminar.kafka_log` (Tansu does not
-hide aborted records from read_committed consumers, so a consumer would be no proof here)."""
+exactly once among the topic's *committed* records, read with `laminar.kafka_log` (control
+batches replayed, whatever a broker's read_committed would show; the session's Apache Kafka
+broker)."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ import pytest
 from psycopg import sql
 
 from laminar.errors import AbortableError
-from tests.integration.kafka_fill import settled_committed as read_committed
 from laminar.sinks import _pg_steps, kafka, postgres
+from tests.integration.kafka_fill import settled_committed as read_committed
 from tests.integration.pg_helpers import backend_pids, terminate, wait_for
 
 ROWS = 7

@@ -85,15 +85,17 @@ def run_child(
     tag: str = "x",
     timeout: float = 120.0,
     extra_env: dict[str, str] | None = None,
+    batches: str = "tests.integration.pg_helpers",
 ) -> subprocess.CompletedProcess[str]:
     """Write ``epochs`` with ``exactly_once(sink)`` in a fresh Python process (the sink travels
-    pickled, as Spark Connect ships it), optionally killed at a crash point."""
+    pickled, as Spark Connect ships it), optionally killed at a crash point. ``batches``: the
+    module whose ``batch(epoch, rows, tag=...)`` makes each epoch's rows."""
     script = textwrap.dedent(
         f"""
         import pickle, sys
         sys.path.insert(0, {str(REPO)!r})
         import laminar
-        from tests.integration.pg_helpers import batch
+        from {batches} import batch
         sink = pickle.loads(bytes.fromhex(sys.argv[1]))
         writer = laminar.exactly_once(sink, retry_backoff_s=0.05)
         for epoch in {epochs!r}:

@@ -19,7 +19,6 @@ import time
 import psycopg
 import pytest
 
-from tests.integration.kafka_fill import settled_committed as read_committed
 from tests.fixtures import APACHE_KAFKA, TANSU
 from tests.integration.atomic_helpers import (
     ROWS_PER_EPOCH,
@@ -28,6 +27,7 @@ from tests.integration.atomic_helpers import (
     killed,
     run_writer,
 )
+from tests.integration.kafka_fill import settled_committed as read_committed
 from tests.integration.kafka_helpers import assert_read_committed_exactly_once
 
 EPOCHS = 4

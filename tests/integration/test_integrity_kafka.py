@@ -16,8 +16,8 @@ import pytest
 import laminar
 from laminar import DataError, FatalError, RecordTooLargeError
 from laminar.embedded._process import free_port
-from tests.integration.kafka_fill import settled_committed as read_committed
 from tests.integration.integrity_helpers import create_rows_table, epoch_rows, pg_rows
+from tests.integration.kafka_fill import settled_committed as read_committed
 
 pytestmark = pytest.mark.integration
 

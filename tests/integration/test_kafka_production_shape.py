@@ -17,11 +17,11 @@ from confluent_kafka.admin import AdminClient
 import laminar
 from laminar.errors import FatalError
 from laminar.kafka_log import KafkaLogClient, read_partition
-from tests.integration.kafka_fill import settled_committed as read_committed
 from tests.fixtures import on_both_brokers
 from tests.integration.atomic_helpers import ROWS_PER_EPOCH as ATOMIC_ROWS
 from tests.integration.atomic_helpers import killed, run_writer
 from tests.integration.kafka_fill import CODECS, fill, now_ms, settled_committed
+from tests.integration.kafka_fill import settled_committed as read_committed
 from tests.integration.kafka_helpers import (
     assert_exactly_once,
     epoch_table,

@@ -365,6 +365,9 @@ def test_values_that_do_not_fit_fail_before_any_byte(
         ("int4[]", pa.list_(pa.list_(pa.int32()))),
         ("bool", pa.int8()),
         ("float8", pa.int64()),
+        # bytes holding JSON text (Spark's Kafka value) are not base64 JSON strings
+        ("jsonb", pa.binary()),
+        ("json", pa.large_binary()),
     ],
 )
 def test_incompatible_types_are_config_errors(

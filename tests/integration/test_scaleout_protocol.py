@@ -21,9 +21,9 @@ import pyarrow as pa
 import pytest
 
 import laminar
-from tests.integration.kafka_fill import settled_committed as read_committed
 from laminar.scaleout import ParticipantResult, ScaleOutTask
 from tests.integration.atomic_helpers import assert_exactly_once, make_group
+from tests.integration.kafka_fill import settled_committed as read_committed
 from tests.integration.kafka_helpers import ids_of
 from tests.integration.scaleout_crash_writer import TASK_CRASH_VAR, partition
 

@@ -35,6 +35,15 @@ def test_kafka_config_takes_key_value(capsys: pytest.CaptureFixture[str]) -> Non
     assert "KEY=VALUE" in capsys.readouterr().err
 
 
+def test_a_malformed_kafka_config_item_is_not_echoed(capsys: pytest.CaptureFixture[str]) -> None:
+    # ':' typed for '=': the item holds a secret and must not be printed back
+    code = main(["status", "--dsn", "dbname=x", "--kafka-config", "sasl.password:S3cretB"])
+    assert code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "KEY=VALUE" in err
+    assert "S3cretB" not in err
+
+
 def test_resolve_needs_exactly_one_decision() -> None:
     with pytest.raises(SystemExit) as raised:
         main(["resolve", "laminar:orders:7:0"])

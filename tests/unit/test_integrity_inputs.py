@@ -124,6 +124,51 @@ def test_a_reader_read_before_is_refused() -> None:
         materialize(reader)
 
 
+def test_a_one_shot_stream_object_handed_in_again_is_refused_not_read_as_empty() -> None:
+    # a cursor-like object over one reader: a failed write_epoch consumed it, the retry must not
+    # commit an empty epoch
+    stream = Stream(table())
+    assert materialize(stream).num_rows == 3
+    with pytest.raises(ConfigError, match=r"gave 3 row.*none now"):
+        materialize(stream)
+
+
+def test_an_object_exporting_a_fresh_stream_each_time_is_read_again() -> None:
+    class Fresh:  # a polars DataFrame: a new stream per export
+        def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+            return table().__arrow_c_stream__(requested_schema)
+
+    fresh = Fresh()
+    assert materialize(fresh).equals(table())
+    assert materialize(fresh).equals(table())
+
+
+def test_an_empty_stream_stays_legal() -> None:
+    empty = table().slice(0, 0)
+    for _ in range(2):
+        assert materialize(Stream(empty)).num_rows == 0
+
+
+def test_a_pandas_frame_is_written_without_its_row_labels() -> None:
+    import pandas as pd  # a dev dependency (pyspark[connect] needs it)
+
+    frame = pd.DataFrame({"id": [1, 2, 3, 4], "s": ["a", "b", "c", "d"]})
+    odd = frame[frame.id % 2 == 1]  # index 0, 2: row labels, not data
+    read = materialize(odd)
+    assert read.column_names == ["id", "s"]
+    assert read.to_pylist() == [{"id": 1, "s": "a"}, {"id": 3, "s": "c"}]
+    assert read_once(odd).column_names == ["id", "s"]
+
+
+def test_a_pandas_frame_with_a_named_index_is_refused() -> None:
+    import pandas as pd  # a dev dependency (pyspark[connect] needs it)
+
+    sums = pd.DataFrame({"user": ["a", "a", "b"], "n": [1, 2, 3]}).groupby("user").sum()
+    with pytest.raises(ConfigError, match="reset_index"):
+        materialize(sums)
+    assert materialize(sums.reset_index()).column_names == ["user", "n"]
+
+
 def test_a_stream_that_fails_while_read_is_a_data_error() -> None:
     data = table()
 

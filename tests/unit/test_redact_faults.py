@@ -21,6 +21,16 @@ from laminar._redact import redact_config, redact_dsn, redact_text
         ("host=db password='a b\\'c' dbname=x", "host=db password=*** dbname=x"),
         ("host=db sslpassword=k dbname=x", "host=db sslpassword=*** dbname=x"),
         ("postgresql://app@db/x", "postgresql://app@db/x"),
+        # a query parameter, its key percent-encoded as libpq accepts it
+        ("postgresql://app@db/x?passwor%64=S3cret", "postgresql://app@db/x?passwor%64=***"),
+        (
+            "postgresql://app@db/x?sslmode=require&password=pw&application_name=a",
+            "postgresql://app@db/x?sslmode=require&password=***&application_name=a",
+        ),
+        (
+            "PostgresSink(dsn='postgresql://h/d?%70assword=pw')",
+            "PostgresSink(dsn='postgresql://h/d?%70assword=***')",
+        ),
     ],
 )
 def test_dsn_passwords_are_redacted(dsn: str, expected: str) -> None:

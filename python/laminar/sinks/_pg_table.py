@@ -1,8 +1,9 @@
 """The target table as the catalog describes it (docs/postgres.md, "Columns and types" and
-"Schema changes"): resolving the name, reading the columns (domains resolved to their base type),
-and — in every epoch's transaction — locking the table and comparing its definition with the one
-the COPY plan was made for, so that a table altered between epochs is read again, never written
-in its old column types.
+"Schema changes"): resolving the name, reading the columns (domains resolved to their base type)
+and unique indexes (for upsert mode's key check), and — in every epoch's transaction — locking
+the table and comparing its definition with the one the COPY plan was made for, so that a table
+altered between epochs (a column, or a unique index) is read again, never written in its old
+column types or against a key index that is gone.
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ from psycopg import sql
 from laminar.errors import AbortableError, ConfigError
 from laminar.sinks._pg_names import TableName, render_identifier
 
-__all__ = ["ColumnInfo", "TableInfo", "current_table", "load_table", "lock_table"]
+__all__ = [
+    "ColumnInfo",
+    "TableInfo",
+    "UniqueIndex",
+    "current_table",
+    "load_table",
+    "lock_table",
+]
 
 _COPYABLE_KINDS = {"r": "table", "p": "partitioned table", "f": "foreign table"}
 _RELKIND_NAMES = {
@@ -54,6 +62,23 @@ class ColumnInfo:
 
 
 @dataclass(frozen=True)
+class UniqueIndex:
+    """A unique index (or the index behind a PRIMARY KEY / UNIQUE constraint) of the table."""
+
+    name: str
+    #: The key columns, in index order (``None`` for an expression).
+    columns: tuple[str | None, ...]
+    #: Empty when ``INSERT … ON CONFLICT (columns)`` can use it as its arbiter; otherwise why not
+    #: (``partial``, ``expression``, ``deferrable``, ``not valid``).
+    unusable: str = ""
+
+    def describe(self) -> str:
+        """``name (a, b)``, with why it cannot serve as a key when it cannot."""
+        cols = ", ".join("<expression>" if c is None else c for c in self.columns)
+        return f"{self.name} ({cols})" + (f" [{self.unusable}]" if self.unusable else "")
+
+
+@dataclass(frozen=True)
 class TableInfo:
     """The resolved target table."""
 
@@ -66,6 +91,8 @@ class TableInfo:
     can_insert: bool
     #: The columns' definition as the catalog holds it (`lock_table` compares it each epoch).
     fingerprint: str = ""
+    #: The table's unique indexes (upsert mode's key must be the columns of a usable one).
+    unique_indexes: tuple[UniqueIndex, ...] = ()
 
     @property
     def identifier(self) -> sql.Identifier:
@@ -97,14 +124,34 @@ ORDER BY a.attnum
 
 # Every column attribute the COPY plan depends on, in one text value (ROW(...) text output quotes
 # names, so distinct definitions give distinct text); with the table's oid, a recreated table of
-# the same name differs too. `{}`: the relation (an oid, or to_regclass of its name).
+# the same name differs too; and the unique indexes upsert mode's key check depends on (an index
+# dropped or added between epochs changes it). `{}`: the relation (an oid, or to_regclass of its
+# name).
 _FINGERPRINT = (
     "SELECT c.oid::int8 || ':' || coalesce((SELECT array_agg(ROW(a.attnum, a.attname,"
     " a.atttypid, a.atttypmod, a.attnotnull, a.atthasdef, a.attidentity, a.attgenerated,"
     " a.attisdropped) ORDER BY a.attnum)::text FROM pg_attribute a"
     " WHERE a.attrelid = c.oid AND a.attnum > 0), '')"
+    " || ':' || coalesce((SELECT array_agg(ROW(i.indexrelid, i.indkey, i.indnkeyatts,"
+    " i.indimmediate, i.indisvalid, i.indpred IS NULL, i.indexprs IS NULL)"
+    " ORDER BY i.indexrelid)::text FROM pg_index i"
+    " WHERE i.indrelid = c.oid AND i.indisunique), '')"
     " FROM pg_class c WHERE c.oid = {}"
 )
+
+# The table's unique indexes: name, key columns in order (NULL for an expression), and whether
+# ON CONFLICT can infer it as the arbiter of a column list (not partial, no expression,
+# immediate, valid).
+_UNIQUE_INDEXES_QUERY = """
+SELECT x.relname, i.indpred IS NOT NULL, i.indexprs IS NOT NULL, NOT i.indimmediate,
+       NOT i.indisvalid,
+       array(SELECT a.attname FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+             LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+             WHERE k.ord <= i.indnkeyatts ORDER BY k.ord)
+FROM pg_index i JOIN pg_class x ON x.oid = i.indexrelid
+WHERE i.indrelid = %s AND i.indisunique
+ORDER BY i.indisprimary DESC, x.relname
+"""
 
 
 def load_table(conn: psycopg.Connection[Any], name: TableName, where: str) -> TableInfo:
@@ -168,6 +215,23 @@ def load_table(conn: psycopg.Connection[Any], name: TableName, where: str) -> Ta
             )
         )
     fingerprint = conn.execute(sql.SQL(_FINGERPRINT).format(sql.Literal(int(oid)))).fetchone()
+    unique_indexes = []
+    for index_name, partial, expression, deferrable, invalid, names in conn.execute(
+        _UNIQUE_INDEXES_QUERY, (oid,)
+    ).fetchall():
+        flags = (
+            ("partial", partial),
+            ("expression", expression),
+            ("deferrable", deferrable),
+            ("not valid", invalid),
+        )
+        unique_indexes.append(
+            UniqueIndex(
+                name=index_name,
+                columns=tuple(names),
+                unusable=", ".join(label for label, on in flags if on),
+            )
+        )
     return TableInfo(
         oid=int(oid),
         schema=schema,
@@ -177,6 +241,7 @@ def load_table(conn: psycopg.Connection[Any], name: TableName, where: str) -> Ta
         database=database,
         can_insert=bool(can_insert),
         fingerprint=str(fingerprint[0]) if fingerprint else "",
+        unique_indexes=tuple(unique_indexes),
     )
 
 

@@ -1062,6 +1062,20 @@ class KafkaSink(TransactionalSink):
         return f"{self.marker_group}.identity"
 
     @property
+    def recorded_history(self) -> str:
+        """Why a record outside Kafka says this sink has written before (a decision row in
+        ``laminar.txn_state``, set by recovery), or ``""``. With it, a sink whose marker *and*
+        identity groups are gone (deleted by hand, expired) is not taken as new: the witness
+        reads the topic (docs/protocol.md §1)."""
+        return str(getattr(self, "_recorded_history", ""))
+
+    @recorded_history.setter
+    def recorded_history(self, why: str) -> None:
+        self._recorded_history = why
+        if self._rt is not None:
+            self._rt.without_marker = None  # decide again with what is now known
+
+    @property
     def witness_max_records(self) -> int:
         """How many records per partition the witness may read when the marker is lost (-1: no
         limit); default `LAMINAR_KAFKA_WITNESS_MAX_RECORDS`, else 1,000,000."""
@@ -1188,6 +1202,8 @@ class KafkaSink(TransactionalSink):
                 identity = client.committed_offset(self.identity_group, self._topic, 0)
                 if identity is not None:
                     history = f"its identity ({self.identity_group}) is recorded"
+                elif self.recorded_history:
+                    history = self.recorded_history
                 else:
                     epoch = self._producer_identity(rt)[1] if writer else -1
                     history = (

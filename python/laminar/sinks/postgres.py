@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 
 import psycopg
 import pyarrow as pa  # type: ignore[import-untyped]
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from laminar._core import PreparedTxnState
@@ -55,6 +56,7 @@ from laminar.errors import (
     LaminarError,
 )
 from laminar.metadata import ensure_schema, register_sink
+from laminar.sinks import _pg_upsert
 from laminar.sinks._pg_errors import is_connection_failure, map_pg_error, sqlstate_of
 from laminar.sinks._pg_names import (
     TableName,
@@ -106,10 +108,13 @@ class PostgresSink(TransactionalSink):
     epochs are recorded; default: the schema-qualified table name (``public.<table>`` when the
     table is unqualified).
 
-    Keyword-only: ``two_phase_part`` makes the sink partition ``p`` of a scale-out write (it
-    ends each epoch with ``PREPARE TRANSACTION`` and leaves the epoch record to the
-    coordinator); ``connect_timeout_s`` bounds connection attempts; ``slice_bytes`` bounds the
-    Arrow bytes encoded per COPY statement (bigger batches stream in several).
+    Keyword-only: ``mode="upsert"`` with ``key=`` (a column or a list of columns: those of a
+    unique index of the table) replaces rows by key instead of appending them — the last row of
+    a key in a batch wins (docs/postgres.md, "Upsert mode"); ``two_phase_part`` makes the sink
+    partition ``p`` of a scale-out write (it ends each epoch with ``PREPARE TRANSACTION`` and
+    leaves the epoch record to the coordinator); ``connect_timeout_s`` bounds connection
+    attempts; ``slice_bytes`` bounds the Arrow bytes encoded per COPY statement (bigger batches
+    stream in several).
     """
 
     kind: ClassVar[str] = "postgres"
@@ -136,6 +141,8 @@ class PostgresSink(TransactionalSink):
         columns: ColumnsSpec = None,
         sink_id: str | None = None,
         *,
+        mode: str = "append",
+        key: str | Sequence[str] | None = None,
         two_phase_part: int | None = None,
         connect_timeout_s: float = 10.0,
         slice_bytes: int = DEFAULT_SLICE_BYTES,
@@ -147,6 +154,7 @@ class PostgresSink(TransactionalSink):
             self._check_dsn(dsn)
         self._table_name = parse_table_name(table)
         self._columns = _normalise_columns(columns)
+        self._mode, self._key = _pg_upsert.parse_mode(mode, key)
         if sink_id is None:
             schema = self._table_name.schema or DEFAULT_SCHEMA
             sink_id = f"{render_identifier(schema)}.{render_identifier(self._table_name.name)}"
@@ -233,6 +241,16 @@ class PostgresSink(TransactionalSink):
         return self._columns
 
     @property
+    def mode(self) -> str:
+        """``"append"`` (COPY every row) or ``"upsert"`` (replace rows by `key`)."""
+        return self._mode
+
+    @property
+    def key(self) -> tuple[str, ...] | None:
+        """The upsert key's columns as configured (None in append mode)."""
+        return self._key
+
+    @property
     def two_phase_part(self) -> int | None:
         """The partition number of a scale-out participant, or None."""
         return self._two_phase_part
@@ -240,9 +258,10 @@ class PostgresSink(TransactionalSink):
     def __repr__(self) -> str:
         setting = self._dsn_setting
         dsn = repr(setting) if is_deferred(setting) else repr(redact_dsn(str(setting)))
+        upsert = "" if self._key is None else f", mode='upsert', key={list(self._key)!r}"
         return (
             f"PostgresSink(dsn={dsn}, table={self._table_name.display()!r}, "
-            f"sink_id={self.sink_id!r})"
+            f"sink_id={self.sink_id!r}{upsert})"
         )
 
     def _where(self) -> str:
@@ -336,6 +355,8 @@ class PostgresSink(TransactionalSink):
             with conn.transaction():
                 info = load_table(conn, self._table_name, where)
                 self._check_table(info)
+                if self._key is not None:
+                    _pg_upsert.check_privileges(conn, info, where)
                 previous = register_sink(conn, self.sink_id, self.kind, self._registry_config(info))
                 self._check_registered_table(info, previous)
                 last = committed_epoch(conn, self.sink_id)
@@ -366,10 +387,18 @@ class PostgresSink(TransactionalSink):
                 f"({self.sink_id}); write table={info.display!r} or pass sink_id=",
                 sink_id=self.sink_id,
             )
+        if self._key is not None:
+            try:
+                _pg_upsert.resolve_key(info, self._key)
+            except ConfigError as e:
+                e.sink_id = self.sink_id
+                raise
 
     def _registry_config(self, info: TableInfo) -> dict[str, Any]:
         params = _safe_conninfo(self._dsn)
+        upsert = {} if self._key is None else {"mode": self._mode, "key": list(self._key)}
         return {
+            **upsert,
             "table": [info.schema, info.name],
             "columns": self._columns,
             "database": info.database,
@@ -497,13 +526,7 @@ class PostgresSink(TransactionalSink):
                 self._table_info = self._checked_table(conn)
                 self._table_checked = True
             table = self._table()
-            rows, nbytes = copy_batch(
-                conn,
-                table,
-                self._plan_for(table, data.schema),
-                data,
-                slice_bytes=self._slice_bytes,
-            )
+            rows, nbytes = self._write_rows(conn, table, self._plan_for(table, data.schema), data)
         except (ConfigError, DataError, AuthorizationError) as e:
             self._abort_after_error()
             if e.epoch is None and e.sink_id is None:
@@ -556,8 +579,37 @@ class PostgresSink(TransactionalSink):
         if cached is not None and cached[1] is table and cached[0].equals(schema):
             return cached[2]
         plan = plan_copy(table, schema, self._columns)
+        if self._key is not None:
+            _pg_upsert.check_key_in_plan(table, plan, self._key)
         self._plan = (schema, table, plan)
         return plan
+
+    def _write_rows(
+        self, conn: psycopg.Connection[Any], table: TableInfo, plan: CopyPlan, data: pa.Table
+    ) -> tuple[int, int]:
+        """Append (COPY) or upsert (`_pg_upsert`) ``data``; return (rows, bytes) sent."""
+        if self._key is None:
+            return copy_batch(conn, table, plan, data, slice_bytes=self._slice_bytes)
+        return _pg_upsert.upsert_batch(
+            conn,
+            table,
+            plan,
+            data,
+            self._key,
+            stage_id=f"{self.sink_id}\0{self._two_phase_part or 0}",
+            create_stage=self._create_stage,
+            slice_bytes=self._slice_bytes,
+        )
+
+    def _create_stage(self, statement: sql.Composed) -> None:
+        """Create upsert mode's staging table on a connection without the epoch's transaction,
+        committed at once (`_pg_upsert`); a concurrent writer creating it too is no error."""
+        with self._idle_connection() as side:
+            try:
+                side.execute(statement)
+                side.commit()
+            except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable):
+                side.rollback()
 
     def _finish_epoch(self, epoch: int) -> None:
         """Store the epoch's totals (claim mode) — the last statement before COMMIT/PREPARE."""
@@ -903,13 +955,7 @@ class PostgresSink(TransactionalSink):
             if not checked or self._table_info is None:
                 self._table_info = self._checked_table(conn)
             table = self._table_info
-            rows, nbytes = copy_batch(
-                conn,
-                table,
-                self._plan_for(table, data.schema),
-                data,
-                slice_bytes=self._slice_bytes,
-            )
+            rows, nbytes = self._write_rows(conn, table, self._plan_for(table, data.schema), data)
             record_epoch_totals(conn, self.sink_id, rows, nbytes)
         except psycopg.Error as e:
             error = self._err(e, f"writing epoch {epoch} to {self._shown_table()}", epoch)

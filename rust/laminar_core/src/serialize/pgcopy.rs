@@ -143,7 +143,10 @@ impl PgType {
             Self::Date => "date32, date64",
             Self::Time => "time32, time64",
             Self::Timestamp | Self::Timestamptz => "timestamp (any unit, with or without zone)",
-            Self::Json | Self::Jsonb => "JSON text in a string column, or any JSON-encodable type",
+            Self::Json | Self::Jsonb => {
+                "JSON text in a string column, or any JSON-encodable type but binary (cast bytes \
+                 holding JSON text to string)"
+            }
             Self::Uuid => "fixed_size_binary(16), strings in UUID text form",
         }
     }
@@ -234,8 +237,14 @@ fn scalar_compatible(column: &str, source: &DataType, pg: PgType) -> bool {
                 | D::Time64(TimeUnit::Microsecond | TimeUnit::Nanosecond)
         ),
         PgType::Timestamp | PgType::Timestamptz => matches!(source, D::Timestamp(..)),
+        // a binary column is refused, not written as a base64 JSON string: bytes that hold
+        // JSON text (Spark's Kafka `value`) would be stored as "eyJ…" (docs/postgres.md)
         PgType::Json | PgType::Jsonb => {
-            is_string(source) || check_json_type(column, source).is_ok()
+            is_string(source)
+                || (!matches!(
+                    source,
+                    D::Binary | D::LargeBinary | D::BinaryView | D::FixedSizeBinary(_)
+                ) && check_json_type(column, source).is_ok())
         }
         PgType::Uuid => is_string(source) || matches!(source, D::FixedSizeBinary(16)),
     }
