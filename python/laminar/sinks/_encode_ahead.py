@@ -1,9 +1,10 @@
 """Encoding overlapped with sending (docs/serialization.md, "Performance").
 
-The core encodes with the GIL released, so while the calling thread sends chunk n (a COPY
-write waiting on the socket, a produce loop) a worker thread can encode chunk n+1. `encode_ahead`
-is that two-stage pipeline, bounded: at most two chunks exist at a time (the one in hand and the
-one being encoded), whatever the batch size.
+The core encodes with the GIL released, so while the calling thread sends chunk n (a COPY write
+waiting on the socket, GIL released too) a worker thread can encode chunk n+1. `encode_ahead` is
+that two-stage pipeline, bounded: at most two chunks exist at a time (the one in hand and the one
+being encoded), whatever the batch size. It pays only where the sending releases the GIL: a
+Python produce loop does not, and sharing the GIL with the worker made it slower.
 """
 
 from __future__ import annotations

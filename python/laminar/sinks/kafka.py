@@ -66,7 +66,6 @@ from laminar.kafka_log import (
     ReadStats,
     UnsupportedSecurityError,
 )
-from laminar.sinks._encode_ahead import encode_ahead
 from laminar.sinks._kafka_config import (
     DEFAULT_MESSAGE_MAX_BYTES,
     build_producer_config,
@@ -97,10 +96,10 @@ _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 #: Printable ASCII only: a NUL or non-ASCII transactional id passes librdkafka's checks but fails
 #: every transactional request, as a retriable error, forever.
 _TRANSACTIONAL_ID = re.compile(r"[\x20-\x7e]+")
-#: Rows per slice encoded at once: small enough that a batch of a few slices already overlaps
-#: the encoding of slice n+1 with the produce loop of slice n (`encode_ahead`), large enough that
-#: the per-call cost of the encoder is nothing.
-_CHUNK_ROWS = 8_192
+#: Rows per slice encoded at once. Not overlapped with the produce loop (as the COPY path is):
+#: the loop holds the GIL, and a worker building the next slice's `bytes` made the write path
+#: 1.4x slower, not faster (docs/serialization.md, "Performance").
+_CHUNK_ROWS = 65_536
 _TXN_CALLS = frozenset({"commit_transaction", "abort_transaction", "init_transactions"})
 _IGNORED_DELIVERY_CODES = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
 _CONNECTION_CODES = frozenset(
@@ -480,29 +479,23 @@ class KafkaSink(TransactionalSink):
             )
             first = True
             row = 0
-            encoded = (
-                encode_kafka(
+            for chunk in _arrow_chunks(data):
+                records = encode_kafka(
                     chunk,
                     value_format=self._value_format,  # type: ignore[arg-type]
                     key=self._key,
                     value_column=self._value_column,
                 )
-                for chunk in _arrow_chunks(data)
-            )
-            # Slice n+1 is encoded (GIL released) on a worker while slice n is produced.
-            ahead = encode_ahead(encoded, overlap=data.num_rows > _CHUNK_ROWS)
-            with contextlib.closing(ahead):
-                for records in ahead:
-                    count = records.num_rows
-                    if count == 0:
-                        continue
-                    self._produce(rt, records.values, records.keys, epoch, row, first)
-                    if records_out is not None:
-                        records_out.append(records)
-                    first = False
-                    row += count
-                    rt.records += count
-                    self.tracker.record_write(count, records.total_bytes)
+                count = records.num_rows
+                if count == 0:
+                    continue
+                self._produce(rt, records.values, records.keys, epoch, row, first)
+                if records_out is not None:
+                    records_out.append(records)
+                first = False
+                row += count
+                rt.records += count
+                self.tracker.record_write(count, records.total_bytes)
         except (ConfigError, DataError) as err:
             # The batch cannot be written: abort the epoch so the sink stays usable.
             err.sink_id, err.epoch = err.sink_id or self.sink_id, epoch
