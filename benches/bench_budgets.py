@@ -1,10 +1,11 @@
 """F-E2E-002's budgets as gates, in the quick mode ``./dev test`` runs as in the full one:
 
-- **commit overhead per epoch**, p50 (p99 reported beside it), of each sink and of the atomic
+- **commit overhead per epoch at p99** (p50 reported beside it), of each sink and of the atomic
   pair: an epoch through ``laminar.exactly_once(...)`` minus the same rows written without a
   transaction (an idempotent producer + flush; a COPY + commit; both), measured in turns on the
-  same servers. Budget: the design card's 50-200 ms per checkpoint, so <= 200 ms; our own goal
-  (a few ms, from bench_kafka.py, bench_postgres.py and bench_atomic.py) is reported beside it;
+  same servers, over at least 100 epochs (so that the p99 is the 99th of 100 values, not the
+  maximum). Budget: the design card's 50-200 ms per checkpoint, so <= 200 ms; our own goal at
+  p50 (a few ms, from bench_kafka.py, bench_postgres.py and bench_atomic.py) is reported beside;
 - **begin** < 1 ms (median of ``begin_transaction``; p99 in the detail), each sink;
 - **abort** of a written 1 K-row epoch < 50 ms (p50; p99 reported), each sink.
 
@@ -37,7 +38,8 @@ import laminar
 
 QUICK = os.environ.get("LAMINAR_BENCH_QUICK") == "1"
 EPOCH_ROWS = 1_000
-OVERHEAD_ROUNDS = 25 if QUICK else 100
+#: At least 100: a p99 of fewer values is their maximum, one stall away from any figure.
+OVERHEAD_ROUNDS = 100 if QUICK else 300
 BEGIN_ROUNDS = 50 if QUICK else 300
 ABORT_ROUNDS = 15 if QUICK else 50
 #: F-E2E-002: "each checkpoint adds 50-200 ms of commit overhead".
@@ -168,18 +170,16 @@ def bench_commit_overhead_per_epoch(stores: Stores, rows: pa.Table, gate: Gate, 
     ]
     p50 = statistics.median(overheads)
     goal = OVERHEAD_GOAL_MS[store]
-    # Gated at p50: on the shared 2-core machine one epoch in 25 can stall for 0.7 s (measured
-    # at a load average of 16), which a p99 of 25 rounds cannot tell from a regression. The p99
-    # is reported beside it (docs/benchmarks.md).
     gate(
-        f"{store}: commit overhead per epoch, p50",
-        p50,
+        f"{store}: commit overhead per epoch, p99",
+        p99(overheads),
         at_most=COMMIT_BUDGET_MS,
         unit="ms",
-        target=f"p99 {p99(overheads):.1f} ms; p50 goal <= {goal:g}",
+        target=f"p50 {p50:.1f} ms (goal <= {goal:g})",
         detail=(
             f"{OVERHEAD_ROUNDS} epochs of {EPOCH_ROWS:,} rows in turns with the same rows "
-            f"written without a transaction; transactional p50 "
+            f"written without a transaction; overhead p50 {p50:.1f} ms, max "
+            f"{max(overheads):.1f} ms; transactional p50 "
             f"{statistics.median(seconds['transactional']) * 1000:.1f} ms, plain p50 "
             f"{statistics.median(seconds['plain']) * 1000:.1f} ms"
         ),

@@ -7,10 +7,10 @@ For each topic (0, 100 K and 1 M foreign records, every codec mixed; 1, 16 and 6
 the wall time of ``init_transactions`` for a **new** sink (no marker, no identity: nothing of the
 topic is read), for a **restarted** one (the marker answers), and for one whose marker was
 **lost** (its identity is recorded: the bounded witness reads back from each partition's end to
-its last epoch, written after the foreign records). The bar: a new sink on 1 M foreign records
-starts within 2x of a new sink on an empty topic. ``./dev test``'s quick mode
-(LAMINAR_BENCH_QUICK=1) measures 0 and 100 K records on 1 and 16 partitions. Results in
-``.benchmarks/kafka_startup_summary.json``.
+its last epoch, written after the foreign records). The bar, a gate (``benches.gates``): a new
+sink on 1 M foreign records starts within 2x of a new sink on an empty topic (best of 3 each).
+``./dev test``'s quick mode (LAMINAR_BENCH_QUICK=1) measures 0 and 100 K records on 1 and 16
+partitions. Results in ``.benchmarks/kafka_startup_summary.json``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from benches.gates import Gate
 from confluent_kafka.admin import AdminClient
 
 import laminar
@@ -62,7 +63,11 @@ def start(bootstrap: str, topic: str, tid: str) -> tuple[float, laminar.KafkaSin
 @pytest.mark.parametrize("partitions", PARTITIONS)
 @pytest.mark.parametrize("size", SIZES)
 def test_startup_time(
-    kafka_bootstrap: str, topics: dict[tuple[int, int], str], size: int, partitions: int
+    kafka_bootstrap: str,
+    topics: dict[tuple[int, int], str],
+    size: int,
+    partitions: int,
+    gate: Gate,
 ) -> None:
     topic = topics[(size, partitions)]
     new, restarted, lost = [], [], []
@@ -88,6 +93,7 @@ def test_startup_time(
         lost.append(elapsed)
         sink.close()
     result = {
+        "new_best_s": min(new),
         "new_s": statistics.median(new),
         "restarted_s": statistics.median(restarted),
         "marker_lost_s": statistics.median(lost),
@@ -101,4 +107,16 @@ def test_startup_time(
     SUMMARY.write_text(json.dumps(RESULTS, indent=2))
     empty = RESULTS.get(f"0x{partitions}")
     if size and empty is not None:
-        assert result["new_s"] <= 2 * empty["new_s"], (result, empty)
+        # Best of ROUNDS each (a start-up is a few round trips: one stall of the shared machine
+        # would double a single figure); the medians are in the detail.
+        gate(
+            f"kafka start-up: {size:,}-record topic / empty, {partitions} partition(s)",
+            result["new_best_s"] / empty["new_best_s"],
+            at_most=2.0,
+            unit="x",
+            detail=(
+                f"best of {ROUNDS} new sinks each: {result['new_best_s'] * 1000:.0f} ms on "
+                f"{size:,} records, {empty['new_best_s'] * 1000:.0f} ms on the empty topic "
+                f"(medians {result['new_s'] * 1000:.0f} / {empty['new_s'] * 1000:.0f} ms)"
+            ),
+        )

@@ -213,6 +213,10 @@ class Contender:
     run: Callable[[], object]
     before: Callable[[], object] | None = None
     after: Callable[[], object] | None = None
+    #: Run in this many rounds at most (None: every round). For a peer many times slower than
+    #: Laminar, whose gate has a margin far beyond the noise: its slow rounds would only stretch
+    #: the run, and the other contenders' rounds still interleave with its own.
+    max_rounds: int | None = None
 
 
 def interleaved(
@@ -243,6 +247,8 @@ def interleaved(
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
             c = contenders[name]
+            if c.max_rounds is not None and len(seconds[name]) >= c.max_rounds:
+                continue
             if c.before is not None:
                 c.before()
             started = time.perf_counter()

@@ -405,11 +405,13 @@ __all__ += [
     "KafkaRecordStream",
     "KafkaRecords",
     "PgCopyBuffer",
+    "PgCopyStream",
     "check_kafka_schema",
     "check_pg_copy_schema",
     "encode_kafka",
     "encode_pg_copy",
     "iter_kafka",
+    "iter_pg_copy",
 ]
 
 _ValueFormat = Literal["json", "raw"]
@@ -540,6 +542,41 @@ def encode_pg_copy(
 
     Raises ``ConfigError`` (missing column, incompatible types — names the column and both
     types) and ``DataError`` (a value that does not fit its column — names the column and row).
+    """
+
+@final
+class PgCopyStream:
+    """A ``COPY … FROM STDIN (FORMAT BINARY)`` stream encoded one chunk (about 1 MiB) at a time
+    as it is iterated: header in the first chunk, trailer at the end of the last.
+
+    Each chunk is encoded with the GIL released, so one thread can encode the next chunk while
+    another sends the current one. Iterate it from one thread at a time. A value that does not
+    fit its column raises ``DataError`` (column and row) when its chunk is reached.
+    """
+
+    @property
+    def columns(self) -> list[str]:
+        """Target column names in stream order, for ``COPY table (…)``."""
+    @property
+    def num_rows(self) -> int:
+        """Rows in the whole stream."""
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of the chunks handed out so far (the whole stream's once exhausted)."""
+    def __iter__(self) -> PgCopyStream: ...
+    def __next__(self) -> bytes: ...
+
+def iter_pg_copy(
+    data: Any,
+    columns: Sequence[tuple[str, str, int]],
+    *,
+    source_columns: Sequence[str] | None = None,
+) -> PgCopyStream:
+    """Like :func:`encode_pg_copy`, but encodes the stream chunk by chunk as it is iterated.
+
+    The schema is checked before this returns (``ConfigError``, as ``encode_pg_copy``); values
+    are checked as their chunk is encoded, so the chunks before a bad value may already have been
+    sent: write them inside a transaction that the ``DataError`` rolls back.
     """
 
 def check_pg_copy_schema(

@@ -497,6 +497,29 @@ def test_big_batches_stream_in_slices_and_count_rows_over_the_batch(
     assert query(pg_dsn, f"SELECT count(*) FROM {table}") == [(rows,)]  # nothing of epoch 1
 
 
+def test_a_bad_value_chunks_into_the_copy_is_a_data_error_and_nothing_lands(
+    pg_dsn: str, table_name: str
+) -> None:
+    """The chunk after the one being sent is encoded meanwhile (docs/serialization.md): a value
+    that does not fit, megabytes into one COPY, ends it before it completes; the epoch's
+    transaction is rolled back and the sink writes the fixed batch next."""
+    table = create_table(pg_dsn, table_name, "(id int8 NOT NULL, small int2)")
+    sink = PostgresSink(pg_dsn, table)
+    writer = laminar.exactly_once(sink)
+    rows = 300_000  # about 5 MB of COPY: several chunks, one slice
+    small = pa.array([1] * (rows - 1) + [70_000], pa.int64())
+    data = pa.table({"id": pa.array(range(rows), pa.int64()), "small": small})
+    with pytest.raises(DataError, match=rf"column 'small' row {rows - 1}") as info:
+        writer.write_epoch(0, data)
+    assert "earlier rows were sent" not in str(info.value)  # one slice: not a partial commit
+    assert query(pg_dsn, f"SELECT count(*) FROM {table}") == [(0,)]
+    assert sink_epoch(pg_dsn, sink.sink_id) is None
+    fixed = data.set_column(1, "small", pa.array([1] * rows, pa.int64()))
+    assert writer.write_epoch(0, fixed).committed
+    assert query(pg_dsn, f"SELECT count(*), count(DISTINCT id) FROM {table}") == [(rows, rows)]
+    writer.close()
+
+
 def test_a_missing_table_names_table_and_database(postgres_factory: Any, table_name: str) -> None:
     server = postgres_factory(password="s3cret-Pa55")
     dsn = server.dsn

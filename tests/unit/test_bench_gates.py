@@ -104,6 +104,19 @@ def test_interleaved_goes_on_until_settled_or_the_limit() -> None:
     assert len(never["a"]) == 5
 
 
+def test_a_contender_with_max_rounds_stops_while_the_others_go_on() -> None:
+    calls: list[str] = []
+    seconds = interleaved(
+        {
+            "fast": Contender(run=lambda: calls.append("fast")),
+            "slow": Contender(run=lambda: calls.append("slow"), max_rounds=2),
+        },
+        4,
+    )
+    assert {name: len(s) for name, s in seconds.items()} == {"fast": 4, "slow": 2}
+    assert calls == ["fast", "slow", "slow", "fast", "fast", "fast"]
+
+
 def test_instruction_bounds_are_ten_percent_either_way() -> None:
     lo, hi = hotpath.bounds(1_000.0)
     assert (round(lo, 6), round(hi, 6)) == (900.0, 1_100.0)

@@ -19,8 +19,10 @@ that can be checked before a row is sent. The two-phase helpers (`prepare_transa
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,11 +31,12 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 from psycopg import sql
 
-from laminar._core import check_pg_copy_schema, encode_pg_copy
+from laminar._core import check_pg_copy_schema, iter_pg_copy
 from laminar._faults import crash_point
 from laminar._input import materialize
 from laminar.errors import ConfigError, DataError, LaminarError
 from laminar.metadata import table as meta_table
+from laminar.sinks._encode_ahead import encode_ahead
 from laminar.sinks._pg_names import GID_PREFIX, parse_gid
 from laminar.sinks._pg_table import (
     ColumnInfo,
@@ -343,6 +346,29 @@ def _slices(data: pa.Table | pa.RecordBatch, slice_bytes: int) -> list[tuple[int
     return [(start, data.slice(start, step)) for start in range(0, rows, step)]
 
 
+class _ValueRefusedError(Exception):
+    """Ends a COPY whose stream reached a value that does not fit: psycopg sends this message
+    (not the value) to the server with the CopyFail, and `copy_batch` raises the `DataError`."""
+
+    def __init__(self, error: DataError) -> None:
+        super().__init__("a value did not fit its column; COPY abandoned by the client")
+        self.error = error
+
+
+#: A slice whose Arrow data is at least this big is encoded ahead on a worker thread (its COPY
+#: stream is more than one chunk of about 1 MiB); a smaller one has nothing to overlap.
+_OVERLAP_BYTES = 1 << 20
+
+
+def _send(copy: psycopg.Copy, chunks: Iterator[bytes]) -> None:
+    try:
+        for chunk in chunks:
+            copy.write(chunk)
+            crash_point("postgres.mid_copy")
+    except DataError as e:
+        raise _ValueRefusedError(e) from None
+
+
 def copy_batch(
     conn: psycopg.Connection[Any],
     table: TableInfo,
@@ -353,11 +379,14 @@ def copy_batch(
 ) -> tuple[int, int]:
     """COPY ``data`` into ``table`` following ``plan``; return (rows, bytes) sent.
 
-    Rows are encoded by the core (GIL released) and streamed in chunks of about 1 MiB. A batch
-    whose Arrow data is larger than ``slice_bytes`` is encoded and sent slice by slice, one COPY
-    per slice, so memory stays bounded; otherwise every value is checked before the first byte is
-    sent. A value that does not fit is a `DataError` naming the table, column and row (counted
-    over the whole batch).
+    Rows are encoded by the core (GIL released) in chunks of about 1 MiB, and the chunk after
+    the one being sent is encoded meanwhile on a worker thread (`encode_ahead`: the encoding
+    overlaps the server's work, memory stays at two chunks). A batch whose Arrow data is larger
+    than ``slice_bytes`` is sent slice by slice, one COPY per slice. A value that does not fit is
+    a `DataError` naming the table, column and row (counted over the whole batch); the first
+    chunk is encoded before the COPY starts, so in a batch of one chunk nothing is sent, and a
+    later bad value ends the COPY before it completes (the caller rolls the transaction back, as
+    after any error).
     """
     check_not_null(table, plan, data)
     data = plan.cast_nulls(data)
@@ -365,19 +394,20 @@ def copy_batch(
     rows = nbytes = 0
     for offset, piece in _slices(data, slice_bytes):
         try:
-            buffer = encode_pg_copy(piece, core_columns, source_columns=plan.source_columns)
-        except DataError as e:
-            message = _shift_row(e.message, offset)
+            stream = iter_pg_copy(piece, core_columns, source_columns=plan.source_columns)
+            with closing(encode_ahead(stream, overlap=piece.nbytes >= _OVERLAP_BYTES)) as chunks:
+                first = next(chunks)  # encoded before the COPY starts
+                with conn.cursor() as cur, cur.copy(plan.statement) as copy:
+                    _send(copy, itertools.chain((first,), chunks))
+        except (DataError, _ValueRefusedError) as e:
+            error = e.error if isinstance(e, _ValueRefusedError) else e
+            message = _shift_row(error.message, offset)
             sent = "" if offset == 0 else f" ({offset} earlier rows were sent, not committed)"
-            raise DataError(f"table {table.display}: {message}{sent}") from e
+            raise DataError(f"table {table.display}: {message}{sent}") from error
         except ConfigError as e:
             raise ConfigError(f"table {table.display}: {e.message}") from e
-        with conn.cursor() as cur, cur.copy(plan.statement) as copy:
-            for chunk in buffer.chunks:
-                copy.write(chunk)
-                crash_point("postgres.mid_copy")
-        rows += buffer.num_rows
-        nbytes += buffer.total_bytes
+        rows += stream.num_rows
+        nbytes += stream.total_bytes
     return rows, nbytes
 
 

@@ -96,6 +96,9 @@ _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 #: Printable ASCII only: a NUL or non-ASCII transactional id passes librdkafka's checks but fails
 #: every transactional request, as a retriable error, forever.
 _TRANSACTIONAL_ID = re.compile(r"[\x20-\x7e]+")
+#: Rows per slice encoded at once. Not overlapped with the produce loop (as the COPY path is):
+#: the loop holds the GIL, and a worker building the next slice's `bytes` made the write path
+#: 1.4x slower, not faster (docs/serialization.md, "Performance").
 _CHUNK_ROWS = 65_536
 _TXN_CALLS = frozenset({"commit_transaction", "abort_transaction", "init_transactions"})
 _IGNORED_DELIVERY_CODES = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})

@@ -87,9 +87,10 @@ fn kafka_options(
     })
 }
 
-/// Appends the chunk's payloads to `out` as `bytes` (or `None` for null).
+/// Appends the chunk's payloads to `out` as `bytes` (or `None` for null): one allocation and one
+/// copy per payload, in one pass over the chunk's offsets (`out` is reserved for the whole batch).
 fn push_payloads<'py>(py: Python<'py>, payloads: &Payloads, out: &mut Vec<Bound<'py, PyAny>>) {
-    out.extend((0..payloads.len()).map(|i| match payloads.get(i) {
+    out.extend(payloads.iter().map(|payload| match payload {
         Some(bytes) => PyBytes::new(py, bytes).into_any(),
         None => py.None().into_bound(py),
     }));
@@ -382,15 +383,14 @@ impl PyPgCopyBuffer {
     }
 }
 
-/// Encodes every row of `data` as a COPY BINARY stream for the target `columns`.
-#[pyfunction]
-#[pyo3(signature = (data, columns, *, source_columns = None))]
-fn encode_pg_copy(
+/// The COPY plan for `data` and its record batches, every batch checked (with the GIL released):
+/// what `encode_pg_copy` and `iter_pg_copy` share.
+fn plan_pg_input(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
     columns: Vec<(String, String, i32)>,
     source_columns: Option<Vec<String>>,
-) -> PyResult<PyPgCopyBuffer> {
+) -> PyResult<(pgcopy::CopyPlan, Vec<RecordBatch>)> {
     let targets = pg_columns(columns);
     let (schema, batches) = import_batches(py, data)?;
     let plan = run_detached(py, || {
@@ -400,6 +400,26 @@ fn encode_pg_copy(
         }
         Ok(plan)
     })?;
+    Ok((plan, batches))
+}
+
+fn target_columns(plan: &pgcopy::CopyPlan) -> Vec<String> {
+    plan.target_columns()
+        .into_iter()
+        .map(String::from)
+        .collect()
+}
+
+/// Encodes every row of `data` as a COPY BINARY stream for the target `columns`.
+#[pyfunction]
+#[pyo3(signature = (data, columns, *, source_columns = None))]
+fn encode_pg_copy(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    columns: Vec<(String, String, i32)>,
+    source_columns: Option<Vec<String>>,
+) -> PyResult<PyPgCopyBuffer> {
+    let (plan, batches) = plan_pg_input(py, data, columns, source_columns)?;
     let mut encoder = pgcopy::CopyEncoder::new(&plan, &batches);
     let mut out = Vec::with_capacity(pgcopy::CHUNK_BYTES + pgcopy::CHUNK_BYTES / 8);
     let chunks = PyList::empty(py);
@@ -412,13 +432,101 @@ fn encode_pg_copy(
     }
     Ok(PyPgCopyBuffer {
         chunks: chunks.unbind(),
-        columns: plan
-            .target_columns()
-            .into_iter()
-            .map(String::from)
-            .collect(),
+        columns: target_columns(&plan),
         num_rows: batches.iter().map(RecordBatch::num_rows).sum(),
         total_bytes,
+    })
+}
+
+struct CopyStreamState {
+    encoder: pgcopy::CopyEncoder,
+    out: Vec<u8>,
+    total_bytes: usize,
+}
+
+/// A `COPY … FROM STDIN (FORMAT BINARY)` stream encoded one chunk (about 1 MiB) at a time, as
+/// it is consumed: header in the first chunk, trailer at the end of the last. Each chunk is
+/// encoded with the GIL released, so a thread can encode chunk n+1 while another sends chunk n
+/// (docs/serialization.md, "Performance").
+#[pyclass(frozen, module = "laminar._core", name = "PgCopyStream")]
+pub struct PyPgCopyStream {
+    state: Mutex<CopyStreamState>,
+    columns: Vec<String>,
+    num_rows: usize,
+}
+
+#[pymethods]
+impl PyPgCopyStream {
+    /// Target column names in stream order (for `COPY table (…)`).
+    #[getter]
+    fn columns(&self) -> Vec<String> {
+        self.columns.clone()
+    }
+
+    /// Rows in the whole stream.
+    #[getter]
+    fn num_rows(&self) -> usize {
+        self.num_rows
+    }
+
+    /// Bytes of the chunks handed out so far (the whole stream's once it is exhausted).
+    #[getter]
+    fn total_bytes(&self) -> usize {
+        self.state.try_lock().map_or(0, |s| s.total_bytes)
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    /// The next chunk as `bytes`; `StopIteration` after the trailer. A value that does not fit
+    /// its column raises `DataError` naming the column and the row (counted over the stream).
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        // `try_lock`, as in KafkaRecordStream: a second thread blocking here with the GIL held
+        // would deadlock with the first one waiting for the GIL after its detached encode.
+        let mut guard = self.state.try_lock().map_err(|_| {
+            PyRuntimeError::new_err("a PgCopyStream cannot be iterated from two threads at once")
+        })?;
+        let CopyStreamState {
+            encoder,
+            out,
+            total_bytes,
+        } = &mut *guard;
+        if !run_detached(py, || encoder.next_chunk(out))? {
+            return Ok(None);
+        }
+        *total_bytes += out.len();
+        Ok(Some(PyBytes::new(py, out)))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "PgCopyStream(num_rows={}, columns={:?})",
+            self.num_rows, self.columns
+        )
+    }
+}
+
+/// Like `encode_pg_copy`, but encodes the stream one chunk at a time as it is iterated.
+#[pyfunction]
+#[pyo3(signature = (data, columns, *, source_columns = None))]
+fn iter_pg_copy(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    columns: Vec<(String, String, i32)>,
+    source_columns: Option<Vec<String>>,
+) -> PyResult<PyPgCopyStream> {
+    let (plan, batches) = plan_pg_input(py, data, columns, source_columns)?;
+    let num_rows = batches.iter().map(RecordBatch::num_rows).sum();
+    let columns = target_columns(&plan);
+    Ok(PyPgCopyStream {
+        state: Mutex::new(CopyStreamState {
+            encoder: pgcopy::CopyEncoder::new(&plan, &batches),
+            out: Vec::with_capacity(pgcopy::CHUNK_BYTES + pgcopy::CHUNK_BYTES / 8),
+            total_bytes: 0,
+        }),
+        columns,
+        num_rows,
     })
 }
 
@@ -441,10 +549,12 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyKafkaRecords>()?;
     m.add_class::<PyPgCopyBuffer>()?;
     m.add_class::<PyKafkaRecordStream>()?;
+    m.add_class::<PyPgCopyStream>()?;
     m.add_function(wrap_pyfunction!(encode_kafka, m)?)?;
     m.add_function(wrap_pyfunction!(check_kafka_schema, m)?)?;
     m.add_function(wrap_pyfunction!(iter_kafka, m)?)?;
     m.add_function(wrap_pyfunction!(encode_pg_copy, m)?)?;
+    m.add_function(wrap_pyfunction!(iter_pg_copy, m)?)?;
     m.add_function(wrap_pyfunction!(check_pg_copy_schema, m)?)?;
     Ok(())
 }

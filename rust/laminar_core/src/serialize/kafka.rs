@@ -223,6 +223,27 @@ impl Payloads {
         self.data.get(start..end)
     }
 
+    /// Every row's payload in order (`None` when null): one pass over the offsets, without the
+    /// per-row lookups of [`Self::get`] (what the bindings use to build one `bytes` per row).
+    pub fn iter(&self) -> impl Iterator<Item = Option<&[u8]>> + '_ {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        self.ends
+            .iter()
+            .zip(starts)
+            .enumerate()
+            .map(move |(i, (&end, start))| {
+                let present = self
+                    .valid
+                    .as_ref()
+                    .is_none_or(|v| v.get(i).copied().unwrap_or(false));
+                if present {
+                    self.data.get(start as usize..end as usize)
+                } else {
+                    None
+                }
+            })
+    }
+
     /// Appends a row whose payload is `bytes`.
     #[inline]
     pub fn push(&mut self, bytes: &[u8]) -> CoreResult<()> {

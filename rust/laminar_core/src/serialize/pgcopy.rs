@@ -349,10 +349,12 @@ pub struct CopyData {
 }
 
 /// Encodes the rows of `batches` as one COPY BINARY stream, one chunk at a time into a caller-owned,
-/// reused buffer (hot in cache, pages touched once).
-pub struct CopyEncoder<'a> {
-    plan: &'a CopyPlan,
-    batches: &'a [RecordBatch],
+/// reused buffer (hot in cache, pages touched once). It owns its plan and batches (the batches
+/// share their buffers with the caller's), so a binding can keep it between calls and hand out
+/// the stream one chunk at a time.
+pub struct CopyEncoder {
+    plan: CopyPlan,
+    batches: Vec<RecordBatch>,
     batch: usize,
     row: usize,
     row_base: usize,
@@ -362,12 +364,12 @@ pub struct CopyEncoder<'a> {
     chunk_bytes: usize,
 }
 
-impl<'a> CopyEncoder<'a> {
+impl CopyEncoder {
     /// Starts before the header of the stream for `batches` (following `plan`).
-    pub fn new(plan: &'a CopyPlan, batches: &'a [RecordBatch]) -> Self {
+    pub fn new(plan: &CopyPlan, batches: &[RecordBatch]) -> Self {
         Self {
-            plan,
-            batches,
+            plan: plan.clone(),
+            batches: batches.to_vec(),
             batch: 0,
             row: 0,
             row_base: 0,
@@ -414,7 +416,7 @@ impl<'a> CopyEncoder<'a> {
         let field_count = (self.plan.columns.len() as i16).to_be_bytes();
         while let Some(batch) = self.batches.get(self.batch) {
             if self.writers.is_none() {
-                self.writers = Some(Self::writers_for(self.plan, batch)?);
+                self.writers = Some(Self::writers_for(&self.plan, batch)?);
             }
             let Some(writers) = self.writers.as_ref() else {
                 break;
