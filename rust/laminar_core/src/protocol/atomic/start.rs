@@ -94,6 +94,12 @@ impl AtomicGroup {
         self.core.out.push(Command::BumpGeneration {
             group_id: self.config.group_id.clone(),
         });
+        // Read again once fenced: the bump waited on the group row for the previous
+        // coordinator's decision in flight, whose epoch the first read could not see (it would
+        // look like another writer's claim when this coordinator writes that epoch).
+        self.core.out.push(Command::ReadSinkEpochs {
+            sink_ids: self.config.postgres.clone(),
+        });
         self.core.out.push(Command::Reached {
             point: CrashPoint::AtomicAfterFence,
         });
