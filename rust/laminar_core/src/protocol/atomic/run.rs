@@ -168,12 +168,7 @@ impl AtomicGroup {
         let end = self.failure.take().unwrap_or(End::Ok);
         let (retryable, in_doubt, why) = match &end {
             End::Failed(f) => (
-                // an abortable error that is not retriable (a record too large, say) would fail
-                // the same way again: it ends the write like the writer's loop did
-                matches!(
-                    f.kind,
-                    FailureKind::Abortable { retriable: true } | FailureKind::InDoubt
-                ),
+                matches!(f.kind, FailureKind::Abortable { .. } | FailureKind::InDoubt),
                 f.kind == FailureKind::InDoubt,
                 f.message.clone(),
             ),
