@@ -11,10 +11,12 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from laminar import _records
+from laminar._core import next_epoch_base
 from laminar._redact import SECRET, redact_dsn, redact_text
 from laminar.errors import FatalError, LaminarError
 from laminar.metadata import applied_version, table
-from laminar.recovery import read_decisions, settle_kafka_sinks
+from laminar.recovery import read_decisions, resolve_kafka_sinks
 from laminar.sinks._pg_names import parse_gid
 from laminar.sinks._pg_steps import commit_prepared, list_prepared, rollback_prepared
 from laminar.watcher import Item, Watcher, find_decision, inspect
@@ -411,7 +413,7 @@ def _resolve_kafka(
                 (str(fresh), tid),
             )
             conn.commit()
-        awaiting = settle_kafka_sinks(conn, [sink], init=lambda s: s.init_transactions())
+        awaiting = resolve_kafka_sinks(conn, [sink], init=lambda s: s.init_transactions())
         if awaiting:
             print(
                 f"Kafka sink {tid}: decided epoch {awaiting[tid]} can only be completed by "
@@ -477,34 +479,17 @@ def _recover(args: argparse.Namespace, kafka: _KafkaFactory) -> int:
 
 
 def _reset(conn: psycopg.Connection[Any], args: argparse.Namespace) -> int:
-    row = conn.execute(
-        sql.SQL("SELECT kind, config, epoch_base FROM {t} WHERE sink_id = %s FOR UPDATE").format(
-            t=table("sinks")
-        ),
-        (args.sink_id,),
-    ).fetchone()
-    if row is None:
+    found = _records.read_registry(conn, args.sink_id)
+    if found is None:
         conn.rollback()
         raise CommandError(f"{args.sink_id!r} is not in laminar.sinks", 6)
-    kind, config, base = row
+    kind, config, base = found
     members = [args.sink_id]
     if kind == "atomic_group":
-        members += list((config or {}).get("sinks") or [])
-    top = conn.execute(
-        sql.SQL(
-            "SELECT greatest((SELECT max(epoch) FROM {e} WHERE sink_id = ANY(%s)),"
-            " (SELECT max(epoch) FROM {d} WHERE transactional_id = ANY(%s)))"
-        ).format(e=table("sink_epochs"), d=table("txn_state")),
-        (members, members),
-    ).fetchone()
-    new_base = max(int(base), (-1 if top is None or top[0] is None else int(top[0])) + 1)
-    conn.execute(
-        sql.SQL(
-            "UPDATE {t} SET owner = NULL, owner_since = NULL, epoch_base = %s, updated_at = now()"
-            " WHERE sink_id = ANY(%s)"
-        ).format(t=table("sinks")),
-        (new_base, members),
-    )
+        members += list(config.get("sinks") or [])
+    # the core's one epoch-base rule (the group's restart uses the same)
+    new_base = next_epoch_base(base, _records.committed_epochs(conn, members))
+    _records.reset_owner(conn, members, new_base)
     conn.commit()
     doc = {"sink_id": args.sink_id, "members": members, "epoch_base": new_base}
     if args.json:

@@ -1066,6 +1066,7 @@ _CommandKind = Literal[
     "rollback",
     "bump_generation",
     "lock_group",
+    "lock_table",
     "write_rows",
     "replace_redo",
     "record_decision",
@@ -1180,6 +1181,14 @@ class CrashPoint:
     @property
     def in_task(self) -> bool:
         """Whether a scale-out task (not the coordinator) reaches it."""
+    @property
+    def phase(self) -> Literal["start", "epoch", "recovery", "task"]:
+        """When a run reaches it: once per start of a writer, once per epoch, only when
+        something decided earlier is brought level, or once per scale-out task attempt."""
+    @property
+    def decided(self) -> bool:
+        """Whether the epoch being written is committed by the time the point is reached (a
+        writer killed here and restarted skips the epoch's replay)."""
     def __eq__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 

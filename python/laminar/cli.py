@@ -84,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
         "--lingering-after", type=float, default=300.0, metavar="S", help="default 300 s"
     )
     resolve = commands.add_parser(
-        "resolve", help="commit or roll back an in-doubt transaction by hand"
+        "resolve", help="resolve one in-doubt transaction by hand: commit it or roll it back"
     )
     common(resolve)
     resolve.add_argument(
@@ -101,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
         help="override a recorded decision that says the opposite (breaks atomicity: know why)",
     )
     recover = commands.add_parser(
-        "recover", help="complete or roll back every in-doubt transaction from recorded decisions"
+        "recover", help="resolve every in-doubt transaction by its recorded decision"
     )
     common(recover)
     recover.add_argument(

@@ -29,8 +29,9 @@ import psycopg
 from laminar._handoff import reduce_checked
 from laminar._input import MAX_EPOCH, check_epoch, read_once
 from laminar._settings import is_deferred
+from laminar._single import write_single
 from laminar._types import ArrowData
-from laminar.errors import AbortableError, ConfigError, InDoubtError, LaminarError
+from laminar.errors import AbortableError, ConfigError, InDoubtError
 from laminar.sinks._pg_errors import map_pg_error
 from laminar.sinks.base import TransactionalSink
 from laminar.sinks.kafka import KafkaSink
@@ -265,8 +266,19 @@ class ExactlyOnceWriter:
                 owner=self.owner,
                 on_new_query=self.on_new_query,
                 redo=self.redo,
+                # the group's machine retries its epochs; a scale-out epoch is retried below
+                retries=0 if self.scale_out else self.retries,
+                retry_backoff_s=self.retry_backoff_s,
             )
         group = self._group
+        if run is None:
+            if not group.started:
+                group.start()
+                self._epoch_base = group.epoch_base
+                self._start_watcher()
+            committed = group.write_epoch(epoch, batch)
+            self._epoch_base = group.epoch_base
+            return EpochResult(epoch, committed=committed, attempts=group.attempts)
         attempt = 0
         while True:
             attempt += 1
@@ -274,17 +286,13 @@ class ExactlyOnceWriter:
                 if not group.started:
                     group.start()
                     self._epoch_base = group.epoch_base
-                    if self.scale_out:
-                        from laminar.scaleout import ScaleOutCoordinator
+                    from laminar.scaleout import ScaleOutCoordinator
 
-                        if self._scaled is None:
-                            self._scaled = ScaleOutCoordinator(group)
-                        self._scaled.recover()
+                    if self._scaled is None:
+                        self._scaled = ScaleOutCoordinator(group)
+                    self._scaled.recover()
                     self._start_watcher()
-                if run is not None:
-                    committed = self._scaled.write_epoch(self._based(epoch), run)
-                else:
-                    committed = group.write_epoch(self._based(epoch), batch)
+                committed = self._scaled.write_epoch(self._based(epoch), run)
                 return EpochResult(epoch, committed=committed, attempts=attempt)
             except (AbortableError, InDoubtError) as err:
                 if (
@@ -346,87 +354,16 @@ class ExactlyOnceWriter:
             self._initialized = True
 
     def _write_single(self, sink: TransactionalSink, epoch: int, batch: ArrowData) -> EpochResult:
-        last = sink.tracker.last_committed_epoch
-        if self.owner is not None and last is not None and epoch < last:
-            from laminar._core import plan_epoch
-            from laminar.recovery import refusal_error
-
-            plan = plan_epoch(epoch, [(sink.sink_id, last)])
-            raise refusal_error(plan.refusal, plan.message, sink_id=sink.sink_id, epoch=epoch)
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                if not sink.begin_transaction(epoch):
-                    log.info("sink %s: epoch %d already committed, skipped", sink.sink_id, epoch)
-                    return EpochResult(epoch, committed=False, attempts=attempt)
-                try:
-                    sink.write(batch)
-                    # One sink needs no vote: commit in one phase (Active -> Committing).
-                    sink.commit_transaction(epoch)
-                except AbortableError:
-                    _abort_quietly(sink, epoch)
-                    raise
-                return EpochResult(epoch, committed=True, attempts=attempt)
-            except InDoubtError as err:
-                last = self._recover_with_backoff(sink, epoch, attempt)
-                if last is not None and last >= epoch:
-                    log.warning(
-                        "sink %s: in-doubt commit of epoch %d resolved as committed",
-                        sink.sink_id,
-                        epoch,
-                    )
-                    return EpochResult(epoch, committed=True, attempts=attempt)
-                if attempt > self.retries:
-                    raise
-                log.warning(
-                    "sink %s: in-doubt commit of epoch %d resolved as not committed (%s); retrying",
-                    sink.sink_id,
-                    epoch,
-                    err,
-                )
-            except AbortableError as err:
-                if attempt > self.retries or not err.retriable:
-                    raise
-                delay = self.retry_backoff_s * (2 ** (attempt - 1))
-                log.warning(
-                    "sink %s: epoch %d aborted (%s); retry %d/%d in %.1fs",
-                    sink.sink_id,
-                    epoch,
-                    err,
-                    attempt,
-                    self.retries,
-                    delay,
-                )
-                time.sleep(delay)
-
-    def _recover_with_backoff(
-        self, sink: TransactionalSink, epoch: int, attempt: int
-    ) -> int | None:
-        """``sink.recover()``, retried with backoff while the server is unreachable (an
-        `AbortableError`): an in-doubt commit is never answered by guessing."""
-        tries = 0
-        while True:
-            try:
-                return sink.recover()
-            except AbortableError as err:
-                tries += 1
-                if tries > max(self.retries, 1) * 4:
-                    raise InDoubtError(
-                        f"the outcome of epoch {epoch}'s commit is still unknown after {tries} "
-                        f"recovery attempts ({err}); restart the writer: start-up resolves it",
-                        sink_id=sink.sink_id,
-                        epoch=epoch,
-                    ) from err
-                delay = min(self.retry_backoff_s * (2 ** (tries - 1)), 10.0)
-                log.warning(
-                    "sink %s: recovery of in-doubt epoch %d failed (%s); retry in %.1fs",
-                    sink.sink_id,
-                    epoch,
-                    err,
-                    delay,
-                )
-                time.sleep(delay)
+        """One sink alone: the core's `SingleEpochMachine` (`laminar._single`)."""
+        committed, attempts = write_single(
+            sink,
+            epoch,
+            batch,
+            refuse_backwards=self.owner is not None,
+            retries=self.retries,
+            retry_backoff_s=self.retry_backoff_s,
+        )
+        return EpochResult(epoch, committed=committed, attempts=attempts)
 
 
 def _check_atomic_group(sinks: tuple[TransactionalSink, ...]) -> None:
@@ -481,20 +418,6 @@ def _guard_single_postgres(
             )
     except psycopg.Error as e:
         raise map_pg_error(e, f"checking the owner of sink {sink.sink_id!r}") from e
-
-
-def _abort_quietly(sink: TransactionalSink, epoch: int) -> None:
-    """Abort after an abortable error; a failing abort is left to fencing on the next start."""
-    if sink.transaction_state.name in ("Active", "Prepared"):
-        try:
-            sink.abort_transaction(epoch)
-        except LaminarError as err:
-            log.warning(
-                "sink %s: abort of epoch %d failed (%s); fencing will clean up",
-                sink.sink_id,
-                epoch,
-                err,
-            )
 
 
 def exactly_once(

@@ -42,23 +42,51 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from laminar._core import CrashPoint
+from laminar._faults import point_named
+from laminar.errors import ConfigError
+
 __all__ = ["CRASH_POINTS", "DemoOptions", "DemoReport", "add_arguments", "run", "run_from_args"]
 
 TOPIC = "orders"
 TABLE = "public.orders"
 TRANSACTIONAL_ID = "laminar-demo-orders"
 
-#: ``--crash-at`` choices → the protocol step (a `laminar._faults` crash point) the writer holds at.
+#: ``--crash-at`` short names → the crash point (docs/engine.md §6) the writer holds at. Any
+#: point an atomic epoch reaches is accepted too, by its name (``atomic.after_kafka_prepare``)
+#: or its legacy numbered name (``atomic.step4``), resolved by `CrashPoint.parse`.
 CRASH_POINTS = {
     # PostgreSQL committed the decision; Kafka's transaction is prepared (flushed), not committed.
-    "after-decision": "atomic.step7",
+    "after-decision": "atomic.after_decision",
     # Kafka's records are flushed (prepared); no decision yet.
-    "after-flush": "atomic.step4",
+    "after-flush": "atomic.after_kafka_prepare",
 }
 _CRASH_MEANING = {
     "after-decision": "PostgreSQL has decided (committed) the epoch; Kafka holds it prepared",
     "after-flush": "Kafka holds the epoch's records prepared (flushed); nothing decided yet",
 }
+
+
+def crash_point_of(choice: str) -> CrashPoint:
+    """The crash point a ``--crash-at`` value names: a short name of `CRASH_POINTS`, or a point
+    an atomic epoch reaches (its name or legacy name); `ConfigError` otherwise."""
+    point = point_named(CRASH_POINTS.get(choice, choice))
+    if point.protocol != "atomic" or point.phase != "epoch":
+        epoch_points = [p.name for p in CrashPoint.for_protocol("atomic") if p.phase == "epoch"]
+        raise ConfigError(
+            f"--crash-at {choice}: the demo holds inside an atomic epoch; choose one of "
+            f"{sorted(CRASH_POINTS)} or {epoch_points}"
+        )
+    return point
+
+
+def _crash_meaning(choice: str) -> str:
+    if choice in _CRASH_MEANING:
+        return _CRASH_MEANING[choice]
+    if crash_point_of(choice).decided:
+        return "PostgreSQL has decided (committed) the epoch"
+    return "nothing is decided yet"
+
 
 EXIT_OK, EXIT_PROOF_FAILED, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -423,7 +451,7 @@ class Demo:
         function = DemoForeachBatch(
             inner,
             str(self.journal_path),
-            f"{CRASH_POINTS[self.o.crash_at]}@{self._crash_occurrence()}" if crash else None,
+            f"{crash_point_of(self.o.crash_at).name}@{self._crash_occurrence()}" if crash else None,
             str(self.hold_path) if crash else None,
         )
         return (
@@ -454,7 +482,7 @@ class Demo:
         laminar.spark.check_server(self.spark, [kafka, postgres])
         processing = {"processingTime": f"{int(self.o.trigger_s * 1000)} milliseconds"}
         begun = time.monotonic()
-        point = CRASH_POINTS[self.o.crash_at]
+        point = crash_point_of(self.o.crash_at).name
         self.progress.step(
             f"streaming {self.o.rate} orders/s (rate-micro-batch, {self.o.rows_per_batch} per "
             f"epoch) into Kafka topic {TOPIC!r} + table {TABLE} atomically; the writer will "
@@ -480,7 +508,7 @@ class Demo:
             kafka.close()
             self.progress.step(
                 f"writer pid {pid} is inside epoch {held_epoch} at {point}: "
-                f"{_CRASH_MEANING[self.o.crash_at]} (PostgreSQL decided epoch {decided}, "
+                f"{_crash_meaning(self.o.crash_at)} (PostgreSQL decided epoch {decided}, "
                 f"Kafka committed epoch {kafka_marker})"
             )
             os.kill(pid, signal.SIGKILL)
@@ -759,6 +787,14 @@ def run(options: DemoOptions, out: TextIO = sys.stdout) -> int:
         return EXIT_ERROR
 
 
+def _crash_choice(value: str) -> str:
+    try:
+        crash_point_of(value)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``laminar demo`` options."""
     parser.add_argument(
@@ -769,10 +805,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--crash-at",
-        choices=sorted(CRASH_POINTS),
+        type=_crash_choice,
         default="after-decision",
+        metavar="POINT",
         help="where the writer is killed: after-decision (PostgreSQL committed, Kafka prepared; "
-        "default) or after-flush (Kafka prepared, nothing decided)",
+        "default), after-flush (Kafka prepared, nothing decided), or any point of an atomic "
+        "epoch by name (atomic.after_lock ... atomic.after_kafka_commit; atomic.step1-8 too)",
     )
     parser.add_argument(
         "--redo",

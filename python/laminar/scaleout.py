@@ -52,12 +52,12 @@ import psycopg
 import pyarrow as pa  # type: ignore[import-untyped]
 from psycopg import sql
 
-from laminar._atomic import LOCK_GROUP, UPSERT_DECISION
 from laminar._core import check_generation, decide
 from laminar._faults import crash_point
+from laminar._records import LOCK_GROUP, UPSERT_DECISION
 from laminar.errors import AbortableError, ConfigError, FencedError, InDoubtError, LaminarError
 from laminar.metadata import table
-from laminar.recovery import end_txn, settle_kafka_sinks
+from laminar.recovery import end_txn, resolve_kafka_sinks
 from laminar.sinks._pg_errors import map_pg_error
 from laminar.sinks._pg_steps import (
     claim_epoch,
@@ -633,7 +633,7 @@ class ScaleOutCoordinator:
                     log.warning("%s: EndTxn of %s refused (%s)", dtid, r.resource, why)
                     behind.append(sink)
             if behind:
-                awaiting = settle_kafka_sinks(conn, behind, init=lambda s: s.init_transactions())
+                awaiting = resolve_kafka_sinks(conn, behind, init=lambda s: s.init_transactions())
                 for sink in behind:
                     with contextlib.suppress(LaminarError):
                         sink.close()

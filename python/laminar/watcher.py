@@ -39,7 +39,7 @@ from psycopg import sql
 from laminar._core import is_lingering, watcher_action
 from laminar.errors import LaminarError
 from laminar.metadata import table
-from laminar.recovery import read_decisions, settle_kafka_sinks
+from laminar.recovery import read_decisions, resolve_kafka_sinks
 from laminar.sinks._pg_steps import commit_prepared, list_prepared, rollback_prepared
 
 __all__ = ["Item", "Watcher", "WatcherReport", "find_decision", "inspect"]
@@ -299,7 +299,7 @@ class Watcher:
         if item.kind == "kafka_behind":
             assert self._kafka_sink is not None
             sink = self._kafka_sink(item.id.split(":", 1)[1])
-            awaiting = settle_kafka_sinks(conn, [sink], init=lambda s: s.init_transactions())
+            awaiting = resolve_kafka_sinks(conn, [sink], init=lambda s: s.init_transactions())
             if awaiting:
                 item.detail = f"awaits Spark's replay of epoch {awaiting[sink.sink_id]}"
                 return
@@ -367,7 +367,7 @@ class Watcher:
             item.detail = f"Kafka participants {missing} are not registered"
             return False
         if commit:
-            awaiting = settle_kafka_sinks(conn, sinks, init=lambda s: s.init_transactions())
+            awaiting = resolve_kafka_sinks(conn, sinks, init=lambda s: s.init_transactions())
             if awaiting:
                 item.detail = f"Kafka participants {sorted(awaiting)} cannot be committed"
                 return False

@@ -8,6 +8,9 @@ laminar.kafka_log can judge (Tansu's read_committed shows aborted records).
 
 Each run writes epochs 0-3 like Spark (a restarted writer resumes at the batch whose
 foreachBatch did not return), killed in epoch 1 at the point's second occurrence.
+
+The points are the core's (`CrashPoint.for_protocol`, docs/engine.md §6), the very ones the
+Rust simulation walks: a point added to the enum is killed here too, with no edit.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import time
 import psycopg
 import pytest
 
+from laminar._core import CrashPoint
 from tests.fixtures import APACHE_KAFKA, TANSU
 from tests.integration.atomic_helpers import (
     ROWS_PER_EPOCH,
@@ -31,7 +35,17 @@ from tests.integration.kafka_fill import settled_committed as read_committed
 from tests.integration.kafka_helpers import assert_read_committed_exactly_once
 
 EPOCHS = 4
-STEPS = [f"atomic.step{n}" for n in range(1, 9)]
+#: The points reached once per epoch, in the order an epoch reaches them.
+STEPS = [p.name for p in CrashPoint.for_protocol("atomic") if p.phase == "epoch"]
+#: The points of a start-up and of a recovery (reached only when something decided earlier
+#: must be brought level).
+RECOVERY = [
+    p.name
+    for p in CrashPoint.for_protocol("atomic") + CrashPoint.for_protocol("recovery")
+    if p.phase in ("start", "recovery")
+]
+#: The point where an epoch is decided and Kafka still prepared (recovery must complete it).
+DECIDED_PREPARED = next(p for p in STEPS if CrashPoint.parse(p).after == "commit_decision")
 
 
 def args(w: dict[str, str], redo: str) -> list[str]:
@@ -67,10 +81,11 @@ def test_a_writer_killed_at_each_step_recovers_exactly_once(
     assert crashed.stdout.splitlines() == ["epoch 0: committed"]
     restarted = run_writer(args(world, redo), None)
     assert restarted.returncode == 0, restarted.stdout + restarted.stderr[-2000:]
-    # killed after the decision (step 7 or 8): epoch 1 is committed, its replay is skipped
-    first = "skipped" if point in ("atomic.step7", "atomic.step8") else "committed"
+    # killed after the decision: epoch 1 is committed, its replay is skipped
+    crash = CrashPoint.parse(point)
+    first = "skipped" if crash.decided else "committed"
     assert restarted.stdout.splitlines()[0] == f"epoch 1: {first}"
-    if point == "atomic.step7":
+    if crash.after == "commit_decision":  # decided, Kafka still prepared: EndTxn completes it
         assert "committed in Kafka by EndTxn" in restarted.stderr
     check(world)
 
@@ -79,7 +94,7 @@ def test_a_writer_killed_at_each_step_recovers_exactly_once(
 def test_a_decided_epoch_whose_kafka_transaction_was_aborted_is_redone(
     world: dict[str, str], redo: str
 ) -> None:
-    crashed = run_writer(args(world, redo), "atomic.step7@2")
+    crashed = run_writer(args(world, redo), f"{DECIDED_PREPARED}@2")
     assert killed(crashed)
     # the broker gives up the prepared transaction (as after transaction.timeout.ms)
     abort_prepared(world["bootstrap"], world["tid"])
@@ -101,34 +116,26 @@ def test_a_decided_epoch_whose_kafka_transaction_was_aborted_is_redone(
 
 
 @pytest.mark.parametrize("redo", ["replay", "log"])
-@pytest.mark.parametrize(
-    "point",
-    [
-        "atomic.after_fence",
-        "recovery.after_end_txn",
-        "recovery.after_init",
-        "recovery.mid_redo",
-        "recovery.after_redo_commit",
-    ],
-)
+@pytest.mark.parametrize("point", RECOVERY)
 def test_a_writer_killed_again_during_recovery_recovers_exactly_once(
     world: dict[str, str], point: str, redo: str
 ) -> None:
-    assert killed(run_writer(args(world, redo), "atomic.step7@2"))
-    if point.startswith("recovery.") and point != "recovery.after_end_txn":
+    assert killed(run_writer(args(world, redo), f"{DECIDED_PREPARED}@2"))
+    crash = CrashPoint.parse(point)
+    if crash.protocol == "recovery" and crash.after != "end_txn":
         abort_prepared(world["bootstrap"], world["tid"])  # so that recovery needs the redo
     second = run_writer(args(world, redo), point)
     reached = killed(second)
-    assert reached or point in ("recovery.mid_redo", "recovery.after_redo_commit"), (
-        second.stdout + second.stderr[-2000:]
-    )
+    # the redo log's points are reached only with redo="log"
+    redo_only = crash.after in ("produce_redo", "sink_commit")
+    assert reached or (redo_only and redo == "replay"), second.stdout + second.stderr[-2000:]
     final = run_writer(args(world, redo), None)
     assert final.returncode == 0, final.stdout + final.stderr[-3000:]
     check(world)
 
 
 def test_a_corrupt_decision_is_refused_until_resolved(world: dict[str, str]) -> None:
-    assert killed(run_writer(args(world, "log"), "atomic.step7@2"))
+    assert killed(run_writer(args(world, "log"), f"{DECIDED_PREPARED}@2"))
     with psycopg.connect(world["dsn"]) as conn:
         conn.execute(
             "UPDATE laminar.txn_state SET prepared_state = 'lm1.not-a-state' "
@@ -152,7 +159,7 @@ def test_many_random_kills_always_end_exactly_once(world: dict[str, str]) -> Non
     seed = int(os.environ.get("LAMINAR_TEST_SEED", time.time() % 10_000))
     print(f"seed {seed} (rerun with LAMINAR_TEST_SEED={seed})")
     rng = random.Random(seed)
-    points = [*STEPS, "atomic.after_fence", "recovery.after_end_txn", "recovery.after_init"]
+    points = [*STEPS, *RECOVERY]
     redo = rng.choice(["replay", "log"])
     kills = 0
     deadline = time.monotonic() + 150

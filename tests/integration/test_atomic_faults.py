@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 import laminar
-import laminar._atomic as atomic_module
+import laminar._driver as driver_module
+from laminar._core import CrashPoint
 from tests.integration.atomic_helpers import (
     assert_exactly_once,
     create_table,
@@ -35,15 +36,16 @@ def test_a_zombie_coordinator_paused_mid_epoch_cannot_commit_after_a_new_one_sta
     zombie.write_epoch(0, epoch_table(0))
 
     paused, resume = threading.Event(), threading.Event()
-    real = atomic_module.crash_point
+    real = driver_module.crash_point
+    began = CrashPoint.parse("atomic.after_kafka_begin")
 
-    def pause_at_step2(name: str) -> None:
-        if name == "atomic.step2" and threading.current_thread().name == "zombie":
+    def pause_at_step2(point: CrashPoint | str) -> None:
+        if point == began and threading.current_thread().name == "zombie":
             paused.set()
             resume.wait(60)
-        real(name)
+        real(point)
 
-    monkeypatch.setattr(atomic_module, "crash_point", pause_at_step2)
+    monkeypatch.setattr(driver_module, "crash_point", pause_at_step2)
     outcome: list[BaseException | laminar.EpochResult] = []
 
     def run_zombie() -> None:

@@ -1,7 +1,7 @@
 """Replayed epochs in an atomic group (real PostgreSQL, real broker).
 
-DESIGN.md: a replayed epoch (``epoch <= last committed``) is skipped, not written twice. When the
-writer knows its query (``owner=``, as ``laminar.spark`` sets it), an epoch *older* than the last
+A replayed epoch (``epoch <= last committed``) is skipped, not written twice. When the writer
+knows its query (``owner=``, as ``laminar.spark`` sets it), an epoch *older* than the last
 committed one is refused instead: Spark only replays its last batch, so it can only come from a
 reset or foreign checkpoint (docs/protocol.md §5).
 """

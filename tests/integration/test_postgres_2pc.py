@@ -22,6 +22,7 @@ from laminar import (
     PreparedTxnState,
     TransactionState,
 )
+from laminar._core import CrashPoint
 from laminar.sinks._pg_steps import claim_epoch
 from tests.integration.pg_helpers import (
     REPO,
@@ -173,7 +174,11 @@ def test_scale_out_partitions_prepare_in_parallel(pg_dsn: str, table: str) -> No
         sink.close()
 
 
-@pytest.mark.parametrize("point", ["postgres.before_prepare", "postgres.after_prepare"])
+#: The points of a participant's PREPARE TRANSACTION (the core's list: docs/engine.md §6).
+AROUND_PREPARE = [p for p in CrashPoint.for_protocol("postgres") if p.after == "sink_prepare"]
+
+
+@pytest.mark.parametrize("point", [p.name for p in AROUND_PREPARE])
 def test_a_participant_killed_around_prepare(pg_dsn: str, table: str, point: str) -> None:
     sink = PostgresSink(pg_dsn, table, sink_id=f"2pc-kill-{point}")
     code = textwrap.dedent(
@@ -190,7 +195,7 @@ def test_a_participant_killed_around_prepare(pg_dsn: str, table: str, point: str
     done = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, check=False, timeout=60)
     assert done.returncode == -signal.SIGKILL
     pending = sink.prepared_transactions()
-    if point == "postgres.before_prepare":
+    if CrashPoint.parse(point).position == "within":
         assert pending == []  # the session died: its transaction is gone
     else:
         assert [p.gid for p in pending] == [sink.gid(0)]  # survives its process

@@ -15,6 +15,7 @@ import pytest
 
 import laminar
 from laminar import AbortableError, InDoubtError, PostgresSink, TransactionState
+from laminar._core import CrashPoint
 from laminar.sinks import _pg_steps, postgres
 from tests.integration.pg_helpers import (
     CommitReplyDropper,
@@ -46,15 +47,15 @@ def assert_exactly_once(dsn: str, table: str, epochs: range, rows: int = 5) -> N
 # -- the process dies (SIGKILL) at each step -------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("point", "committed_before_crash"),
-    [
-        ("postgres.after_claim", False),
-        ("postgres.mid_copy", False),
-        ("postgres.before_commit", False),
-        ("postgres.after_commit", True),
-    ],
-)
+#: The points a lone (one-phase) PostgreSQL sink reaches — every point of the enum's "postgres"
+#: protocol but those of PREPARE TRANSACTION (test_postgres_2pc.py) — and whether the epoch is
+#: committed by then.
+ONE_PHASE = [
+    (p.name, p.decided) for p in CrashPoint.for_protocol("postgres") if p.after != "sink_prepare"
+]
+
+
+@pytest.mark.parametrize(("point", "committed_before_crash"), ONE_PHASE)
 def test_sigkill_at_each_step_then_recovery_is_exactly_once(
     pg_dsn: str, table: str, point: str, committed_before_crash: bool
 ) -> None:

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pytest
 
 import laminar
+from laminar._core import CrashPoint
 from laminar.scaleout import ParticipantResult, ScaleOutTask
 from tests.integration.atomic_helpers import assert_exactly_once, make_group
 from tests.integration.kafka_fill import settled_committed as read_committed
@@ -159,17 +160,10 @@ def test_a_retried_task_attempt_commits_exactly_one_attempt(
     assert leftovers(world) == {"prepared": [], "dt_state": []}
 
 
-TASK_POINTS = [
-    "scaleout.task_after_claim",
-    "scaleout.task_before_prepare",
-    "scaleout.task_after_prepare",
-]
-COORDINATOR_POINTS = [
-    "scaleout.after_create",
-    "scaleout.after_tasks",
-    "scaleout.after_decision",
-    "scaleout.mid_completion",
-]
+#: The core's scale-out points (docs/engine.md §6): a point added to the enum is killed here too.
+TASK_POINTS = [p.name for p in CrashPoint.for_protocol("scaleout") if p.phase == "task"]
+#: The coordinator's points of every epoch (a rollback's point is reached only by a rollback).
+COORDINATOR_POINTS = [p.name for p in CrashPoint.for_protocol("scaleout") if p.phase == "epoch"]
 
 
 def run_writer(w: dict[str, str], env_extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -209,7 +203,7 @@ def test_the_coordinator_killed_at_each_step_recovers_exactly_once(
     assert before["dt_state"], "the crash left epoch 1's decision record"
     restarted = run_writer(world, {})
     assert restarted.returncode == 0, restarted.stdout + restarted.stderr[-3000:]
-    decided = point in ("scaleout.after_decision", "scaleout.mid_completion")
+    decided = CrashPoint.parse(point).decided
     # decided before the crash: start-up completes it and the replay is skipped
     first = "skipped" if decided else "committed"
     assert restarted.stdout.splitlines()[0] == f"epoch 1: {first}"

@@ -42,7 +42,7 @@ TO_STATE: dict[str, list[Step]] = {
     ],
 }
 
-# The design's transition table (DESIGN.md / F-E2E-002), written out independently.
+# The sink's transaction state table (docs/protocol.md §1 / F-E2E-002), written out independently.
 LEGAL: dict[tuple[str, str], str] = {
     ("Idle", "begin"): "Active",
     ("Active", "record_write"): "Active",

@@ -124,3 +124,60 @@ def test_the_shared_rules() -> None:
         _core.dt_next("rollback", "set_rollback")
     assert _core.dt_next("commit", "force_rollback") == "rollback"
     assert _core.dt_next("prepare", "conclude_empty") is None
+
+
+def test_each_point_says_when_it_is_reached_and_whether_the_epoch_is_decided() -> None:
+    """The properties the Python crash tests build their cases from (never a list of names)."""
+    for protocol in ("atomic", "recovery", "scaleout", "kafka", "postgres"):
+        epoch = [p for p in CrashPoint.for_protocol(protocol) if p.phase == "epoch"]
+        decided = [p.decided for p in epoch]
+        # once an epoch's point is decided, every later one is
+        assert decided == sorted(decided), protocol
+    assert CrashPoint.parse("atomic.step7").decided
+    assert not CrashPoint.parse("atomic.step6").decided
+    assert CrashPoint.parse("atomic.after_fence").phase == "start"
+    assert {p.phase for p in CrashPoint.for_protocol("recovery")} == {"recovery"}
+    assert all(p.in_task == (p.phase == "task") for p in CrashPoint.all())
+
+
+def test_the_driver_loop_re_raises_the_error_of_the_command_the_machine_failed_on() -> None:
+    """`laminar._driver.drive`: a sink's abortable error aborts the epoch and, with no retry
+    left, is raised as it was (scripted sink: pure logic)."""
+    from laminar._driver import drive
+    from laminar.errors import AbortableError, RecordTooLargeError
+
+    too_large = RecordTooLargeError("a record is too large", sink_id="orders")
+    performed: list[str] = []
+
+    def perform(command: _core.Command) -> Event:
+        performed.append(command.kind)
+        if command.kind == "sink_write":
+            raise too_large
+        return Event.began(True) if command.kind == "sink_begin" else Event.ack()
+
+    machine = SingleEpochMachine("orders", 1, 0, refuse_backwards=True, retries=3)
+    with pytest.raises(RecordTooLargeError) as caught:
+        drive(machine, perform)
+    assert caught.value is too_large
+    # not retriable: aborted once, never written again
+    assert performed == ["sink_begin", "sink_write", "sink_abort"]
+
+    flaky = [AbortableError("the broker is restarting")]
+
+    def perform_flaky(command: _core.Command) -> Event:
+        if command.kind == "sink_write" and flaky:
+            raise flaky.pop()
+        return Event.began(True) if command.kind == "sink_begin" else Event.ack()
+
+    machine = SingleEpochMachine("orders", 1, 0, refuse_backwards=True, retry_backoff_ms=0)
+    drive(machine, perform_flaky)
+    assert (machine.committed, machine.attempts) == (True, 2)
+
+
+def test_the_driver_loop_raises_a_refusal_through_the_bridge() -> None:
+    from laminar._driver import drive
+
+    machine = SingleEpochMachine("orders", 2, 5, refuse_backwards=True)
+    with pytest.raises(ConfigError) as caught:
+        drive(machine, lambda command: Event.ack())
+    assert caught.value.refusal == "epoch_backwards"  # type: ignore[attr-defined]

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from laminar._redact import redact_config, redact_dsn, redact_text
+from laminar.errors import ConfigError
 
 
 @pytest.mark.parametrize(
@@ -67,7 +68,7 @@ def _run_with_crash(spec: str) -> subprocess.CompletedProcess[str]:
         "from laminar._faults import crash_point\n"
         "for i in range(3):\n"
         "    print('before', i, flush=True)\n"
-        "    crash_point('demo.step')\n"
+        "    crash_point('kafka.after_begin')\n"
         "print('survived', flush=True)\n"
     )
     env = {**os.environ, "LAMINAR_CRASH_AT": spec}
@@ -77,7 +78,7 @@ def _run_with_crash(spec: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_crash_point_kills_on_the_nth_hit() -> None:
-    result = _run_with_crash("other.step, demo.step@2")
+    result = _run_with_crash("postgres.after_claim, kafka.after_begin@2")
     assert result.returncode == -signal.SIGKILL
     assert result.stdout.split("\n")[:2] == ["before 0", "before 1"]
     assert "survived" not in result.stdout
@@ -87,3 +88,22 @@ def test_crash_point_is_inert_when_not_armed() -> None:
     result = _run_with_crash("")
     assert result.returncode == 0
     assert "survived" in result.stdout
+
+
+def test_a_misspelt_crash_point_is_an_error_not_a_no_op() -> None:
+    result = _run_with_crash("kafka.after_begun")
+    assert result.returncode == 1
+    assert "ConfigError" in result.stderr
+    assert "'kafka.after_begun' is not a crash point" in result.stderr
+    assert "before" not in result.stdout
+
+
+def test_a_legacy_numbered_name_arms_its_point() -> None:
+    from laminar import _faults
+
+    assert _faults._parse("atomic.step7@2, kafka.after_begin") == {
+        "atomic.after_decision": 2,
+        "kafka.after_begin": 1,
+    }
+    with pytest.raises(ConfigError, match=r"atomic\.step9"):
+        _faults._parse("atomic.step9")

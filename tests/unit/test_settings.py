@@ -125,11 +125,12 @@ def test_a_held_crash_point_records_its_pid_and_waits_to_be_killed(tmp_path: Pat
     hold = tmp_path / "held"
     code = (
         "from laminar._faults import crash_point\n"
-        "crash_point('demo.step')\n"
-        "crash_point('demo.step')\n"
+        "crash_point('kafka.after_begin')\n"
+        "crash_point('kafka.after_begin')\n"
         "print('passed the point', flush=True)\n"
     )
-    env = {**os.environ, "LAMINAR_CRASH_AT": "demo.step@2", "LAMINAR_CRASH_HOLD": str(hold)}
+    env = {**os.environ, "LAMINAR_CRASH_AT": "kafka.after_begin@2"}
+    env["LAMINAR_CRASH_HOLD"] = str(hold)
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
@@ -137,7 +138,7 @@ def test_a_held_crash_point_records_its_pid_and_waits_to_be_killed(tmp_path: Pat
             assert proc.poll() is None, "the process ended instead of holding"
             assert time.monotonic() < deadline, "the crash point was never reached"
             time.sleep(0.05)
-        assert hold.read_text().split() == [str(proc.pid), "demo.step"]
+        assert hold.read_text().split() == [str(proc.pid), "kafka.after_begin"]
         time.sleep(0.2)
         assert proc.poll() is None  # still holding
     finally:

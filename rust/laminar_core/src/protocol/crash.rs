@@ -51,6 +51,32 @@ impl Protocol {
     }
 }
 
+/// When a run reaches a crash point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Once per start of a writer (the atomic group's fencing).
+    Start,
+    /// Once per epoch written (a coordinator's step, or a sink's own step).
+    Epoch,
+    /// Only when something is resolved: a decided epoch brought level (EndTxn, redo), a
+    /// distributed transaction rolled back.
+    Recovery,
+    /// Once per scale-out task attempt.
+    Task,
+}
+
+impl Phase {
+    /// The name as the bindings spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Start => "start",
+            Phase::Epoch => "epoch",
+            Phase::Recovery => "recovery",
+            Phase::Task => "task",
+        }
+    }
+}
+
 /// Where a crash point is, relative to its command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Position {
@@ -61,7 +87,7 @@ pub enum Position {
 }
 
 macro_rules! crash_points {
-    ($( $(#[$doc:meta])* $variant:ident = $name:literal, $protocol:ident, $position:ident $after:literal $(, legacy $legacy:literal)?; )*) => {
+    ($( $(#[$doc:meta])* $variant:ident = $name:literal, $protocol:ident, $position:ident $after:literal, $phase:ident, $decided:literal $(, legacy $legacy:literal)?; )*) => {
         /// A crash point (module docs).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum CrashPoint {
@@ -93,6 +119,18 @@ macro_rules! crash_points {
                 match self { $( CrashPoint::$variant => Position::$position, )* }
             }
 
+            /// When a run reaches it ([`Phase`]).
+            pub fn phase(self) -> Phase {
+                match self { $( CrashPoint::$variant => Phase::$phase, )* }
+            }
+
+            /// Whether what the point's run writes is decided (committed) by the time it is
+            /// reached: a writer killed here and restarted finds its epoch committed, and the
+            /// replay of that epoch is skipped. Recovery points resolve an epoch decided earlier.
+            pub fn decided(self) -> bool {
+                match self { $( CrashPoint::$variant => $decided, )* }
+            }
+
             /// The name it had before the points were named after their steps (`atomic.stepN`),
             /// which `LAMINAR_CRASH_AT` and `laminar demo --crash-at` still accept.
             pub fn legacy_name(self) -> Option<&'static str> {
@@ -106,73 +144,73 @@ macro_rules! crash_points {
 
 crash_points! {
     /// Start-up: the generation was bumped (the previous coordinator is fenced).
-    AtomicAfterFence = "atomic.after_fence", Atomic, After "bump_generation";
+    AtomicAfterFence = "atomic.after_fence", Atomic, After "bump_generation", Start, false;
     /// Step 1: the decision transaction holds the group's row lock; generation checked.
-    AtomicAfterLock = "atomic.after_lock", Atomic, After "lock_group", legacy "atomic.step1";
+    AtomicAfterLock = "atomic.after_lock", Atomic, After "lock_group", Epoch, false, legacy "atomic.step1";
     /// Step 2: every Kafka sink's transaction is open.
-    AtomicAfterKafkaBegin = "atomic.after_kafka_begin", Atomic, After "sink_begin", legacy "atomic.step2";
+    AtomicAfterKafkaBegin = "atomic.after_kafka_begin", Atomic, After "sink_begin", Epoch, false, legacy "atomic.step2";
     /// Step 3: every record is produced.
-    AtomicAfterProduce = "atomic.after_produce", Atomic, After "sink_write", legacy "atomic.step3";
+    AtomicAfterProduce = "atomic.after_produce", Atomic, After "sink_write", Epoch, false, legacy "atomic.step3";
     /// Step 4: Kafka is prepared (markers sent, flushed).
-    AtomicAfterKafkaPrepare = "atomic.after_kafka_prepare", Atomic, After "sink_prepare", legacy "atomic.step4";
+    AtomicAfterKafkaPrepare = "atomic.after_kafka_prepare", Atomic, After "sink_prepare", Epoch, false, legacy "atomic.step4";
     /// Step 5: the rows (and the redo records) are in the decision transaction.
-    AtomicAfterRows = "atomic.after_rows", Atomic, After "replace_redo", legacy "atomic.step5";
+    AtomicAfterRows = "atomic.after_rows", Atomic, After "replace_redo", Epoch, false, legacy "atomic.step5";
     /// Step 6: the decision rows (`txn_state`) are in the decision transaction.
-    AtomicAfterDecisionRows = "atomic.after_decision_rows", Atomic, After "record_decision", legacy "atomic.step6";
+    AtomicAfterDecisionRows = "atomic.after_decision_rows", Atomic, After "record_decision", Epoch, false, legacy "atomic.step6";
     /// Step 7: the decision committed; Kafka is still prepared.
-    AtomicAfterDecision = "atomic.after_decision", Atomic, After "commit_decision", legacy "atomic.step7";
+    AtomicAfterDecision = "atomic.after_decision", Atomic, After "commit_decision", Epoch, true, legacy "atomic.step7";
     /// Step 8: Kafka committed (or failed to, and is completed next).
-    AtomicAfterKafkaCommit = "atomic.after_kafka_commit", Atomic, After "sink_commit", legacy "atomic.step8";
+    AtomicAfterKafkaCommit = "atomic.after_kafka_commit", Atomic, After "sink_commit", Epoch, true, legacy "atomic.step8";
 
     /// Recovery: an `EndTxn` was sent (accepted or not).
-    RecoveryAfterEndTxn = "recovery.after_end_txn", Recovery, After "end_txn";
+    RecoveryAfterEndTxn = "recovery.after_end_txn", Recovery, After "end_txn", Recovery, true;
     /// Recovery: the new producers are initialised (open transactions aborted).
-    RecoveryAfterInit = "recovery.after_init", Recovery, After "init_sink";
+    RecoveryAfterInit = "recovery.after_init", Recovery, After "init_sink", Recovery, true;
     /// Recovery: the first redo blob is produced, the redo transaction is open.
-    RecoveryMidRedo = "recovery.mid_redo", Recovery, After "produce_redo";
+    RecoveryMidRedo = "recovery.mid_redo", Recovery, After "produce_redo", Recovery, true;
     /// Recovery: the redo transaction committed; its redo rows are not deleted yet.
-    RecoveryAfterRedoCommit = "recovery.after_redo_commit", Recovery, After "sink_commit";
+    RecoveryAfterRedoCommit = "recovery.after_redo_commit", Recovery, After "sink_commit", Recovery, true;
 
     /// Scale-out: the decision record exists (`prepare`), no task ran.
-    ScaleoutAfterCreate = "scaleout.after_create", Scaleout, After "create_dt";
+    ScaleoutAfterCreate = "scaleout.after_create", Scaleout, After "create_dt", Epoch, false;
     /// Scale-out: the tasks ran and prepared; no decision.
-    ScaleoutAfterTasks = "scaleout.after_tasks", Scaleout, After "run_tasks";
+    ScaleoutAfterTasks = "scaleout.after_tasks", Scaleout, After "run_tasks", Epoch, false;
     /// Scale-out: the decision (`commit`) committed; no participant completed.
-    ScaleoutAfterDecision = "scaleout.after_decision", Scaleout, After "commit_decision";
+    ScaleoutAfterDecision = "scaleout.after_decision", Scaleout, After "commit_decision", Epoch, true;
     /// Scale-out: the first PostgreSQL participant is committed.
-    ScaleoutMidCompletion = "scaleout.mid_completion", Scaleout, After "commit_prepared";
+    ScaleoutMidCompletion = "scaleout.mid_completion", Scaleout, After "commit_prepared", Epoch, true;
     /// Scale-out: a rollback is recorded (`rollback`); no participant rolled back yet.
-    ScaleoutAfterSetRollback = "scaleout.after_set_rollback", Scaleout, After "set_dt_state";
+    ScaleoutAfterSetRollback = "scaleout.after_set_rollback", Scaleout, After "set_dt_state", Recovery, false;
     /// Scale-out task: the partition is claimed.
-    ScaleoutTaskAfterClaim = "scaleout.task_after_claim", Scaleout, After "claim_participants";
+    ScaleoutTaskAfterClaim = "scaleout.task_after_claim", Scaleout, After "claim_participants", Task, false;
     /// Scale-out task: the rows are written, nothing prepared.
-    ScaleoutTaskBeforePrepare = "scaleout.task_before_prepare", Scaleout, After "write_partition";
+    ScaleoutTaskBeforePrepare = "scaleout.task_before_prepare", Scaleout, After "write_partition", Task, false;
     /// Scale-out task: every participant is prepared; no result returned.
-    ScaleoutTaskAfterPrepare = "scaleout.task_after_prepare", Scaleout, After "sink_prepare";
+    ScaleoutTaskAfterPrepare = "scaleout.task_after_prepare", Scaleout, After "sink_prepare", Task, false;
 
     /// Kafka sink: the transaction is open.
-    KafkaAfterBegin = "kafka.after_begin", Kafka, After "sink_begin";
+    KafkaAfterBegin = "kafka.after_begin", Kafka, After "sink_begin", Epoch, false;
     /// Kafka sink: half of the first chunk is produced.
-    KafkaMidProduce = "kafka.mid_produce", Kafka, Within "sink_write";
+    KafkaMidProduce = "kafka.mid_produce", Kafka, Within "sink_write", Epoch, false;
     /// Kafka sink: the epoch marker is sent, not flushed.
-    KafkaAfterMarkers = "kafka.after_markers", Kafka, Within "sink_prepare";
+    KafkaAfterMarkers = "kafka.after_markers", Kafka, Within "sink_prepare", Epoch, false;
     /// Kafka sink: every record is acknowledged (prepared).
-    KafkaAfterFlush = "kafka.after_flush", Kafka, Within "sink_prepare";
+    KafkaAfterFlush = "kafka.after_flush", Kafka, Within "sink_prepare", Epoch, false;
     /// Kafka sink: committed.
-    KafkaAfterCommit = "kafka.after_commit", Kafka, After "sink_commit";
+    KafkaAfterCommit = "kafka.after_commit", Kafka, After "sink_commit", Epoch, true;
 
     /// PostgreSQL sink: the epoch is claimed in `laminar.sink_epochs`.
-    PostgresAfterClaim = "postgres.after_claim", Postgres, After "sink_begin";
+    PostgresAfterClaim = "postgres.after_claim", Postgres, After "sink_begin", Epoch, false;
     /// PostgreSQL sink: a COPY chunk is sent.
-    PostgresMidCopy = "postgres.mid_copy", Postgres, Within "sink_write";
+    PostgresMidCopy = "postgres.mid_copy", Postgres, Within "sink_write", Epoch, false;
     /// PostgreSQL sink: the epoch's totals are recorded, `PREPARE TRANSACTION` not sent.
-    PostgresBeforePrepare = "postgres.before_prepare", Postgres, Within "sink_prepare";
+    PostgresBeforePrepare = "postgres.before_prepare", Postgres, Within "sink_prepare", Epoch, false;
     /// PostgreSQL sink: prepared.
-    PostgresAfterPrepare = "postgres.after_prepare", Postgres, After "sink_prepare";
+    PostgresAfterPrepare = "postgres.after_prepare", Postgres, After "sink_prepare", Epoch, false;
     /// PostgreSQL sink: the epoch's totals are recorded, `COMMIT` not sent.
-    PostgresBeforeCommit = "postgres.before_commit", Postgres, Within "sink_commit";
+    PostgresBeforeCommit = "postgres.before_commit", Postgres, Within "sink_commit", Epoch, false;
     /// PostgreSQL sink: committed (`COMMIT` or `COMMIT PREPARED`).
-    PostgresAfterCommit = "postgres.after_commit", Postgres, After "sink_commit";
+    PostgresAfterCommit = "postgres.after_commit", Postgres, After "sink_commit", Epoch, true;
 }
 
 impl CrashPoint {
@@ -195,12 +233,7 @@ impl CrashPoint {
 
     /// Whether a scale-out point is reached in a task (not in the coordinator).
     pub fn in_task(self) -> bool {
-        matches!(
-            self,
-            CrashPoint::ScaleoutTaskAfterClaim
-                | CrashPoint::ScaleoutTaskBeforePrepare
-                | CrashPoint::ScaleoutTaskAfterPrepare
-        )
+        self.phase() == Phase::Task
     }
 }
 
@@ -244,6 +277,23 @@ mod tests {
             CrashPoint::from_name("atomic.step7"),
             Some(CrashPoint::AtomicAfterDecision)
         );
+    }
+
+    #[test]
+    fn an_epochs_decided_points_follow_its_undecided_ones() {
+        for protocol in Protocol::ALL {
+            let epoch: Vec<bool> = CrashPoint::for_protocol(protocol)
+                .into_iter()
+                .filter(|p| p.phase() == Phase::Epoch)
+                .map(CrashPoint::decided)
+                .collect();
+            let first = epoch.iter().position(|d| *d).unwrap_or(epoch.len());
+            assert!(epoch[first..].iter().all(|d| *d), "{protocol:?}: {epoch:?}");
+        }
+        assert!(CrashPoint::AtomicAfterDecision.decided());
+        assert!(!CrashPoint::AtomicAfterDecisionRows.decided());
+        assert_eq!(CrashPoint::AtomicAfterFence.phase(), Phase::Start);
+        assert!(CrashPoint::ScaleoutTaskAfterClaim.in_task());
     }
 
     #[test]

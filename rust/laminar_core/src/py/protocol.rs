@@ -102,6 +102,16 @@ impl PyCrashPoint {
         self.0.in_task()
     }
 
+    #[getter]
+    fn phase(&self) -> &'static str {
+        self.0.phase().name()
+    }
+
+    #[getter]
+    fn decided(&self) -> bool {
+        self.0.decided()
+    }
+
     fn __repr__(&self) -> String {
         format!("CrashPoint({:?})", self.0.name())
     }

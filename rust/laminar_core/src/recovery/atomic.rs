@@ -196,7 +196,7 @@ pub enum EpochPlan {
 /// `refuse_backwards` (the writer knows its query, i.e. Spark, which only ever replays its last
 /// batch) an epoch older than a sink's last committed epoch is refused as a reset or foreign
 /// checkpoint; without it (`write_epoch` callers replaying on purpose) such an epoch is skipped for
-/// that sink, as DESIGN.md's replay rule says. An epoch equal to a sink's last committed epoch is
+/// that sink, as the replay rule says (docs/protocol.md §5). An epoch equal to a sink's last committed epoch is
 /// that sink's legitimate replay and is skipped for it.
 pub fn plan_epoch(
     epoch: Epoch,

@@ -2,7 +2,8 @@
 //! point, then the in-process completion of a Kafka commit that failed after the decision.
 //!
 //! ```text
-//! 1 lock_group (check_generation)            atomic.after_lock
+//! 1 lock_group (check_generation),
+//!   lock_table per PostgreSQL sink             atomic.after_lock
 //! 2 sink_begin per Kafka sink                atomic.after_kafka_begin
 //! 3 sink_write (keep records for redo)       atomic.after_produce
 //! 4 sink_prepare (marker + flush)            atomic.after_kafka_prepare
@@ -136,8 +137,14 @@ impl AtomicEpoch {
         ) {
             return self.abort(End::Refused(r.for_epoch(self.epoch())), true);
         }
-        self.step_done(CrashPoint::AtomicAfterLock);
         let epoch = self.epoch();
+        for sink_id in &self.ctx.postgres {
+            self.core.out.push(Command::LockTable {
+                sink_id: sink_id.clone(),
+                epoch,
+            });
+        }
+        self.step_done(CrashPoint::AtomicAfterLock);
         for (sink_id, _, _) in &self.ctx.kafka {
             self.core.out.push(Command::SinkBegin {
                 sink_id: sink_id.clone(),
@@ -383,6 +390,7 @@ impl AtomicEpoch {
                 Command::Reached { .. }
                 | Command::Log { .. }
                 | Command::SinkWrite { .. }
+                | Command::LockTable { .. }
                 | Command::ReplaceRedo { .. }
                 | Command::RecordDecision { .. }
                 | Command::Rollback,

@@ -168,7 +168,12 @@ impl AtomicGroup {
         let end = self.failure.take().unwrap_or(End::Ok);
         let (retryable, in_doubt, why) = match &end {
             End::Failed(f) => (
-                matches!(f.kind, FailureKind::Abortable { .. } | FailureKind::InDoubt),
+                // an abortable error that is not retriable (a record too large, say) would fail
+                // the same way again: it ends the write like the writer's loop did
+                matches!(
+                    f.kind,
+                    FailureKind::Abortable { retriable: true } | FailureKind::InDoubt
+                ),
                 f.kind == FailureKind::InDoubt,
                 f.message.clone(),
             ),

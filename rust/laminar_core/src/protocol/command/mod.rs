@@ -149,6 +149,10 @@ pub enum Command {
     /// Open the decision transaction: the group's row lock and generation (docs/protocol.md §3
     /// step 1). → `Generation` (`None`: no row).
     LockGroup { group_id: String },
+    /// In the decision transaction: lock the PostgreSQL sink's table and check its definition
+    /// against the batch (and plan the COPY), so that a table that cannot take the batch is a
+    /// `ConfigError` before any byte is sent to Kafka or PostgreSQL. → `Ack`.
+    LockTable { sink_id: String, epoch: Epoch },
     /// In the decision transaction: claim `epoch` in `laminar.sink_epochs` and COPY the batch
     /// into the sink's table. → `Claimed` (false: the sink id holds the epoch).
     WriteRows { sink_id: String, epoch: Epoch },
@@ -295,6 +299,7 @@ impl Command {
             Command::Rollback => "rollback",
             Command::BumpGeneration { .. } => "bump_generation",
             Command::LockGroup { .. } => "lock_group",
+            Command::LockTable { .. } => "lock_table",
             Command::WriteRows { .. } => "write_rows",
             Command::ReplaceRedo { .. } => "replace_redo",
             Command::RecordDecision { .. } => "record_decision",

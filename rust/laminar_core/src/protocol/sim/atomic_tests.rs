@@ -389,6 +389,36 @@ fn the_writer_retries_an_epoch_that_may_be_written_again() {
 }
 
 #[test]
+fn an_abortable_error_that_is_not_retriable_ends_the_write_without_a_retry() {
+    use super::super::command::{Command, Event, Failure, FailureKind};
+    let mut w = World::new(&["pg"], &["k"], 1_000_000);
+    let mut c = config(&w, false);
+    c.retries = 3;
+    let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
+    writer.group.write_epoch(0);
+    let too_large = FailureKind::Abortable { retriable: false };
+    let mut failed = false;
+    while let Some(command) = writer.group.poll() {
+        let event = if matches!(command, Command::SinkWrite { .. }) && !failed {
+            failed = true;
+            Event::Failed(Failure::new(too_large, "a record is too large"))
+        } else {
+            super::driver::perform(&mut w, &mut writer.proc, &command).expect("no crash")
+        };
+        writer.group.handle(event);
+    }
+    assert!(
+        matches!(writer.group.end(), Some(End::Failed(f)) if f.kind == too_large),
+        "{:?}",
+        writer.group.end()
+    );
+    assert_eq!(writer.group.attempts(), 1);
+    // the epoch was aborted everywhere: written again, it lands once
+    assert_eq!(writer.write(&mut w, 0).expect("no crash"), End::Ok);
+    w.check_exactly_once(1);
+}
+
+#[test]
 fn a_new_query_is_refused_unless_it_restarts_the_sinks() {
     let mut w = World::new(&["pg"], &["k"], 1_000_000);
     let c = config(&w, false);

@@ -134,9 +134,10 @@ pub(super) fn perform(w: &mut World, proc: &mut Proc, command: &Command) -> Resu
             w.kafka.advance(ms);
             Event::Ack
         }
-        Command::Log { .. } | Command::RegisterGroup { .. } | Command::LockPartition { .. } => {
-            Event::Ack
-        }
+        Command::Log { .. }
+        | Command::RegisterGroup { .. }
+        | Command::LockPartition { .. }
+        | Command::LockTable { .. } => Event::Ack,
         Command::InitSink { sink_id } | Command::ReinitProducer { sink_id } => {
             if let Some(tid) = Proc::kafka_tid(w, &sink_id) {
                 proc.producers.remove(&tid);

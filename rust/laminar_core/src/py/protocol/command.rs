@@ -77,6 +77,7 @@ impl From<Command> for PyCommand {
             | Command::SinkCommit { sink_id, epoch }
             | Command::SinkAbort { sink_id, epoch }
             | Command::RetryCommit { sink_id, epoch }
+            | Command::LockTable { sink_id, epoch }
             | Command::WriteRows { sink_id, epoch } => {
                 c.sink_id = Some(sink_id);
                 c.epoch = Some(epoch);

@@ -1,0 +1,297 @@
+"""The decision records: the statements over the ``laminar`` schema's ``sinks``,
+``sink_epochs``, ``txn_state`` and ``redo`` tables (docs/protocol.md §7, docs/engine.md §3-4).
+
+Each function is one statement, run in the connection's current transaction (the caller — a
+protocol driver performing a command of the core — commits). Nothing here decides: which row to
+write, and whether a change is allowed, is the core's (`laminar._core`: the ``txn_state``
+transition table is checked by the machine before it asks for ``record_decision``, and the
+statement itself applies the upsert only over a row whose epoch is not later, so a slow writer
+can never move a decision back).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from laminar._core import PreparedTxnState, encode_redo
+from laminar.errors import InvalidStateEncoding
+from laminar.metadata import table
+
+__all__ = [
+    "DecisionRow",
+    "bump_generation",
+    "committed_epochs",
+    "delete_redo",
+    "lock_group",
+    "read_decisions",
+    "read_ownership",
+    "read_redo",
+    "read_registry",
+    "read_sink_epochs",
+    "record_decision",
+    "redo_exists",
+    "replace_redo",
+    "reset_owner",
+    "set_owner",
+]
+
+# -- laminar.sinks: the group's row (owner, epoch base, generation) ------------------------------
+
+#: Step 1 of an epoch: the group's row lock (held until the decision commits) and its
+#: generation, the fencing token (docs/protocol.md §6).
+LOCK_GROUP = sql.SQL(
+    "UPDATE {t} SET last_commit_ms = coalesce(%s, last_commit_ms) WHERE sink_id = %s"
+    " RETURNING generation"
+).format(t=table("sinks"))
+_BUMP_GENERATION = sql.SQL(
+    "UPDATE {t} SET generation = generation + 1, updated_at = now() WHERE sink_id = %s"
+    " RETURNING generation"
+).format(t=table("sinks"))
+_READ_OWNER = sql.SQL("SELECT owner, epoch_base FROM {t} WHERE sink_id = %s FOR UPDATE").format(
+    t=table("sinks")
+)
+_READ_MEMBER_OWNERS = sql.SQL(
+    "SELECT sink_id, owner FROM {t} WHERE sink_id = ANY(%s) AND owner IS NOT NULL"
+).format(t=table("sinks"))
+_SET_OWNER = sql.SQL(
+    "UPDATE {t} SET owner = %s, owner_since = now(), epoch_base = %s, updated_at = now()"
+    " WHERE sink_id = ANY(%s)"
+).format(t=table("sinks"))
+
+_READ_REGISTRY = sql.SQL(
+    "SELECT kind, config, epoch_base FROM {t} WHERE sink_id = %s FOR UPDATE"
+).format(t=table("sinks"))
+_RESET_OWNER = sql.SQL(
+    "UPDATE {t} SET owner = NULL, owner_since = NULL, epoch_base = %s, updated_at = now()"
+    " WHERE sink_id = ANY(%s)"
+).format(t=table("sinks"))
+_COMMITTED_EPOCHS = sql.SQL(
+    "SELECT (SELECT max(epoch) FROM {e} WHERE sink_id = ANY(%s)),"
+    " (SELECT max(epoch) FROM {d} WHERE transactional_id = ANY(%s))"
+).format(e=table("sink_epochs"), d=table("txn_state"))
+
+# -- laminar.sink_epochs ---------------------------------------------------------------------------
+
+_READ_EPOCHS = sql.SQL("SELECT sink_id, epoch FROM {t} WHERE sink_id = ANY(%s)").format(
+    t=table("sink_epochs")
+)
+
+# -- laminar.txn_state: one Kafka sink's last decided epoch ---------------------------------------
+
+#: The decision row (step 6); applied only over a row whose epoch is not later (the table's
+#: ``decide`` rule: a decision never goes back).
+UPSERT_DECISION = sql.SQL(
+    "INSERT INTO {t} AS s (transactional_id, epoch, previous_epoch, prepared_state, group_id,"
+    " decided_at) VALUES (%s, %s, %s, %s, %s, now())"
+    " ON CONFLICT (transactional_id) DO UPDATE SET epoch = EXCLUDED.epoch,"
+    " previous_epoch = EXCLUDED.previous_epoch, prepared_state = EXCLUDED.prepared_state,"
+    " group_id = EXCLUDED.group_id, decided_at = EXCLUDED.decided_at"
+    " WHERE s.epoch <= EXCLUDED.epoch"
+).format(t=table("txn_state"))
+_DECISIONS = sql.SQL(
+    "SELECT transactional_id, epoch, previous_epoch, prepared_state, group_id, decided_at,"
+    " extract(epoch FROM clock_timestamp() - decided_at) FROM {t}"
+).format(t=table("txn_state"))
+
+# -- laminar.redo: a Kafka sink's records of its last decided epoch ------------------------------
+
+_INSERT_REDO = sql.SQL(
+    "INSERT INTO {t} (transactional_id, epoch, seq, records) VALUES (%s, %s, %s, %s)"
+).format(t=table("redo"))
+_DROP_OLD_REDO = sql.SQL("DELETE FROM {t} WHERE transactional_id = %s AND epoch < %s").format(
+    t=table("redo")
+)
+_REDO_EXISTS = sql.SQL(
+    "SELECT EXISTS (SELECT 1 FROM {t} WHERE transactional_id = %s AND epoch = %s)"
+).format(t=table("redo"))
+_READ_REDO = sql.SQL(
+    "SELECT records FROM {t} WHERE transactional_id = %s AND epoch = %s ORDER BY seq"
+).format(t=table("redo"))
+_DELETE_REDO = sql.SQL("DELETE FROM {t} WHERE transactional_id = %s AND epoch <= %s").format(
+    t=table("redo")
+)
+
+
+def lock_group(
+    conn: psycopg.Connection[Any], group_id: str, last_commit_ms: float | None
+) -> int | None:
+    """Lock the group's row (recording the last commit latency); its generation, None if the
+    group has no row."""
+    row = conn.execute(LOCK_GROUP, (last_commit_ms, group_id)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def bump_generation(conn: psycopg.Connection[Any], group_id: str) -> int | None:
+    """Fence the previous coordinator (docs/protocol.md §6): the new generation."""
+    row = conn.execute(_BUMP_GENERATION, (group_id,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def read_ownership(
+    conn: psycopg.Connection[Any], registry_id: str, members: Sequence[str]
+) -> tuple[str | None, int, list[tuple[str, str]]] | None:
+    """The registry row's owner and epoch base (locked), and the members' owners; None if the
+    registry id has no row."""
+    row = conn.execute(_READ_OWNER, (registry_id,)).fetchone()
+    if row is None:
+        return None
+    owners = conn.execute(_READ_MEMBER_OWNERS, (list(members),)).fetchall()
+    return row[0], int(row[1]), [(str(s), str(o)) for s, o in owners]
+
+
+def set_owner(
+    conn: psycopg.Connection[Any], ids: Sequence[str], owner: str, epoch_base: int
+) -> None:
+    """Make ``owner`` the owner of these rows, from ``epoch_base``."""
+    conn.execute(_SET_OWNER, (owner, epoch_base, list(ids)))
+
+
+def read_registry(
+    conn: psycopg.Connection[Any], sink_id: str
+) -> tuple[str, dict[str, Any], int] | None:
+    """A registry row's kind, config and epoch base, locked (None: no such row)."""
+    row = conn.execute(_READ_REGISTRY, (sink_id,)).fetchone()
+    return None if row is None else (str(row[0]), dict(row[1] or {}), int(row[2]))
+
+
+def committed_epochs(conn: psycopg.Connection[Any], sink_ids: Sequence[str]) -> list[int | None]:
+    """The last epoch committed in PostgreSQL and the last decided in Kafka among these sinks
+    (None where there is none): what `laminar._core.next_epoch_base` moves past."""
+    row = conn.execute(_COMMITTED_EPOCHS, (list(sink_ids), list(sink_ids))).fetchone()
+    return [None, None] if row is None else [None if e is None else int(e) for e in row]
+
+
+def reset_owner(conn: psycopg.Connection[Any], sink_ids: Sequence[str], epoch_base: int) -> None:
+    """Forget these rows' owner and set their epoch base (``laminar reset``)."""
+    conn.execute(_RESET_OWNER, (epoch_base, list(sink_ids)))
+
+
+def read_sink_epochs(
+    conn: psycopg.Connection[Any], sink_ids: Sequence[str]
+) -> list[tuple[str, int | None]]:
+    """Each sink's last committed epoch in ``laminar.sink_epochs`` (None: none), in order."""
+    found = dict(conn.execute(_READ_EPOCHS, (list(sink_ids),)).fetchall())
+    return [(s, None if found.get(s) is None else int(found[s])) for s in sink_ids]
+
+
+def record_decision(
+    conn: psycopg.Connection[Any],
+    transactional_id: str,
+    epoch: int,
+    previous_epoch: int | None,
+    prepared_state: str,
+    group_id: str,
+) -> None:
+    """Upsert the decision row of one Kafka sink (never over a later epoch)."""
+    conn.execute(
+        UPSERT_DECISION, (transactional_id, epoch, previous_epoch, prepared_state, group_id)
+    )
+
+
+@dataclass(frozen=True)
+class DecisionRow:
+    """One Kafka sink's row in ``laminar.txn_state``: the last epoch decided for it."""
+
+    transactional_id: str
+    epoch: int
+    previous_epoch: int | None
+    prepared_state: str
+    group_id: str
+    decided_at: dt.datetime
+    age_s: float
+
+    def state(self) -> PreparedTxnState:
+        """The decoded prepared state (`InvalidStateEncoding` when the row is corrupt)."""
+        return PreparedTxnState.parse(self.prepared_state)
+
+    def corruption(self) -> str | None:
+        """Why the prepared state does not decode, or None."""
+        try:
+            self.state()
+        except InvalidStateEncoding as e:
+            return str(e)
+        return None
+
+    def event_row(self) -> tuple[str, int, int | None, str, str, float]:
+        """The row as `laminar._core.Event.decisions` takes it."""
+        return (
+            self.transactional_id,
+            self.epoch,
+            self.previous_epoch,
+            self.prepared_state,
+            self.group_id,
+            self.age_s,
+        )
+
+
+def read_decisions(
+    conn: psycopg.Connection[Any],
+    transactional_ids: Sequence[str] | None = None,
+    *,
+    group_id: str | None = None,
+) -> list[DecisionRow]:
+    """The decision rows (all, those of some transactional ids, or of one group)."""
+    query = _DECISIONS
+    params: tuple[Any, ...] = ()
+    if transactional_ids is not None:
+        query = query + sql.SQL(" WHERE transactional_id = ANY(%s)")
+        params = (list(transactional_ids),)
+    elif group_id is not None:
+        query = query + sql.SQL(" WHERE group_id = %s")
+        params = (group_id,)
+    rows = conn.execute(query + sql.SQL(" ORDER BY transactional_id"), params).fetchall()
+    return [
+        DecisionRow(
+            transactional_id=r[0],
+            epoch=int(r[1]),
+            previous_epoch=None if r[2] is None else int(r[2]),
+            prepared_state=r[3],
+            group_id=r[4],
+            decided_at=r[5],
+            age_s=float(r[6]),
+        )
+        for r in rows
+    ]
+
+
+def replace_redo(
+    conn: psycopg.Connection[Any], transactional_id: str, epoch: int, kept: list[Any] | None
+) -> None:
+    """Drop the redo rows of earlier epochs; with ``kept`` (the Arrow record batches the sink
+    produced), insert this epoch's, encoded by the core (docs/protocol.md §7, the redo blob)."""
+    conn.execute(_DROP_OLD_REDO, (transactional_id, epoch))
+    if kept is None:
+        return
+    values: list[bytes | None] = []
+    keys: list[bytes | None] = []
+    for records in kept:
+        values.extend(records.values)
+        keys.extend(records.keys if records.keys is not None else [None] * records.num_rows)
+    blobs = encode_redo(values, keys)
+    with conn.cursor() as cur:
+        cur.executemany(
+            _INSERT_REDO, [(transactional_id, epoch, seq, blob) for seq, blob in enumerate(blobs)]
+        )
+
+
+def redo_exists(conn: psycopg.Connection[Any], transactional_id: str, epoch: int) -> bool:
+    """Whether ``laminar.redo`` holds the records of ``epoch`` for this sink."""
+    row = conn.execute(_REDO_EXISTS, (transactional_id, epoch)).fetchone()
+    return bool(row and row[0])
+
+
+def read_redo(conn: psycopg.Connection[Any], transactional_id: str, epoch: int) -> list[bytes]:
+    """The redo blobs of one epoch, in order."""
+    rows = conn.execute(_READ_REDO, (transactional_id, epoch)).fetchall()
+    return [bytes(r[0]) for r in rows]
+
+
+def delete_redo(conn: psycopg.Connection[Any], transactional_id: str, up_to_epoch: int) -> None:
+    """Drop the redo rows of epochs up to ``up_to_epoch`` (Kafka committed them)."""
+    conn.execute(_DELETE_REDO, (transactional_id, up_to_epoch))
