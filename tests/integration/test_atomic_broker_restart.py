@@ -25,12 +25,23 @@ from tests.integration.atomic_helpers import (
     epoch_table,
     make_group,
 )
+from tests.integration.kafka_fill import settled_logs
 
 #: A write that waits on a dead broker ends within commit_timeout_s (5 s in make_group) plus a
 #: grace period, per stuck call; the retries of one epoch fit well inside this bound. The
 #: bounce itself (an Apache Kafka JVM restarting: 10-30 s on a loaded 2-core machine) happens
 #: inside the write in some tests and is not counted.
 BOUND_S = 60.0
+
+
+def settle(broker: Any, topic: str) -> None:
+    """Wait until the committed epochs' markers are in the partitions. The transaction
+    coordinator writes them *after* answering the commit, and a single broker SIGKILLed within
+    that window was seen to come back without the transaction's state (InitProducerId then
+    answered producer epoch 0) and to abort it: an acknowledged commit lost by the broker, which
+    no client can guard against. What these tests check is Laminar's handling of the epoch in
+    flight, so the epochs before it are made durable on the broker first."""
+    settled_logs(broker.bootstrap_servers, topic, within_s=30.0)
 
 
 def bounce(broker: Any, how: str) -> float:
@@ -73,6 +84,7 @@ def test_broker_bounced_between_epochs(durable: Any, how: str) -> None:
     writer = make_group(broker.bootstrap_servers, topic, pg_dsn, table, f"tid-{topic}")
     for epoch in range(2):
         assert timed_write(writer, epoch).committed
+    settle(broker, topic)
     bounce(broker, how)
     for epoch in range(2, 5):
         assert timed_write(writer, epoch).committed
@@ -89,6 +101,7 @@ def test_broker_bounced_while_an_epoch_is_in_flight(
     broker, topic, table, pg_dsn = durable
     writer = make_group(broker.bootstrap_servers, topic, pg_dsn, table, f"tid-{topic}", redo=redo)
     assert timed_write(writer, 0).committed
+    settle(broker, topic)
     real = KafkaSink.prepare_transaction
     bounced: list[float] = []
 
@@ -118,6 +131,7 @@ def test_broker_killed_after_the_decision(
     tid = f"tid-{topic}"
     writer = make_group(broker.bootstrap_servers, topic, pg_dsn, table, tid, redo=redo)
     assert timed_write(writer, 0).committed
+    settle(broker, topic)
     real = KafkaSink.commit_transaction
     bounced: list[int] = []
     bounce_seconds: list[float] = []
