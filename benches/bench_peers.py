@@ -49,6 +49,8 @@ KAFKA_ROWS = 50_000 if QUICK else 200_000
 PG_ROWS = 100_000 if QUICK else 400_000
 #: Rounds at least, and at most while a gate is not met yet (see `interleaved`).
 ROUNDS = (5, 15) if QUICK else (7, 21)
+#: Run-queue length per core (1-minute load average) above which the ratios are not enforced.
+BUSY_LOAD = 2.0
 #: Rounds of the peers many times slower than Laminar (the naive loops, >= 5x gates).
 SLOW_PEER_ROUNDS = 3
 #: Laminar's rows/s over each peer's: at least (the issue's figures), and whether the gate fails
@@ -91,12 +93,26 @@ def ratio_gates(
     gates: dict[str, tuple[float, bool]],
     rows: int,
 ) -> None:
-    """One gate per peer; every one is recorded before the first enforced failure raises."""
+    """One gate per peer; every one is recorded before the first enforced failure raises.
+
+    On a machine loaded past `BUSY_LOAD` run queues per core while it measured, the ratios are
+    recorded and shown but not enforced: no round then runs undisturbed and best-of-N still
+    spreads by 2x (docs/benchmarks.md), so a failure there says nothing about the code. The
+    table names the load; a quiet run (CI's machine) enforces every gate."""
+    load = os.getloadavg()[0]
+    busy = load > BUSY_LOAD * (os.cpu_count() or 1)
     failures = []
     for peer, (at_least, enforced) in gates.items():
         try:
             ratio_gate(
-                gate, f"{store} write: laminar / {peer}", seconds, peer, rows, at_least, enforced
+                gate,
+                f"{store} write: laminar / {peer}",
+                seconds,
+                peer,
+                rows,
+                at_least,
+                enforced and not busy,
+                note=f"; load average {load:.1f}{' (busy: not enforced)' if busy else ''}",
             )
         except AssertionError as e:
             failures.append(str(e))
@@ -112,6 +128,7 @@ def ratio_gate(
     rows: int,
     at_least: float,
     enforced: bool,
+    note: str = "",
 ) -> None:
     ours, theirs = best(seconds["laminar"]), best(seconds[peer])
     gate(
@@ -123,7 +140,7 @@ def ratio_gate(
         detail=(
             f"best of {len(seconds[peer])} interleaved rounds of {rows:,} rows: laminar "
             f"{rows / ours:,.0f} rows/s ({spread(seconds['laminar'])}), {peer} "
-            f"{rows / theirs:,.0f} rows/s ({spread(seconds[peer])})"
+            f"{rows / theirs:,.0f} rows/s ({spread(seconds[peer])}){note}"
         ),
     )
 
