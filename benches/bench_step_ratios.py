@@ -49,8 +49,8 @@ ROUNDS = 60 if QUICK else 200
 #: threshold sits well below twice the ratio measured, so a 2x slowdown of the step fails.
 AT_MOST = {
     ("kafka", "begin"): 3.5,
-    ("kafka", "commit"): 1.6,
-    ("kafka", "abort"): 2.0,
+    ("kafka", "commit"): 1.5,
+    ("kafka", "abort"): 1.75,
     ("postgres", "begin"): 1.6,
     ("postgres", "commit"): 1.6,
     ("postgres", "abort"): 1.9,
