@@ -89,6 +89,75 @@ def test_resolve_refuses_to_go_against_a_recorded_decision_without_force(
     assert count(dsn, f"SELECT count(*) FROM {table_name} WHERE id = 424242") == 1
 
 
+def test_a_prepared_gid_belongs_to_the_record_that_names_it_exactly(
+    clean_prepared_xacts: str, table_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One matching rule (docs/engine.md §4): a ``dt_participant`` row owns the gid it names,
+    exactly. The scale-out coordinator's case — the row names the task's gid — finds its
+    decision; the watcher's old prefix rule took ``…:1`` for ``…:10``, whose partition has no
+    record: it is an orphan, not the ``rollback`` decision of partition 1."""
+    from laminar.watcher import find_decision, inspect
+
+    dsn = clean_prepared_xacts
+    create_table(dsn, table_name)
+    laminar.PostgresSink(dsn, table_name).init_transactions()
+    dtid = f"laminar:g:3:{table_name}"
+    named = f"laminar:public.{table_name}:3:1"
+    longer = f"laminar:public.{table_name}:3:10"
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "INSERT INTO laminar.dt_state (dtid, group_id, epoch, state) VALUES (%s, 'g', 3, "
+            "'rollback')",
+            (dtid,),
+        )
+        conn.execute(
+            "INSERT INTO laminar.dt_participant (dtid, participant, kind, resource) VALUES "
+            "(%s, 'pg', 'postgres', %s)",
+            (dtid, named),
+        )
+    hand_made_prepared(dsn, table_name, longer)
+    with psycopg.connect(dsn) as conn:
+        assert find_decision(conn, named) == (dtid, "rollback")
+        assert find_decision(conn, longer) == (None, None)
+        (item,) = [i for i in inspect(conn) if i.id == longer]
+    assert (item.kind, item.decision) == ("participant", None)
+    # no decision names it: committing it is not against one (the prefix rule refused it,
+    # exit 4, as if it were partition 1's rollback)
+    capsys.readouterr()
+    assert main(["resolve", longer, "--commit", "--dsn", dsn]) == 0
+    assert "commit done" in capsys.readouterr().out
+    assert count(dsn, f"SELECT count(*) FROM {table_name} WHERE id = 424242") == 1
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT state FROM laminar.dt_state WHERE dtid = %s", (dtid,))
+        assert row.fetchone() == ("rollback",)  # partition 1's record untouched
+
+
+def test_resolve_never_writes_a_transition_the_table_refuses(
+    clean_prepared_xacts: str, table_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``laminar resolve <dtid> --rollback`` of a record decided ``commit`` is refused by the
+    core (exit 4, the record unchanged); with ``--force`` it is the table's ``force_rollback``."""
+    dsn = clean_prepared_xacts
+    create_table(dsn, table_name)
+    laminar.PostgresSink(dsn, table_name).init_transactions()
+    dtid = f"laminar:g:4:{table_name}"
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "INSERT INTO laminar.dt_state (dtid, group_id, epoch, state) VALUES (%s, 'g', 4, "
+            "'commit')",
+            (dtid,),
+        )
+    assert main(["resolve", dtid, "--rollback", "--dsn", dsn]) == 4
+    assert "COMMIT" in capsys.readouterr().err
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT state FROM laminar.dt_state WHERE dtid = %s", (dtid,))
+        assert row.fetchone() == ("commit",)
+    assert main(["resolve", dtid, "--rollback", "--force", "--dsn", dsn]) == 0
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM laminar.dt_state WHERE dtid = %s", (dtid,))
+        assert row.fetchone() == (0,)  # rolled back and concluded
+
+
 def test_recover_rolls_back_an_undecided_participant_and_reports_lingering(
     clean_prepared_xacts: str, table_name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
