@@ -30,6 +30,21 @@ def hand_made_prepared(dsn: str, table: str, gid: str) -> None:
         conn.execute(f"PREPARE TRANSACTION '{gid}'")
 
 
+def hand_made_decision(dsn: str, dtid: str, epoch: int, state: str, gid: str | None = None) -> None:
+    """A ``laminar.dt_state`` record by hand (and the PostgreSQL participant ``gid``)."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "INSERT INTO laminar.dt_state (dtid, group_id, epoch, state) VALUES (%s, 'g', %s, %s)",
+            (dtid, epoch, state),
+        )
+        if gid is not None:
+            conn.execute(
+                "INSERT INTO laminar.dt_participant (dtid, participant, kind, resource) VALUES "
+                "(%s, 'pg', 'postgres', %s)",
+                (dtid, gid),
+            )
+
+
 def count(dsn: str, query: str) -> int:
     with psycopg.connect(dsn) as conn:
         row = conn.execute(query).fetchone()
@@ -71,17 +86,7 @@ def test_resolve_refuses_to_go_against_a_recorded_decision_without_force(
     create_table(dsn, table_name)
     laminar.PostgresSink(dsn, table_name).init_transactions()
     gid = f"laminar:public.{table_name}:3:1"
-    with psycopg.connect(dsn) as conn:
-        conn.execute(
-            "INSERT INTO laminar.dt_state (dtid, group_id, epoch, state) VALUES (%s, 'g', 3, "
-            "'rollback')",
-            (f"laminar:g:3:{table_name}",),
-        )
-        conn.execute(
-            "INSERT INTO laminar.dt_participant (dtid, participant, kind, resource) VALUES "
-            "(%s, 'pg', 'postgres', %s)",
-            (f"laminar:g:3:{table_name}", gid),
-        )
+    hand_made_decision(dsn, f"laminar:g:3:{table_name}", 3, "rollback", gid)
     hand_made_prepared(dsn, table_name, gid)
     assert main(["resolve", gid, "--commit", "--dsn", dsn]) == 4
     assert "ROLLBACK" in capsys.readouterr().err
@@ -104,17 +109,7 @@ def test_a_prepared_gid_belongs_to_the_record_that_names_it_exactly(
     dtid = f"laminar:g:3:{table_name}"
     named = f"laminar:public.{table_name}:3:1"
     longer = f"laminar:public.{table_name}:3:10"
-    with psycopg.connect(dsn) as conn:
-        conn.execute(
-            "INSERT INTO laminar.dt_state (dtid, group_id, epoch, state) VALUES (%s, 'g', 3, "
-            "'rollback')",
-            (dtid,),
-        )
-        conn.execute(
-            "INSERT INTO laminar.dt_participant (dtid, participant, kind, resource) VALUES "
-            "(%s, 'pg', 'postgres', %s)",
-            (dtid, named),
-        )
+    hand_made_decision(dsn, dtid, 3, "rollback", named)
     hand_made_prepared(dsn, table_name, longer)
     with psycopg.connect(dsn) as conn:
         assert find_decision(conn, named) == (dtid, "rollback")
@@ -141,12 +136,7 @@ def test_resolve_never_writes_a_transition_the_table_refuses(
     create_table(dsn, table_name)
     laminar.PostgresSink(dsn, table_name).init_transactions()
     dtid = f"laminar:g:4:{table_name}"
-    with psycopg.connect(dsn) as conn:
-        conn.execute(
-            "INSERT INTO laminar.dt_state (dtid, group_id, epoch, state) VALUES (%s, 'g', 4, "
-            "'commit')",
-            (dtid,),
-        )
+    hand_made_decision(dsn, dtid, 4, "commit")
     assert main(["resolve", dtid, "--rollback", "--dsn", dsn]) == 4
     assert "COMMIT" in capsys.readouterr().err
     with psycopg.connect(dsn) as conn:
