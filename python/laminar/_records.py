@@ -2,6 +2,9 @@
 ``sink_epochs``, ``txn_state``, ``redo``, ``dt_state`` and ``dt_participant`` tables
 (docs/protocol.md §7, docs/engine.md §3-4).
 
+Over 500 lines on purpose: it is the one home of every statement over the laminar schema (issue
+13), grouped by table; splitting it would spread them again.
+
 Each function is one statement, run in the connection's current transaction (the caller — a
 protocol driver performing a command of the core — commits). Nothing here decides: which row to
 write, and whether a change is allowed, is the core's (`laminar._core`: the ``txn_state``
@@ -27,7 +30,9 @@ from laminar.metadata import table
 __all__ = [
     "DecisionRow",
     "bump_generation",
+    "claim_epoch",
     "claim_participants",
+    "committed_epoch",
     "committed_epochs",
     "conclude_dt",
     "create_dt",
@@ -48,6 +53,7 @@ __all__ = [
     "read_sink_epochs",
     "read_status_sinks",
     "record_decision",
+    "record_epoch_totals",
     "redo_exists",
     "replace_redo",
     "reset_owner",
@@ -96,6 +102,57 @@ _COMMITTED_EPOCHS = sql.SQL(
 _READ_EPOCHS = sql.SQL("SELECT sink_id, epoch FROM {t} WHERE sink_id = ANY(%s)").format(
     t=table("sink_epochs")
 )
+
+# The sinks' write path (`laminar.sinks._pg_steps` re-exports these): constant statements,
+# rendered to bytes once (identifiers quoted by psycopg).
+_CLAIM = (
+    sql.SQL(
+        "INSERT INTO {t} AS e (sink_id, epoch, committed_at, rows, bytes)"
+        " VALUES (%s, %s, now(), 0, 0)"
+        " ON CONFLICT (sink_id) DO UPDATE"
+        " SET epoch = EXCLUDED.epoch, committed_at = EXCLUDED.committed_at, rows = 0, bytes = 0"
+        " WHERE e.epoch < EXCLUDED.epoch"
+        " RETURNING epoch"
+    )
+    .format(t=table("sink_epochs"))
+    .as_bytes(None)
+)
+_TOTALS = (
+    sql.SQL(
+        "UPDATE {t} SET rows = %s, bytes = %s, committed_at = clock_timestamp() WHERE sink_id = %s"
+    )
+    .format(t=table("sink_epochs"))
+    .as_bytes(None)
+)
+_READ_EPOCH = (
+    sql.SQL("SELECT epoch FROM {t} WHERE sink_id = %s")
+    .format(t=table("sink_epochs"))
+    .as_bytes(None)
+)
+
+
+def claim_epoch(conn: psycopg.Connection[Any], sink_id: str, epoch: int) -> bool:
+    """Upsert ``laminar.sink_epochs`` to ``epoch``; True if this transaction now owns the epoch.
+
+    False means the sink id already holds ``epoch`` or a later one (a replay): nothing else may be
+    written in this transaction. The statement takes the row lock, so a concurrent writer of the
+    same sink id waits here until this transaction ends, then sees the outcome.
+    """
+    return conn.execute(_CLAIM, (sink_id, epoch)).fetchone() is not None
+
+
+def record_epoch_totals(
+    conn: psycopg.Connection[Any], sink_id: str, rows: int, nbytes: int
+) -> None:
+    """Store the claimed epoch's row and byte counts and commit time (for ``laminar status``)."""
+    conn.execute(_TOTALS, (rows, nbytes, sink_id))
+
+
+def committed_epoch(conn: psycopg.Connection[Any], sink_id: str) -> int | None:
+    """The last epoch committed by ``sink_id`` (as this transaction sees it), or None."""
+    row = conn.execute(_READ_EPOCH, (sink_id,)).fetchone()
+    return None if row is None else int(row[0])
+
 
 # -- laminar.txn_state: one Kafka sink's last decided epoch ---------------------------------------
 
