@@ -9,17 +9,17 @@ import logging
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from laminar import _records
-from laminar._core import next_epoch_base
+from laminar._core import ResolveMachine, next_epoch_base, participant_base
+from laminar._distributed import DistributedDriver, kafka_participant
+from laminar._driver import drive
 from laminar._redact import SECRET, redact_dsn, redact_text
 from laminar.errors import FatalError, LaminarError
-from laminar.metadata import applied_version, table
-from laminar.recovery import read_decisions, resolve_kafka_sinks
+from laminar.metadata import applied_version
+from laminar.recovery import read_decisions
 from laminar.sinks._pg_names import parse_gid
-from laminar.sinks._pg_steps import commit_prepared, list_prepared, rollback_prepared
-from laminar.watcher import Item, Watcher, find_decision, inspect
+from laminar.watcher import Watcher, inspect
 
 __all__ = ["CommandError", "run"]
 
@@ -80,11 +80,8 @@ class _KafkaFactory:
     line) to read markers and complete transactions."""
 
     def __init__(self, conn: psycopg.Connection[Any], extra: dict[str, str]) -> None:
-        rows = conn.execute(
-            sql.SQL("SELECT sink_id, config FROM {t} WHERE kind = 'kafka'").format(t=table("sinks"))
-        ).fetchall()
+        self.configs = _records.read_kafka_registry(conn)
         conn.rollback()
-        self.configs: dict[str, dict[str, Any]] = {r[0]: dict(r[1] or {}) for r in rows}
         self.extra = extra
         self.sinks: dict[str, Any] = {}
         self._reachability: dict[str, str] = {}
@@ -96,8 +93,6 @@ class _KafkaFactory:
             return self.sinks[transactional_id]
         config = self.configs.get(transactional_id)
         if config is None:
-            from laminar.scaleout import kafka_participant, participant_base
-
             base_part = participant_base(transactional_id)
             if base_part is None:
                 return None
@@ -155,14 +150,7 @@ class _KafkaFactory:
 
 
 def _status(conn: psycopg.Connection[Any], args: argparse.Namespace, kafka: _KafkaFactory) -> int:
-    sinks = conn.execute(
-        sql.SQL(
-            "SELECT s.sink_id, s.kind, s.owner, s.generation, s.epoch_base, s.last_commit_ms,"
-            " e.epoch, e.committed_at, e.rows,"
-            " extract(epoch FROM clock_timestamp() - coalesce(e.committed_at, s.updated_at))"
-            " FROM {s} s LEFT JOIN {e} e USING (sink_id) ORDER BY s.kind, s.sink_id"
-        ).format(s=table("sinks"), e=table("sink_epochs"))
-    ).fetchall()
+    sinks = _records.read_status_sinks(conn)
     conn.rollback()
     decided = {r.transactional_id: r for r in read_decisions(conn)}
     conn.rollback()
@@ -277,17 +265,7 @@ def _empty_status(args: argparse.Namespace) -> int:
 def _distributed(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     """Every distributed transaction not concluded (scale-out, docs/protocol.md §4), with the
     participants its tasks claimed (``attempt`` rows name the claiming attempt)."""
-    rows = conn.execute(
-        sql.SQL(
-            "SELECT dtid, group_id, epoch, state, message,"
-            " extract(epoch FROM clock_timestamp() - created_at) FROM {t} ORDER BY created_at"
-        ).format(t=table("dt_state"))
-    ).fetchall()
-    parts = conn.execute(
-        sql.SQL(
-            "SELECT dtid, participant, kind, resource, state FROM {t} ORDER BY dtid, participant"
-        ).format(t=table("dt_participant"))
-    ).fetchall()
+    rows, parts = _records.read_dt_status(conn)
     conn.rollback()
     found = []
     for dtid, group_id, epoch, state, message, age in rows:
@@ -321,133 +299,49 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
 
 
 def _resolve(conn: psycopg.Connection[Any], args: argparse.Namespace, kafka: _KafkaFactory) -> int:
+    """``laminar resolve``: the core's `ResolveMachine` — never against a recorded decision
+    without ``--force``, and a forced change only through the transition tables' ``force_*``
+    events (docs/engine.md §4); its refusals are the core's (exit 4: against the decision,
+    6: nothing to resolve)."""
     target: str = args.transaction_id
     commit = bool(args.commit)
-    verb = "commit" if commit else "roll back"
     if target.startswith("kafka:"):
-        return _resolve_kafka(conn, target.split(":", 1)[1], commit, args.force, kafka)
-    if parse_gid(target) is not None:
-        prepared = {p.gid for p in list_prepared(conn)}
-        conn.rollback()
-        if target not in prepared:
-            raise CommandError(f"no prepared transaction {target!r} in this database", 6)
-        dtid, state = find_decision(conn, target)
-        conn.rollback()
-        _check_decision(state, commit, args.force, f"{target} (decision {dtid})")
-        done = commit_prepared(conn, target) if commit else rollback_prepared(conn, target)
-        if dtid is not None:
-            conn.execute(
-                sql.SQL("UPDATE {t} SET state = %s WHERE dtid = %s AND resource = %s").format(
-                    t=table("dt_participant")
-                ),
-                ("committed" if commit else "rolled_back", dtid, target),
-            )
-            conn.commit()
-        _say(args, {"id": target, "action": verb, "done": done})
-        return 0
-    row = conn.execute(
-        sql.SQL("SELECT state FROM {t} WHERE dtid = %s").format(t=table("dt_state")), (target,)
-    ).fetchone()
-    conn.rollback()
-    if row is None:
-        raise CommandError(
-            f"{target!r} is not an in-doubt transaction here (see `laminar status`)", 6
+        kind, name = "kafka", target.split(":", 1)[1]
+    elif parse_gid(target) is not None:
+        kind, name = "gid", target
+    else:
+        kind, name = "dtid", target
+    machine = ResolveMachine(kind, name, commit=commit, force=bool(args.force))  # type: ignore[arg-type]
+    driver = DistributedDriver({}, lambda: conn, log, kafka_sink=kafka)
+    try:
+        drive(machine, driver.perform)
+    except LaminarError as e:
+        code = _REFUSAL_EXIT.get(getattr(e, "refusal", None) or "")
+        if code is None:
+            raise
+        raise CommandError(str(e), code) from e
+    outcome = machine.outcome
+    assert outcome is not None
+    what, value = outcome
+    if what == "kafka_committed":
+        print(f"Kafka sink {name}: decided epoch {value} is committed in Kafka")
+    elif what == "awaits_replay":
+        print(
+            f"Kafka sink {name}: decided epoch {value} can only be completed by Spark's replay "
+            "of that batch (no redo log, and the broker no longer holds the transaction): "
+            "restart the query from its checkpoint"
         )
-    _check_decision(row[0], commit, args.force, target)
-    item = Item("distributed", target, None, 0.0, row[0])
-    item.action = "complete" if commit else "roll_back"
-    conn.execute(
-        sql.SQL("UPDATE {t} SET state = %s, updated_at = now() WHERE dtid = %s").format(
-            t=table("dt_state")
-        ),
-        ("commit" if commit else "rollback", target),
-    )
-    conn.commit()
-    Watcher(args.dsn, kafka_sink=kafka)._act(conn, item)
-    _say(args, {"id": target, "action": verb, "done": item.outcome == "resolved"})
+        return 5
+    elif what == "moved_back":
+        print(f"Kafka sink {name}: decision moved back to Kafka's marker ({value})")
+    else:
+        verb = "commit" if commit else "roll back"
+        _say(args, {"id": target, "action": verb, "done": bool(value)})
     return 0
 
 
-def _check_decision(state: str | None, commit: bool, force: bool, what: str) -> None:
-    if commit and state == "prepare" and not force:
-        raise CommandError(
-            f"{what} has no decision yet (state PREPARE: its coordinator never collected every "
-            "participant's vote, and its Kafka participants have no recorded producer identity "
-            "to commit with): only --rollback is safe. Add --force to commit what PostgreSQL "
-            "holds anyway",
-            4,
-        )
-    opposite = "rollback" if commit else "commit"
-    if state == opposite and not force:
-        raise CommandError(
-            f"the recorded decision for {what} is {state.upper()}: refusing to "
-            f"{'commit' if commit else 'roll back'} it (that breaks atomicity). Add --force if "
-            "you know the decision is wrong",
-            4,
-        )
-
-
-def _resolve_kafka(
-    conn: psycopg.Connection[Any], tid: str, commit: bool, force: bool, kafka: _KafkaFactory
-) -> int:
-    rows = read_decisions(conn, [tid])
-    conn.rollback()
-    if not rows:
-        raise CommandError(f"no decision for Kafka sink {tid!r} in laminar.txn_state", 6)
-    row = rows[0]
-    sink = kafka(tid)
-    if sink is None:
-        raise CommandError(f"Kafka sink {tid!r} is not registered in laminar.sinks", 6)
-    corrupt = row.corruption()
-    if commit:
-        if corrupt is not None:
-            # keep the decided epoch, forget the unreadable producer identity: recovery then
-            # completes it from the redo log or the replay
-            from laminar._core import PreparedTxnState
-
-            fresh = PreparedTxnState(tid, row.epoch)
-            conn.execute(
-                sql.SQL("UPDATE {t} SET prepared_state = %s WHERE transactional_id = %s").format(
-                    t=table("txn_state")
-                ),
-                (str(fresh), tid),
-            )
-            conn.commit()
-        awaiting = resolve_kafka_sinks(conn, [sink], init=lambda s: s.init_transactions())
-        if awaiting:
-            print(
-                f"Kafka sink {tid}: decided epoch {awaiting[tid]} can only be completed by "
-                "Spark's replay of that batch (no redo log, and the broker no longer holds the "
-                "transaction): restart the query from its checkpoint"
-            )
-            return 5
-        print(f"Kafka sink {tid}: decided epoch {row.epoch} is committed in Kafka")
-        return 0
-    if not force:
-        raise CommandError(
-            f"the decision for Kafka sink {tid} is COMMIT of epoch {row.epoch} (PostgreSQL has "
-            "it): rolling Kafka's part back leaves PostgreSQL ahead of Kafka for good. Add "
-            "--force to accept Kafka's state",
-            4,
-        )
-    marker = sink.last_committed_epoch()
-    from laminar._core import PreparedTxnState
-
-    conn.execute(
-        sql.SQL(
-            "UPDATE {t} SET epoch = %s, previous_epoch = %s, prepared_state = %s"
-            " WHERE transactional_id = %s"
-        ).format(t=table("txn_state")),
-        (
-            -1 if marker is None else marker,
-            marker,
-            str(PreparedTxnState(tid, -1 if marker is None else marker)),
-            tid,
-        ),
-    )
-    conn.commit()
-    print(f"Kafka sink {tid}: decision moved back to Kafka's marker ({marker})")
-    return 0
+#: Exit codes of the core's refusals (docs/engine.md §5).
+_REFUSAL_EXIT = {"against_decision": 4, "not_found": 6}
 
 
 def _say(args: argparse.Namespace, doc: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import astuple
 from typing import Any
 
 import psycopg
@@ -25,11 +26,12 @@ from psycopg.conninfo import conninfo_to_dict
 
 from laminar import _records
 from laminar._core import AtomicGroupMachine, Command, Event, owner_decision
-from laminar._driver import KafkaDriver, drive
+from laminar._distributed import DistributedDriver, participant_factory
+from laminar._driver import drive
 from laminar._input import materialize
 from laminar._redact import redact_config, redact_dsn
 from laminar._types import ArrowData
-from laminar.errors import ConfigError, FatalError, InDoubtError, LaminarError
+from laminar.errors import AbortableError, ConfigError, FatalError, InDoubtError, LaminarError
 from laminar.metadata import register_sink
 from laminar.sinks._pg_errors import map_pg_error
 from laminar.sinks.kafka import KafkaSink
@@ -112,14 +114,14 @@ def claim_ownership(
     return base
 
 
-class AtomicGroup(KafkaDriver):
+class AtomicGroup(DistributedDriver):
     """The live side of an atomic writer in the process that writes (never pickled): the
     driver of the group's `AtomicGroupMachine` (module docstring).
 
     ``retries``/``retry_backoff_s`` are the writer's: the machine retries an epoch whose
-    failure may pass. A scale-out writer (`laminar.scaleout`) uses the group's start-up and its
-    decision connection and writes its epochs itself (it keeps ``retries=0`` here: its writer
-    retries).
+    failure may pass. With ``scale_out`` the machine runs the scale-out coordinator
+    (docs/protocol.md §4): `write_scaled` writes an epoch through tasks (`laminar.scaleout`),
+    and the writer retries it (``retries=0`` here).
     """
 
     def __init__(
@@ -133,8 +135,17 @@ class AtomicGroup(KafkaDriver):
         redo: str,
         retries: int = 0,
         retry_backoff_s: float = 0.5,
+        scale_out: bool = False,
     ) -> None:
-        super().__init__({k.sink_id: k for k in kafka}, self._connect, log)
+        super().__init__(
+            {k.sink_id: k for k in kafka},
+            self._connect,
+            log,
+            kafka_sink=participant_factory(kafka),
+        )
+        self.scale_out = scale_out
+        #: ``tasks(epoch)``: the results of a scale-out epoch's tasks (set by `write_scaled`).
+        self._tasks: Callable[[int], Sequence[Any]] | None = None
         self.group_id = group_id
         self.kafka = list(kafka)
         self.postgres = list(postgres)
@@ -206,6 +217,24 @@ class AtomicGroup(KafkaDriver):
             self.last_commit_ms = (time.perf_counter() - self._locked_at) * 1000
         return self.machine.committed
 
+    def write_scaled(self, epoch: int, tasks: Callable[[int], Sequence[Any]]) -> bool:
+        r"""Scale-out: write ``epoch`` (the epoch base included) through ``tasks(epoch)``, which
+        runs the partitions' tasks and returns their `laminar.scaleout.ParticipantResult`\ s;
+        False if it was committed before or every partition was empty."""
+        if not self.scale_out:
+            raise FatalError(f"{self.what()} is not a scale-out group")
+        if not self.started:
+            self.start()
+        self._tasks = tasks
+        self._locked_at = None
+        try:
+            self._run(lambda: self.machine.write_epoch(epoch - self.epoch_base))
+        finally:
+            self._tasks = None
+        if self.machine.committed and self._locked_at is not None:
+            self.last_commit_ms = (time.perf_counter() - self._locked_at) * 1000
+        return self.machine.committed
+
     def _run(self, begin: Callable[[], None]) -> None:
         begin()
         try:
@@ -253,6 +282,8 @@ class AtomicGroup(KafkaDriver):
             return Event.ack()
         if kind in ("lock_table", "write_rows"):
             return self._postgres(c, self.postgres_by_id[c.sink_id or ""])
+        if kind == "run_tasks":
+            return self._run_tasks(c)
         decision = _DECISION_COMMANDS.get(kind)
         if decision is not None:
             return decision(self, self._connect(), c)
@@ -269,6 +300,23 @@ class AtomicGroup(KafkaDriver):
         return Event.claimed(
             sink.write_in_transaction(conn, c.epoch, data, checked=True) is not None
         )
+
+    def _run_tasks(self, c: Command) -> Event:
+        assert c.epoch is not None
+        if self._tasks is None:
+            raise FatalError(f"{self.what()}: tasks to run with no epoch written (a driver bug)")
+        try:
+            results = list(self._tasks(c.epoch))
+        except LaminarError:
+            raise
+        except Exception as err:
+            # a Spark job that failed: nothing is decided, the epoch is rolled back and retried
+            raise AbortableError(
+                f"scale-out epoch {c.epoch} of group {self.group_id!r} failed before its "
+                f"decision and was rolled back: {err}",
+                epoch=c.epoch,
+            ) from err
+        return Event.task_results([astuple(r) for r in results])
 
     def _data(self) -> pa.Table | pa.RecordBatch:
         if self._batch is None:
@@ -359,6 +407,7 @@ class AtomicGroup(KafkaDriver):
             restart_on_new_query=self.on_new_query == "restart",
             retries=self._retries,
             retry_backoff_ms=self._backoff_ms,
+            scale_out=self.scale_out,
         )
 
 

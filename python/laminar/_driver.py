@@ -180,6 +180,10 @@ class KafkaDriver:
         """What the driver runs, for error messages."""
         return "Kafka recovery"
 
+    def kafka_sink(self, sink_id: str) -> Any:
+        """The sink a Kafka command names (None: the driver has no configuration for it)."""
+        return self.kafka_by_id.get(sink_id)
+
     def _perform(self, c: Command) -> Event:
         kind = c.kind
         done = perform_driver_side(c, self.log)
@@ -188,7 +192,7 @@ class KafkaDriver:
         if kind in ("commit", "rollback"):
             return self._end_transaction(commit=kind == "commit")
         if kind in _KAFKA_COMMANDS:
-            sink = self.kafka_by_id.get(c.sink_id or c.transactional_id or "")
+            sink = self.kafka_sink(c.sink_id or c.transactional_id or "")
             if sink is None:
                 return Event.missing()
             return self._kafka(c, sink)

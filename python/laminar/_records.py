@@ -1,5 +1,9 @@
 """The decision records: the statements over the ``laminar`` schema's ``sinks``,
-``sink_epochs``, ``txn_state`` and ``redo`` tables (docs/protocol.md §7, docs/engine.md §3-4).
+``sink_epochs``, ``txn_state``, ``redo``, ``dt_state`` and ``dt_participant`` tables
+(docs/protocol.md §7, docs/engine.md §3-4).
+
+Over 500 lines on purpose: it is the one home of every statement over the laminar schema (issue
+13), grouped by table; splitting it would spread them again.
 
 Each function is one statement, run in the connection's current transaction (the caller — a
 protocol driver performing a command of the core — commits). Nothing here decides: which row to
@@ -26,18 +30,35 @@ from laminar.metadata import table
 __all__ = [
     "DecisionRow",
     "bump_generation",
+    "claim_epoch",
+    "claim_participants",
+    "committed_epoch",
     "committed_epochs",
+    "conclude_dt",
+    "create_dt",
     "delete_redo",
     "lock_group",
+    "lock_partition",
+    "mark_participants",
     "read_decisions",
+    "read_dt_state",
+    "read_dt_states",
+    "read_dt_status",
+    "read_kafka_registry",
     "read_ownership",
+    "read_participant_decisions",
+    "read_participants",
     "read_redo",
     "read_registry",
     "read_sink_epochs",
+    "read_status_sinks",
     "record_decision",
+    "record_epoch_totals",
     "redo_exists",
     "replace_redo",
     "reset_owner",
+    "rewrite_decision",
+    "set_dt_state",
     "set_owner",
 ]
 
@@ -81,6 +102,57 @@ _COMMITTED_EPOCHS = sql.SQL(
 _READ_EPOCHS = sql.SQL("SELECT sink_id, epoch FROM {t} WHERE sink_id = ANY(%s)").format(
     t=table("sink_epochs")
 )
+
+# The sinks' write path (`laminar.sinks._pg_steps` re-exports these): constant statements,
+# rendered to bytes once (identifiers quoted by psycopg).
+_CLAIM = (
+    sql.SQL(
+        "INSERT INTO {t} AS e (sink_id, epoch, committed_at, rows, bytes)"
+        " VALUES (%s, %s, now(), 0, 0)"
+        " ON CONFLICT (sink_id) DO UPDATE"
+        " SET epoch = EXCLUDED.epoch, committed_at = EXCLUDED.committed_at, rows = 0, bytes = 0"
+        " WHERE e.epoch < EXCLUDED.epoch"
+        " RETURNING epoch"
+    )
+    .format(t=table("sink_epochs"))
+    .as_bytes(None)
+)
+_TOTALS = (
+    sql.SQL(
+        "UPDATE {t} SET rows = %s, bytes = %s, committed_at = clock_timestamp() WHERE sink_id = %s"
+    )
+    .format(t=table("sink_epochs"))
+    .as_bytes(None)
+)
+_READ_EPOCH = (
+    sql.SQL("SELECT epoch FROM {t} WHERE sink_id = %s")
+    .format(t=table("sink_epochs"))
+    .as_bytes(None)
+)
+
+
+def claim_epoch(conn: psycopg.Connection[Any], sink_id: str, epoch: int) -> bool:
+    """Upsert ``laminar.sink_epochs`` to ``epoch``; True if this transaction now owns the epoch.
+
+    False means the sink id already holds ``epoch`` or a later one (a replay): nothing else may be
+    written in this transaction. The statement takes the row lock, so a concurrent writer of the
+    same sink id waits here until this transaction ends, then sees the outcome.
+    """
+    return conn.execute(_CLAIM, (sink_id, epoch)).fetchone() is not None
+
+
+def record_epoch_totals(
+    conn: psycopg.Connection[Any], sink_id: str, rows: int, nbytes: int
+) -> None:
+    """Store the claimed epoch's row and byte counts and commit time (for ``laminar status``)."""
+    conn.execute(_TOTALS, (rows, nbytes, sink_id))
+
+
+def committed_epoch(conn: psycopg.Connection[Any], sink_id: str) -> int | None:
+    """The last epoch committed by ``sink_id`` (as this transaction sees it), or None."""
+    row = conn.execute(_READ_EPOCH, (sink_id,)).fetchone()
+    return None if row is None else int(row[0])
+
 
 # -- laminar.txn_state: one Kafka sink's last decided epoch ---------------------------------------
 
@@ -160,6 +232,28 @@ def read_registry(
     return None if row is None else (str(row[0]), dict(row[1] or {}), int(row[2]))
 
 
+_KAFKA_REGISTRY = sql.SQL("SELECT sink_id, config FROM {t} WHERE kind = 'kafka'").format(
+    t=table("sinks")
+)
+_STATUS_SINKS = sql.SQL(
+    "SELECT s.sink_id, s.kind, s.owner, s.generation, s.epoch_base, s.last_commit_ms,"
+    " e.epoch, e.committed_at, e.rows,"
+    " extract(epoch FROM clock_timestamp() - coalesce(e.committed_at, s.updated_at))"
+    " FROM {s} s LEFT JOIN {e} e USING (sink_id) ORDER BY s.kind, s.sink_id"
+).format(s=table("sinks"), e=table("sink_epochs"))
+
+
+def read_kafka_registry(conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
+    """The registered configuration of every Kafka sink (secrets masked), by transactional id."""
+    return {str(r[0]): dict(r[1] or {}) for r in conn.execute(_KAFKA_REGISTRY).fetchall()}
+
+
+def read_status_sinks(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    """``laminar status``'s rows: ``(sink_id, kind, owner, generation, epoch_base,
+    last_commit_ms, epoch, committed_at, rows, age_s)`` per registered sink."""
+    return [tuple(r) for r in conn.execute(_STATUS_SINKS).fetchall()]
+
+
 def committed_epochs(conn: psycopg.Connection[Any], sink_ids: Sequence[str]) -> list[int | None]:
     """The last epoch committed in PostgreSQL and the last decided in Kafka among these sinks
     (None where there is none): what `laminar._core.next_epoch_base` moves past."""
@@ -178,6 +272,24 @@ def read_sink_epochs(
     """Each sink's last committed epoch in ``laminar.sink_epochs`` (None: none), in order."""
     found = dict(conn.execute(_READ_EPOCHS, (list(sink_ids),)).fetchall())
     return [(s, None if found.get(s) is None else int(found[s])) for s in sink_ids]
+
+
+_REWRITE_DECISION = sql.SQL(
+    "UPDATE {t} SET epoch = %s, previous_epoch = %s, prepared_state = %s"
+    " WHERE transactional_id = %s"
+).format(t=table("txn_state"))
+
+
+def rewrite_decision(
+    conn: psycopg.Connection[Any],
+    transactional_id: str,
+    epoch: int,
+    previous_epoch: int | None,
+    prepared_state: str,
+) -> None:
+    """Rewrite a decision row as the operator asked (``laminar resolve``: the table's
+    ``repair`` or ``force_back``, checked by the core before it is asked for)."""
+    conn.execute(_REWRITE_DECISION, (epoch, previous_epoch, prepared_state, transactional_id))
 
 
 def record_decision(
@@ -295,3 +407,143 @@ def read_redo(conn: psycopg.Connection[Any], transactional_id: str, epoch: int) 
 def delete_redo(conn: psycopg.Connection[Any], transactional_id: str, up_to_epoch: int) -> None:
     """Drop the redo rows of epochs up to ``up_to_epoch`` (Kafka committed them)."""
     conn.execute(_DELETE_REDO, (transactional_id, up_to_epoch))
+
+
+# -- laminar.dt_state / dt_participant: the scale-out decisions (docs/engine.md §4) ---------------
+#
+# Every state change names the state it changes from, so the row changes only if it still is in
+# that state; the change itself was checked by the core's table (`laminar._core.dt_next`) before
+# the command was given. Nothing here writes a state the table does not allow.
+
+_CREATE_DT = sql.SQL(
+    "INSERT INTO {t} (dtid, group_id, epoch, state) VALUES (%s, %s, %s, 'prepare')"
+    " ON CONFLICT (dtid) DO NOTHING RETURNING 1"
+).format(t=table("dt_state"))
+_SET_DT_STATE = sql.SQL(
+    "UPDATE {t} SET state = %s, updated_at = now(), message = coalesce(nullif(%s, ''), message)"
+    " WHERE dtid = %s AND state = %s RETURNING 1"
+).format(t=table("dt_state"))
+_READ_DT_STATE = sql.SQL("SELECT state FROM {t} WHERE dtid = %s").format(t=table("dt_state"))
+_CONCLUDE_DT = sql.SQL("DELETE FROM {t} WHERE dtid = %s").format(t=table("dt_state"))
+_READ_DT_STATES = sql.SQL(
+    "SELECT dtid, epoch, state, extract(epoch FROM clock_timestamp() - created_at) FROM {t}"
+).format(t=table("dt_state"))
+_READ_PARTICIPANTS = sql.SQL(
+    "SELECT participant, kind, resource FROM {t} WHERE dtid = %s ORDER BY participant"
+).format(t=table("dt_participant"))
+_PARTICIPANT_DECISIONS = sql.SQL(
+    "SELECT s.dtid, s.group_id, s.state, p.participant, p.resource FROM {p} p JOIN {s} s"
+    " USING (dtid) WHERE p.kind = 'postgres' ORDER BY s.created_at DESC, s.dtid DESC"
+).format(p=table("dt_participant"), s=table("dt_state"))
+_MARK_PARTICIPANTS = sql.SQL(
+    "UPDATE {t} SET state = %s WHERE dtid = %s AND participant = ANY(%s)"
+).format(t=table("dt_participant"))
+_CLAIM_PARTICIPANT = sql.SQL(
+    "INSERT INTO {t} (dtid, participant, kind, resource, state) VALUES (%s, %s, %s, %s, 'claimed')"
+    " ON CONFLICT (dtid, participant) DO UPDATE SET resource = EXCLUDED.resource,"
+    " state = 'claimed'"
+).format(t=table("dt_participant"))
+_LOCK_PARTITION = "SELECT pg_advisory_lock(hashtextextended(%s, 0))"
+
+
+def create_dt(conn: psycopg.Connection[Any], dtid: str, group_id: str, epoch: int) -> bool:
+    """Insert ``dtid`` in state ``prepare`` (the table's ``create``); False if a row exists."""
+    return conn.execute(_CREATE_DT, (dtid, group_id, epoch)).fetchone() is not None
+
+
+def set_dt_state(
+    conn: psycopg.Connection[Any], dtid: str, from_state: str, to_state: str, message: str = ""
+) -> bool:
+    """``from_state -> to_state`` for ``dtid``; False if the row is not (or no longer) in
+    ``from_state``."""
+    row = conn.execute(_SET_DT_STATE, (to_state, message[:500], dtid, from_state)).fetchone()
+    return row is not None
+
+
+def read_dt_state(
+    conn: psycopg.Connection[Any], dtid: str, *, for_share: bool = False
+) -> str | None:
+    """The state of ``dtid`` (None: no row). ``for_share`` keeps the row share-locked until the
+    transaction ends: a task's claim, which a decision then waits for."""
+    query = _READ_DT_STATE + sql.SQL(" FOR SHARE") if for_share else _READ_DT_STATE
+    row = conn.execute(query, (dtid,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def conclude_dt(conn: psycopg.Connection[Any], dtid: str, from_state: str | None) -> bool:
+    """Delete ``dtid`` (its participants cascade), only while it is in ``from_state`` (None:
+    any); False if there was no such row."""
+    query, params = _CONCLUDE_DT, [dtid]
+    if from_state is not None:
+        query, params = query + sql.SQL(" AND state = %s"), [dtid, from_state]
+    return conn.execute(query + sql.SQL(" RETURNING 1"), params).fetchone() is not None
+
+
+def read_dt_states(
+    conn: psycopg.Connection[Any], group_id: str | None = None
+) -> list[tuple[str, int, str, float]]:
+    """``(dtid, epoch, state, age_s)`` of every distributed transaction (of one group), oldest
+    first."""
+    query, params = _READ_DT_STATES, list[str]()
+    if group_id is not None:
+        query, params = query + sql.SQL(" WHERE group_id = %s"), [group_id]
+    rows = conn.execute(query + sql.SQL(" ORDER BY created_at, dtid"), params).fetchall()
+    return [(str(d), int(e), str(s), float(a)) for d, e, s, a in rows]
+
+
+_DT_STATUS = sql.SQL(
+    "SELECT dtid, group_id, epoch, state, message,"
+    " extract(epoch FROM clock_timestamp() - created_at) FROM {t} ORDER BY created_at"
+).format(t=table("dt_state"))
+_PARTICIPANTS_STATUS = sql.SQL(
+    "SELECT dtid, participant, kind, resource, state FROM {t} ORDER BY dtid, participant"
+).format(t=table("dt_participant"))
+
+
+def read_dt_status(
+    conn: psycopg.Connection[Any],
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """``laminar status``'s distributed transactions: ``(dtid, group_id, epoch, state,
+    message, age_s)`` rows and every ``(dtid, participant, kind, resource, state)`` row."""
+    rows = [tuple(r) for r in conn.execute(_DT_STATUS).fetchall()]
+    parts = [tuple(r) for r in conn.execute(_PARTICIPANTS_STATUS).fetchall()]
+    return rows, parts
+
+
+def read_participants(conn: psycopg.Connection[Any], dtid: str) -> list[tuple[str, str, str]]:
+    """``(participant, kind, resource)`` of every row ``dtid``'s tasks claimed."""
+    return [(str(p), str(k), str(r)) for p, k, r in conn.execute(_READ_PARTICIPANTS, (dtid,))]
+
+
+def read_participant_decisions(
+    conn: psycopg.Connection[Any],
+) -> list[tuple[str, str, str, str, str]]:
+    """``(dtid, group_id, state, participant, resource)`` of every PostgreSQL participant with a
+    decision row, newest decision first (the core matches a prepared gid to its row:
+    `laminar._core.participant_matches`)."""
+    return [
+        (str(d), str(g), str(s), str(p), str(r))
+        for d, g, s, p, r in conn.execute(_PARTICIPANT_DECISIONS)
+    ]
+
+
+def mark_participants(
+    conn: psycopg.Connection[Any], dtid: str, names: Sequence[str], state: str
+) -> None:
+    """Set the state of these participants of ``dtid``."""
+    conn.execute(_MARK_PARTICIPANTS, (state, dtid, list(names)))
+
+
+def claim_participants(
+    conn: psycopg.Connection[Any], dtid: str, rows: Sequence[tuple[str, str, str]]
+) -> None:
+    """Upsert a task attempt's claim: ``(participant, kind, resource)`` rows, the attempt's own
+    row first (docs/protocol.md §4, task step b)."""
+    with conn.cursor() as cur:
+        cur.executemany(_CLAIM_PARTICIPANT, [(dtid, p, k, r) for p, k, r in rows])
+
+
+def lock_partition(conn: psycopg.Connection[Any], key: str) -> None:
+    """The session advisory lock of one partition of a distributed transaction: its attempts
+    run one after the other (released when the task's connection closes)."""
+    conn.execute(_LOCK_PARTITION, (key,))

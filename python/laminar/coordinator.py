@@ -269,6 +269,7 @@ class ExactlyOnceWriter:
                 # the group's machine retries its epochs; a scale-out epoch is retried below
                 retries=0 if self.scale_out else self.retries,
                 retry_backoff_s=self.retry_backoff_s,
+                scale_out=self.scale_out,
             )
         group = self._group
         if run is None:

@@ -14,8 +14,11 @@ What it looks at, in the decision database:
 - **distributed decisions without conclusion** (``laminar.dt_state``): completed the same way,
   then concluded (deleted).
 
-The rules are the core's (`laminar._core.watcher_action`). Each pass logs one line an alert can
-match::
+A pass is the core's `WatcherPassMachine` (docs/engine.md §2, "The watcher"): what is found, the
+rule applied to each item (`watcher_action`), which gid belongs to which decision (exact match,
+`participant_matches`) and the one roll-back-and-conclude / complete-and-conclude are the core's;
+`laminar._distributed.DistributedDriver` performs its commands. Each pass logs one line an alert
+can match::
 
     laminar.watcher lingering=2 oldest_age_s=612.3 unresolved=3 resolved=1 group=orders+tid
 
@@ -26,7 +29,6 @@ one-shot ``laminar recover``.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -34,17 +36,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
-from laminar._core import is_lingering, watcher_action
-from laminar.errors import LaminarError
-from laminar.metadata import table
-from laminar.recovery import read_decisions, resolve_kafka_sinks
-from laminar.sinks._pg_steps import commit_prepared, list_prepared, rollback_prepared
+from laminar import _records
+from laminar._core import WatcherItem, WatcherPassMachine, participant_matches
+from laminar._distributed import DistributedDriver
+from laminar._driver import drive
 
 __all__ = ["Item", "Watcher", "WatcherReport", "find_decision", "inspect"]
 
 log = logging.getLogger("laminar.watcher")
+#: The inspection's own logger: ``laminar status`` prints its items, not a watcher's line.
+_quiet = logging.getLogger("laminar.watcher.inspect")
+_quiet.addHandler(logging.NullHandler())
+_quiet.propagate = False
 
 
 @dataclass
@@ -105,19 +109,40 @@ class WatcherReport:
 
 
 def find_decision(conn: psycopg.Connection[Any], gid: str) -> tuple[str | None, str | None]:
-    """The distributed decision a prepared gid belongs to: ``(dtid, state)`` or (None, None)."""
-    row = conn.execute(
-        sql.SQL(
-            "SELECT s.dtid, s.state FROM {p} p JOIN {s} s USING (dtid)"
-            " WHERE p.kind = 'postgres' AND (p.resource = %s OR starts_with(%s, p.resource))"
-            " ORDER BY s.created_at DESC LIMIT 1"
-        ).format(p=table("dt_participant"), s=table("dt_state")),
-        (gid, gid),
-    ).fetchone()
-    return (None, None) if row is None else (row[0], row[1])
+    """The distributed decision a prepared gid belongs to: ``(dtid, state)`` or (None, None).
+    The newest record whose participant is exactly this gid (`participant_matches`)."""
+    for dtid, _group, state, _participant, resource in _records.read_participant_decisions(conn):
+        if participant_matches(resource, gid):
+            return dtid, state
+    return None, None
 
 
 KafkaSinkFactory = Callable[[str], Any]
+
+
+def _item(found: WatcherItem) -> Item:
+    return Item(
+        found.kind,
+        found.id,
+        found.epoch,
+        found.age_s,
+        found.decision,
+        found.detail,
+        found.action,
+        found.outcome,
+        found.lingering,
+    )
+
+
+def _pass(
+    conn: psycopg.Connection[Any],
+    machine: WatcherPassMachine,
+    kafka_sink: KafkaSinkFactory | None,
+    logger: logging.Logger,
+) -> WatcherPassMachine:
+    driver = DistributedDriver({}, lambda: conn, logger, kafka_sink=kafka_sink)
+    drive(machine, driver.perform)
+    return machine
 
 
 def inspect(
@@ -128,81 +153,16 @@ def inspect(
     sink_ids: Sequence[str] | None = None,
 ) -> list[Item]:
     """Every unresolved transaction in the decision database (of one group when given), without
-    acting. ``kafka_sink(transactional_id)`` gives a KafkaSink to read markers with (None: Kafka
-    parts are not checked); ``sink_ids`` limits prepared gids to those sinks."""
-    items: list[Item] = []
-    for row in read_decisions(conn, group_id=group_id):
-        corrupt = row.corruption()
-        if corrupt is not None:
-            items.append(
-                Item(
-                    "corrupt_decision",
-                    f"kafka:{row.transactional_id}",
-                    row.epoch,
-                    row.age_s,
-                    "commit",
-                    corrupt,
-                )
-            )
-            continue
-        if kafka_sink is None:
-            continue
-        try:
-            sink = kafka_sink(row.transactional_id)
-            if sink is None:
-                continue
-            marker = sink.last_committed_epoch()
-        except LaminarError as e:
-            items.append(
-                Item(
-                    "kafka_behind",
-                    f"kafka:{row.transactional_id}",
-                    row.epoch,
-                    row.age_s,
-                    "commit",
-                    f"the marker could not be read: {e}",
-                )
-            )
-            continue
-        if marker is None or marker < row.epoch:
-            items.append(
-                Item(
-                    "kafka_behind",
-                    f"kafka:{row.transactional_id}",
-                    row.epoch,
-                    row.age_s,
-                    "commit",
-                    f"decided epoch {row.epoch}, Kafka marker {marker}",
-                )
-            )
-    conn.commit()
-    for prepared in list_prepared(conn):
-        if sink_ids is not None and prepared.sink_id not in sink_ids:
-            continue
-        dtid, state = find_decision(conn, prepared.gid)
-        if group_id is not None and dtid is None and sink_ids is None:
-            continue
-        items.append(
-            Item(
-                "participant",
-                prepared.gid,
-                prepared.epoch,
-                prepared.age_s,
-                state,
-                f"prepared transaction of sink {prepared.sink_id} (decision {dtid or 'none'})",
-            )
-        )
-    query = sql.SQL(
-        "SELECT dtid, epoch, state, extract(epoch FROM clock_timestamp() - created_at) FROM {t}"
-    ).format(t=table("dt_state"))
-    params: tuple[Any, ...] = ()
-    if group_id is not None:
-        query = query + sql.SQL(" WHERE group_id = %s")
-        params = (group_id,)
-    for dtid, epoch, state, age in conn.execute(query + sql.SQL(" ORDER BY created_at"), params):
-        items.append(Item("distributed", dtid, int(epoch), float(age), state, ""))
-    conn.commit()
-    return items
+    acting (a pass with ``act=False``). ``kafka_sink(transactional_id)`` gives a KafkaSink to
+    read markers with (None: Kafka parts are not checked); ``sink_ids`` limits prepared gids
+    to those sinks."""
+    machine = WatcherPassMachine(
+        group_id=group_id,
+        sink_ids=None if sink_ids is None else list(sink_ids),
+        check_kafka=kafka_sink is not None,
+        act=False,
+    )
+    return [_item(i) for i in _pass(conn, machine, kafka_sink, _quiet).items]
 
 
 class Watcher:
@@ -253,128 +213,19 @@ class Watcher:
 
     def run_once(self) -> WatcherReport:
         """Inspect, resolve what the rules say, and report (logs the summary line)."""
+        machine = WatcherPassMachine(
+            group_id=self.group_id,
+            sink_ids=self.sink_ids,
+            check_kafka=self._kafka_sink is not None,
+            resolve_after_s=self.resolve_after_s,
+            lingering_after_s=self.lingering_after_s,
+        )
         with self._lock, psycopg.connect(self.dsn) as conn:
-            items = inspect(
-                conn, group_id=self.group_id, kafka_sink=self._kafka_sink, sink_ids=self.sink_ids
-            )
-            for item in items:
-                item.action = watcher_action(
-                    item.kind,  # type: ignore[arg-type]
-                    item.age_s,
-                    decision=item.decision if item.kind != "kafka_behind" else None,  # type: ignore[arg-type]
-                    resolve_after_s=self.resolve_after_s,
-                    lingering_after_s=self.lingering_after_s,
-                )
-                try:
-                    self._act(conn, item)
-                except (LaminarError, psycopg.Error) as e:
-                    item.outcome = "failed"
-                    item.detail = f"{item.detail}; {item.action} failed: {e}".lstrip("; ")
-                    with contextlib.suppress(psycopg.Error):
-                        conn.rollback()
-                item.lingering = item.outcome != "resolved" and is_lingering(
-                    item.age_s, self.lingering_after_s
-                )
-        report = WatcherReport(items)
+            _pass(conn, machine, self._kafka_sink, log)
+        report = WatcherReport([_item(i) for i in machine.items])
         self.last_report = report
         self.passes += 1
-        line = (
-            f"laminar.watcher lingering={report.lingering} "
-            f"oldest_age_s={report.oldest_age_s:.1f} unresolved={len(report.unresolved)} "
-            f"resolved={report.resolved}" + (f" group={self.group_id}" if self.group_id else "")
-        )
-        if report.lingering:
-            lingering = [
-                f"{i.id}({i.kind},{i.age_s:.0f}s)" for i in report.unresolved if i.lingering
-            ]
-            log.warning("%s items=%s", line, ",".join(lingering[:10]))
-        else:
-            log.info("%s", line)
         return report
-
-    def _act(self, conn: psycopg.Connection[Any], item: Item) -> None:
-        action = item.action
-        if action in ("wait", "report_only"):
-            return
-        if item.kind == "kafka_behind":
-            assert self._kafka_sink is not None
-            sink = self._kafka_sink(item.id.split(":", 1)[1])
-            awaiting = resolve_kafka_sinks(conn, [sink], init=lambda s: s.init_transactions())
-            if awaiting:
-                item.detail = f"awaits Spark's replay of epoch {awaiting[sink.sink_id]}"
-                return
-            item.outcome = "resolved"
-            return
-        if item.kind == "participant":
-            if action == "set_rollback_then_roll_back":
-                dtid, _ = find_decision(conn, item.id)
-                if dtid is not None and not _set_rollback(conn, dtid):
-                    action = "complete"  # the coordinator decided to commit first
-            done = (
-                commit_prepared(conn, item.id)
-                if action == "complete"
-                else rollback_prepared(conn, item.id)
-            )
-            item.outcome = "resolved"
-            item.detail = f"{'committed' if action == 'complete' else 'rolled back'}" + (
-                "" if done else " (already gone)"
-            )
-            return
-        if item.kind == "distributed":
-            if action == "set_rollback_then_roll_back" and not _set_rollback(conn, item.id):
-                return  # decided meanwhile: the next pass completes it
-            resources = conn.execute(
-                sql.SQL(
-                    "SELECT kind, resource FROM {t}"
-                    " WHERE dtid = %s AND kind IN ('postgres', 'kafka')"
-                ).format(t=table("dt_participant")),
-                (item.id,),
-            ).fetchall()
-            conn.commit()
-            prefixes = [r for k, r in resources if k == "postgres"]
-            kafka = [r for k, r in resources if k == "kafka"]
-            if kafka and not self._settle_kafka(conn, item, kafka, commit=action == "complete"):
-                return
-            remaining = [
-                p.gid for p in list_prepared(conn) if any(p.gid.startswith(r) for r in prefixes)
-            ]
-            conn.commit()
-            for gid in remaining:
-                if action == "complete":
-                    commit_prepared(conn, gid)
-                else:
-                    rollback_prepared(conn, gid)
-            conn.execute(
-                sql.SQL("DELETE FROM {t} WHERE dtid = %s").format(t=table("dt_state")), (item.id,)
-            )
-            conn.commit()
-            item.outcome = "resolved"
-            how = "committed" if action == "complete" else "rolled back"
-            item.detail = f"{len(remaining)} participant(s) {how}, concluded"
-
-    def _settle_kafka(
-        self, conn: psycopg.Connection[Any], item: Item, tids: list[str], *, commit: bool
-    ) -> bool:
-        """The Kafka participants of a distributed transaction (scale-out): committed through
-        their ``txn_state`` decisions (EndTxn, docs/protocol.md §3's recipe), or aborted by a
-        fresh producer's ``init_transactions``. False (item left unresolved) if one cannot be."""
-        if self._kafka_sink is None:
-            item.detail = f"Kafka participants {tids} need their sinks' configuration"
-            return False
-        sinks = [self._kafka_sink(t) for t in tids]
-        missing = [t for t, s in zip(tids, sinks, strict=True) if s is None]
-        if missing:
-            item.detail = f"Kafka participants {missing} are not registered"
-            return False
-        if commit:
-            awaiting = resolve_kafka_sinks(conn, sinks, init=lambda s: s.init_transactions())
-            if awaiting:
-                item.detail = f"Kafka participants {sorted(awaiting)} cannot be committed"
-                return False
-        else:
-            for sink in sinks:
-                sink.init_transactions()
-        return True
 
     # -- background thread ----------------------------------------------------------------------
 
@@ -399,17 +250,3 @@ class Watcher:
                 self.run_once()
             except Exception as e:  # the watcher must outlive a failing pass
                 log.warning("laminar.watcher pass failed: %s", e)
-
-
-def _set_rollback(conn: psycopg.Connection[Any], dtid: str) -> bool:
-    """``prepare`` → ``rollback`` (conditional); False if the decision is already ``commit``."""
-    row = conn.execute(
-        sql.SQL(
-            "UPDATE {t} SET state = 'rollback', updated_at = now(),"
-            " message = 'rolled back by the resolution watcher' WHERE dtid = %s"
-            " AND state IN ('prepare', 'rollback') RETURNING 1"
-        ).format(t=table("dt_state")),
-        (dtid,),
-    ).fetchone()
-    conn.commit()
-    return row is not None

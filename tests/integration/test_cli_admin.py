@@ -30,6 +30,21 @@ def hand_made_prepared(dsn: str, table: str, gid: str) -> None:
         conn.execute(f"PREPARE TRANSACTION '{gid}'")
 
 
+def hand_made_decision(dsn: str, dtid: str, epoch: int, state: str, gid: str | None = None) -> None:
+    """A ``laminar.dt_state`` record by hand (and the PostgreSQL participant ``gid``)."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "INSERT INTO laminar.dt_state (dtid, group_id, epoch, state) VALUES (%s, 'g', %s, %s)",
+            (dtid, epoch, state),
+        )
+        if gid is not None:
+            conn.execute(
+                "INSERT INTO laminar.dt_participant (dtid, participant, kind, resource) VALUES "
+                "(%s, 'pg', 'postgres', %s)",
+                (dtid, gid),
+            )
+
+
 def count(dsn: str, query: str) -> int:
     with psycopg.connect(dsn) as conn:
         row = conn.execute(query).fetchone()
@@ -71,22 +86,66 @@ def test_resolve_refuses_to_go_against_a_recorded_decision_without_force(
     create_table(dsn, table_name)
     laminar.PostgresSink(dsn, table_name).init_transactions()
     gid = f"laminar:public.{table_name}:3:1"
-    with psycopg.connect(dsn) as conn:
-        conn.execute(
-            "INSERT INTO laminar.dt_state (dtid, group_id, epoch, state) VALUES (%s, 'g', 3, "
-            "'rollback')",
-            (f"laminar:g:3:{table_name}",),
-        )
-        conn.execute(
-            "INSERT INTO laminar.dt_participant (dtid, participant, kind, resource) VALUES "
-            "(%s, 'pg', 'postgres', %s)",
-            (f"laminar:g:3:{table_name}", gid),
-        )
+    hand_made_decision(dsn, f"laminar:g:3:{table_name}", 3, "rollback", gid)
     hand_made_prepared(dsn, table_name, gid)
     assert main(["resolve", gid, "--commit", "--dsn", dsn]) == 4
     assert "ROLLBACK" in capsys.readouterr().err
     assert main(["resolve", gid, "--commit", "--force", "--dsn", dsn]) == 0
     assert count(dsn, f"SELECT count(*) FROM {table_name} WHERE id = 424242") == 1
+
+
+def test_a_prepared_gid_belongs_to_the_record_that_names_it_exactly(
+    clean_prepared_xacts: str, table_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One matching rule (docs/engine.md §4): a ``dt_participant`` row owns the gid it names,
+    exactly. The scale-out coordinator's case — the row names the task's gid — finds its
+    decision; the watcher's old prefix rule took ``…:1`` for ``…:10``, whose partition has no
+    record: it is an orphan, not the ``rollback`` decision of partition 1."""
+    from laminar.watcher import find_decision, inspect
+
+    dsn = clean_prepared_xacts
+    create_table(dsn, table_name)
+    laminar.PostgresSink(dsn, table_name).init_transactions()
+    dtid = f"laminar:g:3:{table_name}"
+    named = f"laminar:public.{table_name}:3:1"
+    longer = f"laminar:public.{table_name}:3:10"
+    hand_made_decision(dsn, dtid, 3, "rollback", named)
+    hand_made_prepared(dsn, table_name, longer)
+    with psycopg.connect(dsn) as conn:
+        assert find_decision(conn, named) == (dtid, "rollback")
+        assert find_decision(conn, longer) == (None, None)
+        (item,) = [i for i in inspect(conn) if i.id == longer]
+    assert (item.kind, item.decision) == ("participant", None)
+    # no decision names it: committing it is not against one (the prefix rule refused it,
+    # exit 4, as if it were partition 1's rollback)
+    capsys.readouterr()
+    assert main(["resolve", longer, "--commit", "--dsn", dsn]) == 0
+    assert "commit done" in capsys.readouterr().out
+    assert count(dsn, f"SELECT count(*) FROM {table_name} WHERE id = 424242") == 1
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT state FROM laminar.dt_state WHERE dtid = %s", (dtid,))
+        assert row.fetchone() == ("rollback",)  # partition 1's record untouched
+
+
+def test_resolve_never_writes_a_transition_the_table_refuses(
+    clean_prepared_xacts: str, table_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``laminar resolve <dtid> --rollback`` of a record decided ``commit`` is refused by the
+    core (exit 4, the record unchanged); with ``--force`` it is the table's ``force_rollback``."""
+    dsn = clean_prepared_xacts
+    create_table(dsn, table_name)
+    laminar.PostgresSink(dsn, table_name).init_transactions()
+    dtid = f"laminar:g:4:{table_name}"
+    hand_made_decision(dsn, dtid, 4, "commit")
+    assert main(["resolve", dtid, "--rollback", "--dsn", dsn]) == 4
+    assert "COMMIT" in capsys.readouterr().err
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT state FROM laminar.dt_state WHERE dtid = %s", (dtid,))
+        assert row.fetchone() == ("commit",)
+    assert main(["resolve", dtid, "--rollback", "--force", "--dsn", dsn]) == 0
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM laminar.dt_state WHERE dtid = %s", (dtid,))
+        assert row.fetchone() == (0,)  # rolled back and concluded
 
 
 def test_recover_rolls_back_an_undecided_participant_and_reports_lingering(

@@ -288,9 +288,9 @@ def test_a_completion_that_fails_after_the_decision_is_finished_before_the_next_
     """COMMIT PREPARED fails once after the decision (the connection dropped): the epoch is
     in doubt for the caller, and the writer's retry completes the decided transaction from
     its records (the recovery rules) instead of writing anything again."""
-    import laminar.scaleout as scaleout
+    import laminar._distributed as distributed
 
-    real = scaleout.commit_prepared
+    real = distributed.commit_prepared
     failures = []
 
     def flaky_commit(conn: Any, gid: str) -> bool:
@@ -299,7 +299,7 @@ def test_a_completion_that_fails_after_the_decision_is_finished_before_the_next_
             raise psycopg.OperationalError("server closed the connection unexpectedly")
         return real(conn, gid)
 
-    monkeypatch.setattr(scaleout, "commit_prepared", flaky_commit)
+    monkeypatch.setattr(distributed, "commit_prepared", flaky_commit)
     writer = writer_for(world)
     try:
         result = writer.write_epoch_scaled(0, threads())

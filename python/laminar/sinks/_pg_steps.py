@@ -34,8 +34,8 @@ from psycopg import sql
 from laminar._core import check_pg_copy_schema, iter_pg_copy
 from laminar._faults import crash_point
 from laminar._input import materialize
+from laminar._records import claim_epoch, committed_epoch, record_epoch_totals
 from laminar.errors import ConfigError, DataError, LaminarError
-from laminar.metadata import table as meta_table
 from laminar.sinks._encode_ahead import encode_ahead
 from laminar.sinks._pg_names import GID_PREFIX, parse_gid
 from laminar.sinks._pg_table import (
@@ -73,55 +73,8 @@ DEFAULT_SLICE_BYTES = 64 << 20
 # -- the epoch marker -----------------------------------------------------------------------------
 
 
-# The metadata statements are constant: rendered to bytes once (identifiers quoted by psycopg).
-_CLAIM = (
-    sql.SQL(
-        "INSERT INTO {t} AS e (sink_id, epoch, committed_at, rows, bytes)"
-        " VALUES (%s, %s, now(), 0, 0)"
-        " ON CONFLICT (sink_id) DO UPDATE"
-        " SET epoch = EXCLUDED.epoch, committed_at = EXCLUDED.committed_at, rows = 0, bytes = 0"
-        " WHERE e.epoch < EXCLUDED.epoch"
-        " RETURNING epoch"
-    )
-    .format(t=meta_table("sink_epochs"))
-    .as_bytes(None)
-)
-_TOTALS = (
-    sql.SQL(
-        "UPDATE {t} SET rows = %s, bytes = %s, committed_at = clock_timestamp() WHERE sink_id = %s"
-    )
-    .format(t=meta_table("sink_epochs"))
-    .as_bytes(None)
-)
-_READ_EPOCH = (
-    sql.SQL("SELECT epoch FROM {t} WHERE sink_id = %s")
-    .format(t=meta_table("sink_epochs"))
-    .as_bytes(None)
-)
-
-
-def claim_epoch(conn: psycopg.Connection[Any], sink_id: str, epoch: int) -> bool:
-    """Upsert ``laminar.sink_epochs`` to ``epoch``; True if this transaction now owns the epoch.
-
-    False means the sink id already holds ``epoch`` or a later one (a replay): nothing else may be
-    written in this transaction. The statement takes the row lock, so a concurrent writer of the
-    same sink id waits here until this transaction ends, then sees the outcome.
-    """
-    return conn.execute(_CLAIM, (sink_id, epoch)).fetchone() is not None
-
-
-def record_epoch_totals(
-    conn: psycopg.Connection[Any], sink_id: str, rows: int, nbytes: int
-) -> None:
-    """Store the claimed epoch's row and byte counts and commit time (for ``laminar status``)."""
-    conn.execute(_TOTALS, (rows, nbytes, sink_id))
-
-
-def committed_epoch(conn: psycopg.Connection[Any], sink_id: str) -> int | None:
-    """The last epoch committed by ``sink_id`` (as this transaction sees it), or None."""
-    row = conn.execute(_READ_EPOCH, (sink_id,)).fetchone()
-    return None if row is None else int(row[0])
-
+# laminar.sink_epochs (`claim_epoch`, `record_epoch_totals`, `committed_epoch`): imported above
+# from `laminar._records`, the one home of the laminar schema's statements.
 
 # -- mapping Arrow columns onto table columns ------------------------------------------------------
 

@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 import pyarrow as pa  # type: ignore[import-untyped]
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from laminar._core import PreparedTxnState, check_kafka_schema, encode_kafka
+from laminar._core import PreparedTxnState, check_kafka_schema, encode_kafka, epoch_committed
 from laminar._faults import crash_point
 from laminar._input import check_epoch, materialize
 from laminar._redact import redact_config, redact_text
@@ -1273,7 +1273,7 @@ class KafkaSink(TransactionalSink):
                 self.tracker.resolve(True, epoch=epoch)
                 return self._after_resolution(rt, epoch)
         last = self._read_marker(rt)
-        committed = last is not None and last >= epoch
+        committed = epoch_committed(last, epoch)
         if rt.fenced is not None or unanswered is not None:
             # The brokers answer (the marker was just read) but not this producer's commit:
             # brokers that drop a fenced producer's requests instead of answering
@@ -1297,7 +1297,7 @@ class KafkaSink(TransactionalSink):
         # the old one and the broker aborts or completes its transaction; the marker is final.
         self._reinit_producer(rt)
         last = self._read_marker(rt)
-        self.tracker.resolve(last is not None and last >= epoch, epoch=epoch)
+        self.tracker.resolve(epoch_committed(last, epoch), epoch=epoch)
         return self._after_resolution(rt, epoch, last)
 
     def _after_resolution(self, rt: _Runtime, epoch: int, last: int | None = None) -> int | None:
@@ -1330,7 +1330,7 @@ class KafkaSink(TransactionalSink):
             tracker.commit_failed()
         state = tracker.state
         if state.name == "Failed" and state.epoch is not None:
-            tracker.resolve(last is not None and last >= state.epoch, epoch=state.epoch)
+            tracker.resolve(epoch_committed(last, state.epoch), epoch=state.epoch)
         if self._rt is not None:
             self._rt.failed_operation = None
         self._set_last_committed(last)

@@ -39,7 +39,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from laminar._core import PreparedTxnState
+from laminar._core import PreparedTxnState, epoch_committed
 from laminar._faults import crash_point
 from laminar._input import check_epoch, materialize
 from laminar._redact import redact_dsn, redact_text
@@ -835,7 +835,7 @@ class PostgresSink(TransactionalSink):
 
     def _read_committed(self, epoch: int) -> bool:
         last = self.last_committed_epoch()
-        return last is not None and last >= epoch
+        return epoch_committed(last, epoch)
 
     def last_committed_epoch(self) -> int | None:
         """The last epoch committed under this sink id, read from ``laminar.sink_epochs``."""
@@ -886,7 +886,7 @@ class PostgresSink(TransactionalSink):
                 last = committed_epoch(conn, self.sink_id)
         except psycopg.Error as e:
             raise self._err(e, f"recovering epoch {epoch}", epoch) from e
-        committed = last is not None and last >= epoch
+        committed = epoch_committed(last, epoch)
         self.tracker.resolve(committed)
         self.tracker.last_committed_epoch = last
         self._pending_decision = None

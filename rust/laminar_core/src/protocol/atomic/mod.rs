@@ -21,6 +21,8 @@
 mod epoch;
 mod run;
 mod start;
+#[cfg(test)]
+mod start_tests;
 
 pub use epoch::{AtomicEpoch, EpochContext};
 
