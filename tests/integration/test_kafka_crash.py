@@ -33,14 +33,14 @@ EPOCHS = 4
 
 
 def run_writer(
-    bootstrap: str, topic: str, tid: str, crash_at: str | None
+    bootstrap: str, topic: str, tid: str, crash_at: str | None, *extra: str
 ) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env.pop("LAMINAR_CRASH_AT", None)
     if crash_at:
         env["LAMINAR_CRASH_AT"] = crash_at
     return subprocess.run(
-        [sys.executable, str(WRITER), bootstrap, topic, tid, str(EPOCHS)],
+        [sys.executable, str(WRITER), bootstrap, topic, tid, str(EPOCHS), *extra],
         env=env,
         capture_output=True,
         text=True,
