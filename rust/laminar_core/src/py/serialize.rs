@@ -3,6 +3,7 @@
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
@@ -14,7 +15,7 @@ use pyo3_arrow::input::AnyRecordBatch;
 use super::errors::IntoPyResult;
 use crate::error::{CoreError, CoreResult};
 use crate::serialize::kafka::{self, KafkaOptions, Payloads, ValueFormat};
-use crate::serialize::kafka_shape::{self, Routing};
+use crate::serialize::kafka_shape::{self, Header, Routing};
 use crate::serialize::{check_batch, pgcopy};
 
 /// The one way encoders run: with the GIL released, errors mapped to `laminar.errors`.
@@ -118,6 +119,9 @@ struct RoutedRows {
     max_partitions: Py<PyList>,
 }
 
+/// Distinct header sets whose list rows share (beyond this, each row gets its own).
+const SHARED_HEADER_SETS: usize = 1024;
+
 /// Turns a [`Routing`] into Python lists: one `str` object per distinct topic shared by its
 /// rows; per row, the user headers followed by `sink_headers` (the list object itself when the
 /// row has none of its own).
@@ -149,25 +153,40 @@ fn routed_rows(
                 Some(h) => h.clone(),
                 None => PyList::empty(py),
             };
+            let tail: Vec<Bound<'_, PyAny>> = empty.iter().collect();
+            // Header keys repeat from row to row: one `str` object per distinct key.
+            let mut keys: HashMap<String, Bound<'_, PyString>> = HashMap::new();
+            // Rows often carry the same headers (a constant `source`): they share one list,
+            // which spares Python's collector a tracked object per row.
+            let mut shared: HashMap<Vec<Header>, Bound<'_, PyList>> = HashMap::new();
             let mut out = Vec::with_capacity(rows.len());
             for row in rows {
                 if row.is_empty() {
                     out.push(empty.clone());
                     continue;
                 }
-                let list = PyList::empty(py);
+                if let Some(list) = shared.get(&row) {
+                    out.push(list.clone());
+                    continue;
+                }
+                let key_of_row = (shared.len() < SHARED_HEADER_SETS).then(|| row.clone());
+                let mut items = Vec::with_capacity(row.len() + tail.len());
                 for (key, value) in row {
+                    let name = keys
+                        .entry(key)
+                        .or_insert_with_key(|k| PyString::new(py, k))
+                        .clone()
+                        .into_any();
                     let value = match value {
                         Some(v) => PyBytes::new(py, &v).into_any(),
                         None => py.None().into_bound(py),
                     };
-                    list.append(PyTuple::new(
-                        py,
-                        [PyString::new(py, &key).into_any(), value],
-                    )?)?;
+                    items.push(PyTuple::new(py, [name, value])?.into_any());
                 }
-                for item in empty.iter() {
-                    list.append(item)?;
+                items.extend(tail.iter().cloned());
+                let list = PyList::new(py, items)?;
+                if let Some(row) = key_of_row {
+                    shared.insert(row, list.clone());
                 }
                 out.push(list);
             }
