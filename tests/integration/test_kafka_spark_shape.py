@@ -7,7 +7,6 @@ nothing committed. Results are the committed records replayed by ``laminar.kafka
 
 from __future__ import annotations
 
-import signal
 from typing import Any
 
 import pyarrow as pa
@@ -16,7 +15,6 @@ from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 
 import laminar
-from laminar._core import CrashPoint
 from laminar.errors import ConfigError, DataError
 from tests.integration.kafka_fill import settled_committed
 from tests.integration.kafka_helpers import make_sink
@@ -25,7 +23,7 @@ from tests.integration.kafka_shape_helpers import (
     other_topic,
     shape_table,
 )
-from tests.integration.test_kafka_crash import EPOCHS, KAFKA_POINTS, run_writer
+from tests.integration.test_kafka_crash import EPOCHS, KAFKA_POINTS, kill_and_restart
 
 
 def _topics(broker: Any, home: str) -> None:
@@ -164,16 +162,5 @@ def test_a_multi_topic_writer_killed_mid_epoch_leaves_every_record_exactly_once(
 ) -> None:
     _topics(kafka_broker, topic_name)
     tid = f"tid-{topic_name}"
-    crashed = run_writer(kafka_bootstrap, topic_name, tid, f"{point}@2", "spark")
-    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
-    assert "epoch 0: committed" in crashed.stdout
-    assert "epoch 1" not in crashed.stdout
-
-    restarted = run_writer(kafka_bootstrap, topic_name, tid, None, "spark")
-    assert restarted.returncode == 0, restarted.stderr[-2000:]
-    lines = restarted.stdout.splitlines()
-    assert lines[0] == "epoch 0: skipped"
-    expected_epoch_1 = "skipped" if CrashPoint.parse(point).decided else "committed"
-    assert lines[1] == f"epoch 1: {expected_epoch_1}"
-    assert lines[2:] == ["epoch 2: committed", "epoch 3: committed"]
+    kill_and_restart(kafka_bootstrap, topic_name, tid, point, "spark")
     assert_exact(kafka_bootstrap, topic_name, tid, range(EPOCHS))
