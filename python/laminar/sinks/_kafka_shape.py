@@ -15,10 +15,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from laminar._core import KafkaRecords, is_spark_kafka_shape
-from laminar.errors import DataError
+from laminar.errors import ConfigError, DataError
 from laminar.kafka_log import ReadStats, WitnessResult
 
 __all__ = [
+    "check_chunk",
     "check_partitions",
     "identity_metadata",
     "merge_witness",
@@ -87,6 +88,43 @@ def check_partitions(
                 sink_id=sink_id,
                 epoch=epoch,
             )
+
+
+def check_chunk(
+    records: KafkaRecords,
+    counts: dict[str, int],
+    metadata: Callable[[], Any],
+    *,
+    home: str,
+    first_row: int,
+    redo: bool,
+    sink_id: str,
+    epoch: int,
+    servers: str,
+) -> None:
+    """Before a routed chunk is produced: what the redo log cannot store is refused
+    (``ConfigError``, docs/formats.md §2); the partition counts of topics not seen yet are read
+    from ``metadata()`` (librdkafka's ``list_topics``, which never creates a topic) into
+    ``counts``; then `check_partitions`."""
+    if redo and (
+        records.partitions is not None
+        or records.headers is not None
+        or any(t != home for t in records.topic_names)
+    ):
+        raise ConfigError(
+            "an atomic group's redo log (redo='log') does not store per-row topics, "
+            "partitions or headers yet: write Spark's Kafka shape with only 'key' and "
+            "'value' (and 'topic' equal to the sink's topic), or use redo='replay'",
+            sink_id=sink_id,
+        )
+    if missing_topics(records, counts):
+        counts.clear()
+        counts.update(
+            (name, len(t.partitions))
+            for name, t in metadata().topics.items()
+            if t.error is None and t.partitions
+        )
+    check_partitions(records, counts, first_row, sink_id=sink_id, epoch=epoch, servers=servers)
 
 
 def missing_topics(records: KafkaRecords, counts: dict[str, int]) -> list[str]:

@@ -725,31 +725,20 @@ class KafkaSink(TransactionalSink):
         """Before a routed chunk is produced: its topics exist and its partitions are in range
         (metadata), and every topic other than the home topic is recorded in the identity
         (docs/protocol.md §1, "Several topics") and gets the epoch's marker."""
-        if redo and (
-            records.partitions is not None
-            or records.headers is not None
-            or any(t != self._topic for t in records.topic_names)
-        ):
-            raise ConfigError(
-                "an atomic group's redo log (redo='log') does not store per-row topics, "
-                "partitions or headers yet: write Spark's Kafka shape with only 'key' and "
-                "'value' (and 'topic' equal to the sink's topic), or use redo='replay'",
-                sink_id=self.sink_id,
-            )
-        if shape.missing_topics(records, rt.partition_counts):
+
+        def metadata() -> Any:
             try:
-                metadata = rt.producer.list_topics(timeout=self._init_timeout_s)
+                return rt.producer.list_topics(timeout=self._init_timeout_s)
             except KafkaException as e:
                 raise self._error(e, "metadata", epoch, rt) from e
-            rt.partition_counts = {
-                name: len(t.partitions)
-                for name, t in metadata.topics.items()
-                if t.error is None and t.partitions
-            }
-        shape.check_partitions(
+
+        shape.check_chunk(
             records,
             rt.partition_counts,
-            first_row,
+            metadata,
+            home=self._topic,
+            first_row=first_row,
+            redo=redo,
             sink_id=self.sink_id,
             epoch=epoch,
             servers=self._bootstrap_servers,
