@@ -53,18 +53,19 @@ ROUNDS = (5, 15) if QUICK else (7, 21)
 BUSY_LOAD = 2.0
 #: Rounds of the peers many times slower than Laminar (the naive loops, >= 5x gates).
 SLOW_PEER_ROUNDS = 3
-#: Laminar's rows/s over each peer's: at least (the issue's figures), and whether the gate fails
-#: the run. Three are shown but not enforced: in a full CI run (quiet, load about 2) they
-#: measured 0.656 (raw produce), 0.849 (COPY pre-encoded) and 0.984 (pgpq) — below the issue's
-#: thresholds, while a quiet run of the benchmarks alone passes them (docs/benchmarks.md).
-#: The naive loop too: its slow rounds are capped at 3, and at a load of 1.0 one run measured
-#: 4.79 (others 5.1-14.4), so it is shown, not enforced, until the measurement holds.
-KAFKA_GATES = {"raw produce": (0.9, False), "naive loop": (5.0, False)}
+#: Laminar's rows/s over each peer's: (the issue's goal, the enforced floor). Where the two
+#: differ, the goal is shown as the gate's target and the floor fails the run. Three full CI runs
+#: (the whole suite, then the benchmarks, on the 2-core machine) measured raw produce
+#: 0.656-0.762, COPY pre-encoded 0.849-0.985, pgpq 0.984-1.10 and the naive loop 4.72-6.93 (3
+#: capped rounds): below the goal in some runs with no change to the code, while a quiet run of
+#: the benchmarks alone meets it (docs/benchmarks.md). Each floor sits below the lowest of those
+#: and above half of it, so a write path made 2x slower fails.
+KAFKA_GATES = {"raw produce": (0.9, 0.5), "naive loop": (5.0, 3.5)}
 PG_GATES = {
-    "COPY pre-encoded": (0.9, False),
-    "adbc_ingest": (1.3, True),
-    "pgpq + COPY": (1.0, False),
-    "write_row": (5.0, True),
+    "COPY pre-encoded": (0.9, 0.6),
+    "adbc_ingest": (1.3, 1.3),
+    "pgpq + COPY": (1.0, 0.7),
+    "write_row": (5.0, 5.0),
 }
 #: The librdkafka settings of Laminar's producer that bear on throughput
 #: (laminar.sinks._kafka_config.build_producer_config), given to the raw peers too: the same
@@ -82,10 +83,10 @@ def ratio(seconds: dict[str, list[float]], peer: str) -> float:
 
 
 def measure(
-    contenders: dict[str, Contender], gates: dict[str, tuple[float, bool]]
+    contenders: dict[str, Contender], gates: dict[str, tuple[float, float]]
 ) -> dict[str, list[float]]:
     def settled(seconds: dict[str, list[float]]) -> bool:
-        return all(ratio(seconds, peer) >= at_least for peer, (at_least, _) in gates.items())
+        return all(ratio(seconds, peer) >= goal for peer, (goal, _) in gates.items())
 
     return interleaved(contenders, ROUNDS[0], max_rounds=ROUNDS[1], settled=settled)
 
@@ -94,7 +95,7 @@ def ratio_gates(
     gate: Gate,
     store: str,
     seconds: dict[str, list[float]],
-    gates: dict[str, tuple[float, bool]],
+    gates: dict[str, tuple[float, float]],
     rows: int,
 ) -> None:
     """One gate per peer; every one is recorded before the first enforced failure raises.
@@ -106,7 +107,7 @@ def ratio_gates(
     load = os.getloadavg()[0]
     busy = load > BUSY_LOAD * (os.cpu_count() or 1)
     failures = []
-    for peer, (at_least, enforced) in gates.items():
+    for peer, (goal, floor) in gates.items():
         try:
             ratio_gate(
                 gate,
@@ -114,8 +115,9 @@ def ratio_gates(
                 seconds,
                 peer,
                 rows,
-                at_least,
-                enforced and not busy,
+                floor,
+                not busy,
+                goal=goal,
                 note=f"; load average {load:.1f}{' (busy: not enforced)' if busy else ''}",
             )
         except AssertionError as e:
@@ -133,14 +135,20 @@ def ratio_gate(
     at_least: float,
     enforced: bool,
     note: str = "",
+    goal: float | None = None,
 ) -> None:
     ours, theirs = best(seconds["laminar"]), best(seconds[peer])
+    figure = ratio(seconds, peer)
+    target = ""
+    if goal is not None and goal != at_least:
+        target = f"goal >= {goal:g} ({'met' if figure >= goal else 'not met'})"
     gate(
         name,
-        ratio(seconds, peer),
+        figure,
         at_least=at_least,
         enforced=enforced,
         unit="x",
+        target=target,
         detail=(
             f"best of {len(seconds[peer])} interleaved rounds of {rows:,} rows: laminar "
             f"{rows / ours:,.0f} rows/s ({spread(seconds['laminar'])}), {peer} "

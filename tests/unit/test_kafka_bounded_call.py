@@ -3,11 +3,12 @@ return is given up, its producer kept alive until it does; errors and results pa
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
 
-from laminar.sinks import kafka as kafka_module
+from laminar.sinks import _kafka_calls as calls
 
 
 class Blocking:
@@ -28,21 +29,44 @@ class Blocking:
 
 def test_a_stuck_call_is_given_up_and_its_producer_kept_until_it_returns() -> None:
     producer = Blocking()
-    with pytest.raises(kafka_module._StuckCallError):
-        kafka_module._bounded_call(producer, "send_offsets_to_transaction", (), 0.01)
-    assert producer in kafka_module._ABANDONED
+    with pytest.raises(calls.StuckCallError):
+        calls.bounded_call(producer, "send_offsets_to_transaction", (), 0.01)
+    assert producer in calls.ABANDONED
     producer.release.set()
     assert producer.returned.wait(10)
     for _ in range(100):
-        if producer not in kafka_module._ABANDONED:
+        if producer not in calls.ABANDONED:
             break
         threading.Event().wait(0.05)
-    assert producer not in kafka_module._ABANDONED
+    assert producer not in calls.ABANDONED
 
 
 def test_errors_and_returns_pass_through() -> None:
     producer = Blocking()
     with pytest.raises(ValueError, match=r"refused after 1\.5"):
-        kafka_module._bounded_call(producer, "commit_transaction", (1.5,), 1.5)
-    kafka_module._bounded_call(producer, "abort_transaction", (1.0,), 1.0)
-    assert producer not in kafka_module._ABANDONED
+        calls.bounded_call(producer, "commit_transaction", (1.5,), 1.5)
+    calls.bounded_call(producer, "abort_transaction", (1.0,), 1.0)
+    assert producer not in calls.ABANDONED
+
+
+def test_the_helper_threads_are_reused() -> None:
+    producer = Blocking()
+    calls.bounded_call(producer, "abort_transaction", (1.0,), 1.0)
+    threads = threading.active_count()
+    for _ in range(50):
+        calls.bounded_call(producer, "abort_transaction", (1.0,), 1.0)
+    assert threading.active_count() == threads
+
+
+def test_a_forked_child_starts_its_own_helper_threads() -> None:
+    producer = Blocking()
+    calls.bounded_call(producer, "abort_transaction", (1.0,), 1.0)  # an idle helper here
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's helper thread does not exist here
+        try:
+            calls.bounded_call(producer, "abort_transaction", (1.0,), 0.5)
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import re
-import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -67,6 +66,8 @@ from laminar.kafka_log import (
     UnsupportedSecurityError,
 )
 from laminar.sinks import _kafka_shape as shape
+from laminar.sinks._kafka_calls import StuckCallError as _StuckCallError
+from laminar.sinks._kafka_calls import bounded_call as _bounded_call
 from laminar.sinks._kafka_config import (
     DEFAULT_MESSAGE_MAX_BYTES,
     build_producer_config,
@@ -121,10 +122,6 @@ WITNESS_MAX_RECORDS_ENV = "LAMINAR_KAFKA_WITNESS_MAX_RECORDS"
 _IDENTITY_RETENTION_MS = 100 * 365 * 24 * 3600 * 1000
 #: (bootstrap servers, topic, sink id) whose identity this process saw or recorded.
 _IDENTIFIED: set[tuple[str, str, str]] = set()
-#: Producers given up on while a call into them was stuck (librdkafka #5456: a transactional call
-#: can block past its timeout when the coordinator went away). Kept referenced until that call
-#: returns, so the handle is never destroyed under it.
-_ABANDONED: set[Any] = set()
 
 
 @dataclass(frozen=True)
@@ -137,40 +134,6 @@ class StartupRead:
     source: str
     epoch: int | None
     read: ReadStats = field(default_factory=ReadStats)
-
-
-class _StuckCallError(Exception):
-    """A librdkafka call did not return within its timeout plus a grace period."""
-
-
-def _bounded_call(producer: Any, method: str, args: tuple[Any, ...], timeout_s: float) -> None:
-    """``producer.<method>(*args)`` in a helper thread, waited for at most ``timeout_s`` plus a
-    grace period: librdkafka's transactional calls take a timeout but can ignore it
-    (confluentinc/librdkafka#5456, #5511). Raises what the call raised, or `_StuckCallError`."""
-    outcome: list[BaseException | None] = []
-    done = threading.Event()
-
-    def call() -> None:
-        try:
-            getattr(producer, method)(*args)
-            outcome.append(None)
-        except BaseException as e:  # handed to the caller's thread
-            outcome.append(e)
-        finally:
-            done.set()
-            _ABANDONED.discard(producer)
-
-    worker = threading.Thread(target=call, name=f"laminar-kafka-{method}", daemon=True)
-    worker.start()
-    if not done.wait(timeout_s + min(10.0, max(2.0, timeout_s / 2))):
-        _ABANDONED.add(producer)
-        if done.is_set():  # finished in between
-            _ABANDONED.discard(producer)
-        else:
-            raise _StuckCallError(method)
-    error = outcome[0] if outcome else None
-    if error is not None:
-        raise error
 
 
 class _Runtime:
@@ -914,7 +877,7 @@ class KafkaSink(TransactionalSink):
         use opens a new one, whose ``init_transactions`` fences it and aborts what it left
         open); a commit's outcome is then unknown until the marker is read."""
         producer, rt.producer = rt.producer, None
-        del producer  # referenced by _ABANDONED until the stuck call returns
+        del producer  # referenced by _kafka_calls.ABANDONED until the stuck call returns
         what = (
             f"sink {self.sink_id!r}: {operation} did not return within {timeout_s:g} s (and a "
             f"grace period) from the brokers at {self._bootstrap_servers} — a broker restarted "

@@ -1,0 +1,92 @@
+"""A time bound around librdkafka's transactional calls, on reused daemon threads.
+
+librdkafka's transactional calls (``send_offsets_to_transaction``, ``commit_transaction``,
+``abort_transaction``) take a timeout but can ignore it when the coordinator went away
+(confluentinc/librdkafka#5456, #5511). `bounded_call` therefore runs the call on a helper thread
+and waits for it at most the timeout plus a grace period; a call that does not return is given up
+(`StuckCallError`) and its producer kept referenced in `ABANDONED` until the call returns, so the
+handle is never destroyed under it.
+
+The helper threads are kept and reused: starting a thread per call cost about 0.1 ms, a tenth of
+an abort (the step gates of benches/bench_step_ratios.py measure it). They are daemon threads, so
+a call stuck in librdkafka never holds up the interpreter's exit, and a forked child (a Spark
+Python worker) starts with none, since the parent's threads do not exist there.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+#: Producers given up on while a call into them was stuck. Kept referenced until that call
+#: returns, so the handle is never destroyed under it.
+ABANDONED: set[Any] = set()
+
+
+class StuckCallError(Exception):
+    """A librdkafka call did not return within its timeout plus a grace period."""
+
+
+class _Job:
+    __slots__ = ("args", "call", "done", "error", "producer")
+
+    def __init__(self, producer: Any, call: Callable[..., object], args: tuple[Any, ...]) -> None:
+        self.producer, self.call, self.args = producer, call, args
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+
+class _Worker:
+    """One daemon thread running the jobs handed to it, back in the idle list after each."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="laminar-kafka-call", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            job = self.jobs.get()
+            try:
+                job.call(*job.args)
+            except BaseException as e:  # handed to the caller's thread
+                job.error = e
+            finally:
+                ABANDONED.discard(job.producer)
+                with _LOCK:
+                    _IDLE.append(self)
+                job.done.set()
+
+
+_LOCK = threading.Lock()
+_IDLE: list[_Worker] = []
+
+
+def _after_fork_in_child() -> None:
+    global _LOCK
+    _LOCK = threading.Lock()
+    _IDLE.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def bounded_call(producer: Any, method: str, args: tuple[Any, ...], timeout_s: float) -> None:
+    """``producer.<method>(*args)`` on a helper thread, waited for at most ``timeout_s`` plus a
+    grace period. Raises what the call raised, or `StuckCallError`."""
+    job = _Job(producer, getattr(producer, method), args)
+    with _LOCK:
+        worker = _IDLE.pop() if _IDLE else None
+    if worker is None:
+        worker = _Worker()
+    worker.jobs.put(job)
+    if not job.done.wait(timeout_s + min(10.0, max(2.0, timeout_s / 2))):
+        ABANDONED.add(producer)
+        if job.done.is_set():  # finished in between
+            ABANDONED.discard(producer)
+        else:
+            raise StuckCallError(method)
+    if job.error is not None:
+        raise job.error
