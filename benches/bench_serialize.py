@@ -120,6 +120,40 @@ def test_json_naive(benchmark: Any, batch: pa.Table) -> None:
     record("json_naive", benchmark, ROWS)
 
 
+# --- Spark's Kafka-sink shape (docs/kafka.md) -------------------------------------------------
+
+
+def _spark_shaped(rows: int, *, routed: bool) -> pa.Table:
+    """``key``/``value`` columns; with ``routed``, a topic per row (two topics), an explicit
+    partition and a constant user header, as a Spark query shapes them."""
+    columns: dict[str, Any] = {
+        "key": pa.array([str(i) for i in range(rows)]),
+        "value": pa.array([b'{"id":%d,"amount":1.5}' % i for i in range(rows)]),
+    }
+    if routed:
+        header = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+        columns["topic"] = pa.array(["a" if i % 2 else "b" for i in range(rows)])
+        columns["partition"] = pa.array([i % 3 for i in range(rows)], pa.int32())
+        columns["headers"] = pa.array([[{"key": "source", "value": b"web"}]] * rows, header)
+    return pa.table(columns)
+
+
+@pytest.mark.benchmark(group="spark-shape-encode")
+@pytest.mark.parametrize("routed", [False, True], ids=["key_value", "topic_partition_headers"])
+def test_spark_shape_encode(benchmark: Any, routed: bool) -> None:
+    data = _spark_shaped(KAFKA_ROWS, routed=routed)
+    sink = [("laminar.sink", b"s"), ("laminar.epoch", b"1")]
+    records = benchmark.pedantic(
+        laminar._core.encode_kafka,
+        args=(data,),
+        kwargs={"value_format": "spark", "topic": "a", "headers": sink},
+        rounds=5,
+        warmup_rounds=1,
+    )
+    assert records.num_rows == KAFKA_ROWS
+    record(f"spark_shape_{'routed' if routed else 'key_value'}", benchmark, KAFKA_ROWS)
+
+
 # --- COPY BINARY -----------------------------------------------------------------------------
 
 

@@ -410,11 +410,12 @@ __all__ += [
     "check_pg_copy_schema",
     "encode_kafka",
     "encode_pg_copy",
+    "is_spark_kafka_shape",
     "iter_kafka",
     "iter_pg_copy",
 ]
 
-_ValueFormat = Literal["json", "raw"]
+_ValueFormat = Literal["json", "raw", "spark"]
 
 @final
 class KafkaRecords:
@@ -433,6 +434,25 @@ class KafkaRecords:
     @property
     def num_rows(self) -> int:
         """Number of records."""
+    @property
+    def topics(self) -> list[str] | None:
+        """``value_format="spark"``: each row's topic (its ``topic``, else the default given to
+        :func:`encode_kafka`); ``None`` for the other formats."""
+    @property
+    def partitions(self) -> list[int] | None:
+        """``value_format="spark"`` with a ``partition`` column: each row's partition (-1 when
+        null: the partitioner chooses); otherwise ``None``."""
+    @property
+    def headers(self) -> list[list[tuple[str, bytes | None]]] | None:
+        """``value_format="spark"`` with a ``headers`` column: each row's headers, its own then
+        the ``headers`` given to :func:`encode_kafka` (that very list for a row without any);
+        otherwise ``None``."""
+    @property
+    def topic_names(self) -> list[str]:
+        """The distinct topics of ``topics``, in first-seen order (empty for other formats)."""
+    @property
+    def max_partitions(self) -> list[int]:
+        """Per topic of ``topic_names``: the highest explicit partition of its rows (-1: none)."""
     @property
     def total_bytes(self) -> int:
         """Bytes of all values and keys together."""
@@ -486,6 +506,9 @@ def encode_kafka(
     value_format: _ValueFormat = "json",
     key: str | None = None,
     value_column: str | None = None,
+    topic: str | None = None,
+    headers: list[tuple[str, bytes]] | None = None,
+    first_row: int = 0,
 ) -> KafkaRecords:
     """Encodes every row of an Arrow table as a Kafka ``(key, value)`` payload.
 
@@ -496,9 +519,20 @@ def encode_kafka(
     column). ``key`` names the key column: strings as UTF-8, binary as is, integers as decimal
     text, anything else as its JSON text; a null key gives ``None``.
 
+    ``"spark"`` is Spark's Kafka-sink shape (docs/kafka.md): the ``value`` and ``key`` columns
+    as is, and per row the ``topic`` (null: ``topic``), ``partition`` and ``headers`` (followed
+    by ``headers``) read into `KafkaRecords.topics`, ``.partitions`` and ``.headers``; a row
+    with no topic at all, an invalid topic name, a negative partition or a header key starting
+    with ``laminar.`` is a ``DataError`` naming the row (numbered from ``first_row``).
+
     Raises ``ConfigError`` (unknown column, unsupported type — checked before anything is
     encoded) and ``DataError`` (malformed Arrow data).
     """
+
+def is_spark_kafka_shape(schema: Any) -> bool:
+    """Whether ``schema`` is exactly Spark's Kafka-sink shape: a string/binary ``value`` and
+    otherwise only ``key`` (string/binary), ``topic`` (string), ``partition`` (integer) and
+    ``headers`` (``array<struct<key: string, value: binary>>``)."""
 
 def check_kafka_schema(
     schema: Any,

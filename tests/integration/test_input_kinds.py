@@ -29,6 +29,7 @@ from tests.integration.integrity_helpers import (
     raise_abortable,
     terminate_backend,
 )
+from tests.integration.kafka_shape_helpers import assert_exact, other_topic, shape_table
 from tests.integration.pg_helpers import count_by_epoch, create_table
 
 pytestmark = pytest.mark.integration
@@ -151,3 +152,44 @@ def test_a_sink_written_directly_refuses_a_spent_reader(
             sink.close()
     assert pg_rows(stores["dsn"], stores["table"]) == []
     assert kafka_rows(stores["bootstrap"], stores["topic"], tid) == []
+
+
+def _shape_kind(kind: str, table: pa.Table) -> Any:
+    """An input kind of Spark's Kafka shape: ``dictionary`` encodes its string columns."""
+    if kind != "dictionary":
+        return INPUT_KINDS[kind](table)
+    for name in ("key", "topic"):
+        index = table.schema.get_field_index(name)
+        table = table.set_column(index, name, pa.compute.dictionary_encode(table[name]))
+    return table
+
+
+@pytest.mark.parametrize("retry", [False, True], ids=["once", "retried"])
+def test_every_input_kind_of_spark_kafka_shape_lands_exactly(
+    kafka_broker: Any,
+    kafka_bootstrap: str,
+    unique_name: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    retry: bool,
+) -> None:
+    """Spark's Kafka-sink shape (two topics, explicit partitions, headers) in every input kind:
+    each record once on its own topic and partition with its exact key, value and headers."""
+    home = unique_name("shape")
+    kafka_broker.create_topic(home, partitions=2)
+    kafka_broker.create_topic(other_topic(home), partitions=3)
+    tid = f"kinds-{home}"
+    faults = Faults(monkeypatch)
+    writer = laminar.exactly_once(
+        laminar.KafkaSink(kafka_bootstrap, home, tid, commit_timeout_s=5.0, init_timeout_s=15.0),
+        retry_backoff_s=0.01,
+    )
+    try:
+        for epoch, kind in enumerate(INPUT_KINDS):
+            if retry:
+                faults.at("kafka.mid_produce", raise_abortable("kafka.mid_produce"))
+            result = writer.write_epoch(epoch, _shape_kind(kind, shape_table(epoch, home)))
+            assert result.committed, kind
+            assert result.attempts == (2 if retry else 1), kind
+    finally:
+        writer.close()
+    assert_exact(kafka_bootstrap, home, tid, range(len(INPUT_KINDS)))

@@ -33,20 +33,38 @@ EPOCHS = 4
 
 
 def run_writer(
-    bootstrap: str, topic: str, tid: str, crash_at: str | None
+    bootstrap: str, topic: str, tid: str, crash_at: str | None, *extra: str
 ) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env.pop("LAMINAR_CRASH_AT", None)
     if crash_at:
         env["LAMINAR_CRASH_AT"] = crash_at
     return subprocess.run(
-        [sys.executable, str(WRITER), bootstrap, topic, tid, str(EPOCHS)],
+        [sys.executable, str(WRITER), bootstrap, topic, tid, str(EPOCHS), *extra],
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
+
+
+def kill_and_restart(bootstrap: str, topic: str, tid: str, point: str, *extra: str) -> None:
+    """Kills the writer at ``point`` in epoch 1 (epoch 0 committed), restarts it to write epochs
+    0-3 again, and checks what each run reports."""
+    crashed = run_writer(bootstrap, topic, tid, f"{point}@2", *extra)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
+    assert "epoch 0: committed" in crashed.stdout
+    assert "epoch 1" not in crashed.stdout
+
+    restarted = run_writer(bootstrap, topic, tid, None, *extra)
+    assert restarted.returncode == 0, restarted.stderr[-2000:]
+    lines = restarted.stdout.splitlines()
+    assert lines[0] == "epoch 0: skipped"
+    # killed after the commit: epoch 1 is committed and replaying it is skipped
+    expected_epoch_1 = "skipped" if CrashPoint.parse(point).decided else "committed"
+    assert lines[1] == f"epoch 1: {expected_epoch_1}"
+    assert lines[2:] == ["epoch 2: committed", "epoch 3: committed"]
 
 
 #: Every point of a lone Kafka sink (docs/engine.md §6): the core's list, so a point added to the
@@ -60,19 +78,7 @@ def test_a_writer_killed_mid_epoch_leaves_every_row_exactly_once(
 ) -> None:
     kafka_broker.create_topic(topic_name, partitions=2)
     tid = f"tid-{topic_name}"
-    crashed = run_writer(kafka_bootstrap, topic_name, tid, f"{point}@2")
-    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
-    assert "epoch 0: committed" in crashed.stdout
-    assert "epoch 1" not in crashed.stdout
-
-    restarted = run_writer(kafka_bootstrap, topic_name, tid, None)
-    assert restarted.returncode == 0, restarted.stderr[-2000:]
-    lines = restarted.stdout.splitlines()
-    assert lines[0] == "epoch 0: skipped"
-    # killed after the commit: epoch 1 is committed and replaying it is skipped
-    expected_epoch_1 = "skipped" if CrashPoint.parse(point).decided else "committed"
-    assert lines[1] == f"epoch 1: {expected_epoch_1}"
-    assert lines[2:] == ["epoch 2: committed", "epoch 3: committed"]
+    kill_and_restart(kafka_bootstrap, topic_name, tid, point)
 
     expected = {e * 1000 + i for e in range(EPOCHS) for i in range(ROWS_PER_EPOCH)}
     assert_exactly_once(committed(kafka_bootstrap, topic_name), expected)

@@ -65,6 +65,7 @@ from laminar.kafka_log import (
     ReadStats,
     UnsupportedSecurityError,
 )
+from laminar.sinks import _kafka_shape as shape
 from laminar.sinks._kafka_calls import StuckCallError as _StuckCallError
 from laminar.sinks._kafka_calls import bounded_call as _bounded_call
 from laminar.sinks._kafka_config import (
@@ -121,6 +122,8 @@ WITNESS_MAX_RECORDS_ENV = "LAMINAR_KAFKA_WITNESS_MAX_RECORDS"
 _IDENTITY_RETENTION_MS = 100 * 365 * 24 * 3600 * 1000
 #: (bootstrap servers, topic, sink id) whose identity this process saw or recorded.
 _IDENTIFIED: set[tuple[str, str, str]] = set()
+
+
 @dataclass(frozen=True)
 class StartupRead:
     """How the last committed epoch was found at the sink's last read of it (docs/protocol.md
@@ -152,6 +155,10 @@ class _Runtime:
         self.identity_warned = False
         # the open epoch
         self.headers: list[tuple[str, bytes]] = []
+        #: Topics other than the home topic that the open epoch wrote (its markers go there too).
+        self.epoch_topics: set[str] = set()
+        #: Partition counts of the topics rows named (Spark's shape), from metadata.
+        self.partition_counts: dict[str, int] = {}
         self.records = 0
         self.last_epoch: int | None = None
         self.attempt = 0
@@ -227,7 +234,7 @@ class KafkaSink(TransactionalSink):
         topic: str,
         transactional_id: str,
         key: str | None = None,
-        value_format: str = "json",
+        value_format: str | None = None,
         producer_config: Mapping[str, Any] | None = None,
         *,
         value_column: str | None = None,
@@ -258,8 +265,15 @@ class KafkaSink(TransactionalSink):
                 "not agree on other characters, and every epoch would fail. Choose an ASCII name "
                 "(e.g. 'orders-sink')"
             )
-        if value_format not in ("json", "raw"):
-            raise ConfigError(f"value_format must be 'json' or 'raw', not {value_format!r}")
+        if value_format not in (None, "json", "raw", "spark"):
+            raise ConfigError(
+                f"value_format must be 'json', 'raw' or 'spark', not {value_format!r}"
+            )
+        if value_format == "spark" and key is not None:
+            raise ConfigError(
+                "value_format='spark' reads the 'key' column by name; drop key= (or rename the "
+                "column to 'key')"
+            )
         if key is not None and not isinstance(key, str):
             raise ConfigError(f"key must be a column name or None, not {type(key).__name__}")
         if value_column is not None and value_format != "raw":
@@ -352,8 +366,9 @@ class KafkaSink(TransactionalSink):
 
     @property
     def value_format(self) -> str:
-        """``"json"`` or ``"raw"``."""
-        return self._value_format
+        """``"json"``, ``"raw"`` or ``"spark"``. Not given: ``"json"``, except that a batch of
+        exactly Spark's Kafka-sink shape is written as ``"spark"`` (docs/kafka.md)."""
+        return self._value_format or "json"
 
     @property
     def marker_group(self) -> str:
@@ -410,6 +425,7 @@ class KafkaSink(TransactionalSink):
         rt.attempt = rt.attempt + 1 if rt.last_epoch == epoch else 0
         rt.last_epoch = epoch
         rt.records = 0
+        rt.epoch_topics = set()
         rt.delivery_errors.clear()
         rt.delivery_failures = 0
         rt.headers = [
@@ -432,9 +448,12 @@ class KafkaSink(TransactionalSink):
             # A stream is read once, here: a retry of this call then fails loudly (a spent
             # reader is refused) instead of writing nothing (laminar._input).
             data = materialize(batch)
+            fmt = shape.value_format_for(
+                data.schema, self._value_format, self._key, self._value_column
+            )
             check_kafka_schema(
                 data.schema,
-                value_format=self._value_format,  # type: ignore[arg-type]
+                value_format=fmt,  # type: ignore[arg-type]
                 key=self._key,
                 value_column=self._value_column,
             )
@@ -443,14 +462,20 @@ class KafkaSink(TransactionalSink):
             for chunk in _arrow_chunks(data):
                 records = encode_kafka(
                     chunk,
-                    value_format=self._value_format,  # type: ignore[arg-type]
+                    value_format=fmt,  # type: ignore[arg-type]
                     key=self._key,
                     value_column=self._value_column,
+                    topic=self._topic,
+                    headers=rt.headers,
+                    first_row=row,
                 )
                 count = records.num_rows
                 if count == 0:
                     continue
-                self._produce(rt, records.values, records.keys, epoch, row, first)
+                routed = records if records.topics is not None else None
+                if routed is not None:
+                    self._route(rt, routed, epoch, row, records_out is not None)
+                self._produce(rt, records.values, records.keys, epoch, row, first, routed)
                 if records_out is not None:
                     records_out.append(records)
                 first = False
@@ -632,14 +657,60 @@ class KafkaSink(TransactionalSink):
         epoch: int,
         first_row: int,
         first_chunk: bool,
+        routed: Any = None,
     ) -> None:
-        if first_chunk:
-            half = len(values) // 2
-            self._produce_range(rt, values, keys, epoch, first_row, 0, half)
-            crash_point("kafka.mid_produce")
-            self._produce_range(rt, values, keys, epoch, first_row, half, len(values))
-        else:
-            self._produce_range(rt, values, keys, epoch, first_row, 0, len(values))
+        """Produces the rows (``routed``: Spark's shape, each row to its own topic, partition
+        and headers); the crash point ``kafka.mid_produce`` halfway through the first chunk."""
+        ranges = (
+            [(0, len(values) // 2), (len(values) // 2, len(values))]
+            if first_chunk
+            else [(0, len(values))]
+        )
+        for i, (start, stop) in enumerate(ranges):
+            if i:
+                crash_point("kafka.mid_produce")
+            if routed is None:
+                self._produce_range(rt, values, keys, epoch, first_row, start, stop)
+                continue
+            try:
+                shape.produce_routed(
+                    rt.producer.produce,
+                    routed,
+                    rt.headers,
+                    start,
+                    stop,
+                    lambda: self._wait_for_room(rt, epoch),
+                )
+            except KafkaException as e:
+                raise self._produce_error(e, epoch, first_row + start, None, None, rt) from e
+
+    def _route(self, rt: _Runtime, records: Any, epoch: int, first_row: int, redo: bool) -> None:
+        """Before a routed chunk is produced: its topics exist and its partitions are in range
+        (metadata), and every topic other than the home topic is recorded in the identity
+        (docs/protocol.md §1, "Several topics") and gets the epoch's marker."""
+
+        def metadata() -> Any:
+            try:
+                return rt.producer.list_topics(timeout=self._init_timeout_s)
+            except KafkaException as e:
+                raise self._error(e, "metadata", epoch, rt) from e
+
+        shape.check_chunk(
+            records,
+            rt.partition_counts,
+            metadata,
+            home=self._topic,
+            first_row=first_row,
+            redo=redo,
+            sink_id=self.sink_id,
+            epoch=epoch,
+            servers=self._bootstrap_servers,
+        )
+        others = [t for t in records.topic_names if t != self._topic]
+        new = [t for t in others if (self._bootstrap_servers, t, self.sink_id) not in _IDENTIFIED]
+        if new:
+            self._record_topics(new)
+        rt.epoch_topics.update(others)
 
     def _produce_range(
         self,
@@ -731,7 +802,7 @@ class KafkaSink(TransactionalSink):
 
     def _finish_writes(self, rt: _Runtime, epoch: int) -> None:
         """Epoch marker, then flush: after this every record is acknowledged by the brokers."""
-        offsets = [TopicPartition(self._topic, 0, epoch)]
+        offsets = [TopicPartition(t, 0, epoch) for t in [self._topic, *sorted(rt.epoch_topics)]]
         self._retrying(rt, "send_offsets_to_transaction", epoch, self._commit_timeout_s, offsets)
         crash_point("kafka.after_markers")
         remaining = rt.producer.flush(self._flush_timeout_s)
@@ -1177,7 +1248,9 @@ class KafkaSink(TransactionalSink):
                     )
                     answer, source = None, "new"
                 else:
-                    answer, source = self._witness(client, f"{where} but {history}"), "witness"
+                    topics = shape.recorded_topics(identity[1] if identity else None)
+                    why = f"{where} but {history}"
+                    answer, source = self._witness(client, why, topics), "witness"
                 if writer and identity is None:
                     self._record_identity(client)
                 self._startup_read = StartupRead(source, answer, client.stats)
@@ -1185,13 +1258,23 @@ class KafkaSink(TransactionalSink):
             raise self._wire_failure("read the identity and witness", e) from e
         return answer
 
-    def _witness(self, client: KafkaLogClient, why: str) -> int | None:
-        """The bounded witness (docs/protocol.md §1, step 5); `FatalError` if not conclusive."""
+    def _witness(
+        self, client: KafkaLogClient, why: str, topics: list[str] | None = None
+    ) -> int | None:
+        """The bounded witness (docs/protocol.md §1, step 5) over the home topic and every
+        other topic the identity lists; `FatalError` if not conclusive."""
         limit = self.witness_max_records
         started = time.monotonic()
         found = client.witness(
             self._topic, self.sink_id, max_records=limit, first_window=_WITNESS_FIRST_WINDOW
         )
+        for topic in topics or ():
+            if topic == self._topic:
+                continue
+            more = client.witness(
+                topic, self.sink_id, max_records=limit, first_window=_WITNESS_FIRST_WINDOW
+            )
+            found = shape.merge_witness(found, more)
         read = found.read
         done = (
             f"the witness read {read.records} record(s) ({read.bytes} bytes, {read.fetches} "
@@ -1237,8 +1320,32 @@ class KafkaSink(TransactionalSink):
         _IDENTIFIED.add(key)
         return client.stats
 
-    def _record_identity(self, client: KafkaLogClient) -> None:
-        metadata = json.dumps({"laminar": 1, "since_ms": time.time_ns() // 1_000_000})
+    def _record_topics(self, topics: list[str]) -> None:
+        """Adds ``topics`` to the identity's list of the topics this sink writes besides its
+        home topic, before any record goes there: start-up recovery then witnesses them too
+        (docs/protocol.md §1, "Several topics")."""
+        try:
+            client = self._log_client()
+        except UnsupportedSecurityError:
+            return  # no identity either: docs/protocol.md §8
+        try:
+            with client:
+                found = client.committed_offset(self.identity_group, self._topic, 0)
+                metadata = found[1] if found else None
+                listed = shape.recorded_topics(metadata)
+                if not set(topics) <= set(listed):
+                    now = time.time_ns() // 1_000_000
+                    self._record_identity(
+                        client,
+                        shape.identity_metadata(shape.since_of(metadata, now), [*listed, *topics]),
+                    )
+        except KafkaLogError as e:
+            raise self._wire_failure("record the sink's topics in its identity", e) from e
+        _IDENTIFIED.update((self._bootstrap_servers, t, self.sink_id) for t in topics)
+
+    def _record_identity(self, client: KafkaLogClient, metadata: str | None = None) -> None:
+        if metadata is None:
+            metadata = json.dumps({"laminar": 1, "since_ms": time.time_ns() // 1_000_000})
         kept = client.commit_offset(
             self.identity_group, self._topic, 0, 0, metadata, _IDENTITY_RETENTION_MS
         )

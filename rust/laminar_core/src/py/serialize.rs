@@ -3,17 +3,19 @@
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 use pyo3_arrow::PySchema;
 use pyo3_arrow::input::AnyRecordBatch;
 
 use super::errors::IntoPyResult;
 use crate::error::{CoreError, CoreResult};
 use crate::serialize::kafka::{self, KafkaOptions, Payloads, ValueFormat};
+use crate::serialize::kafka_shape::{self, Header, Routing};
 use crate::serialize::{check_batch, pgcopy};
 
 /// The one way encoders run: with the GIL released, errors mapped to `laminar.errors`.
@@ -105,6 +107,100 @@ pub struct PyKafkaRecords {
     num_rows: usize,
     value_bytes: usize,
     key_bytes: usize,
+    routed: Option<RoutedRows>,
+}
+
+/// Spark's shape: each row's topic, partition and headers as the producer takes them.
+struct RoutedRows {
+    topics: Py<PyList>,
+    partitions: Option<Py<PyList>>,
+    headers: Option<Py<PyList>>,
+    topic_names: Py<PyList>,
+    max_partitions: Py<PyList>,
+}
+
+/// Distinct header sets whose list rows share (beyond this, each row gets its own).
+const SHARED_HEADER_SETS: usize = 1024;
+
+/// Turns a [`Routing`] into Python lists: one `str` object per distinct topic shared by its
+/// rows; per row, the user headers followed by `sink_headers` (the list object itself when the
+/// row has none of its own).
+fn routed_rows(
+    py: Python<'_>,
+    routing: Routing,
+    sink_headers: Option<&Bound<'_, PyList>>,
+) -> PyResult<RoutedRows> {
+    let names: Vec<Bound<'_, PyString>> = routing
+        .topics
+        .iter()
+        .map(|t| PyString::new(py, t))
+        .collect();
+    let topics = PyList::new(
+        py,
+        routing.topic_of_row.iter().map(|&id| {
+            names
+                .get(id as usize)
+                .map_or_else(|| py.None().into_bound(py), |n| n.clone().into_any())
+        }),
+    )?;
+    let partitions = match routing.partitions {
+        Some(p) => Some(PyList::new(py, p)?.unbind()),
+        None => None,
+    };
+    let headers = match routing.headers {
+        Some(rows) => {
+            let empty = match sink_headers {
+                Some(h) => h.clone(),
+                None => PyList::empty(py),
+            };
+            let tail: Vec<Bound<'_, PyAny>> = empty.iter().collect();
+            // Header keys repeat from row to row: one `str` object per distinct key.
+            let mut keys: HashMap<String, Bound<'_, PyString>> = HashMap::new();
+            // Rows often carry the same headers (a constant `source`): they share one list,
+            // which spares Python's collector a tracked object per row.
+            let mut shared: HashMap<Vec<Header>, Bound<'_, PyList>> = HashMap::new();
+            let mut out = Vec::with_capacity(rows.len());
+            for row in rows {
+                if row.is_empty() {
+                    out.push(empty.clone());
+                    continue;
+                }
+                if let Some(list) = shared.get(&row) {
+                    out.push(list.clone());
+                    continue;
+                }
+                let key_of_row = (shared.len() < SHARED_HEADER_SETS).then(|| row.clone());
+                let mut items = Vec::with_capacity(row.len() + tail.len());
+                for (key, value) in row {
+                    let name = keys
+                        .entry(key)
+                        .or_insert_with_key(|k| PyString::new(py, k))
+                        .clone()
+                        .into_any();
+                    let value = match value {
+                        Some(v) => PyBytes::new(py, &v).into_any(),
+                        None => py.None().into_bound(py),
+                    };
+                    items.push(PyTuple::new(py, [name, value])?.into_any());
+                }
+                items.extend(tail.iter().cloned());
+                let list = PyList::new(py, items)?;
+                if let Some(row) = key_of_row {
+                    shared.insert(row, list.clone());
+                }
+                out.push(list);
+            }
+            Some(PyList::new(py, out)?.unbind())
+        }
+        None => None,
+    };
+    Ok(RoutedRows {
+        topics: topics.unbind(),
+        partitions,
+        headers,
+        topic_names: PyList::new(py, names)?.unbind(),
+        max_partitions: PyList::new(py, routing.max_partition)?.unbind(),
+    })
 }
 
 #[pymethods]
@@ -125,6 +221,46 @@ impl PyKafkaRecords {
     #[getter]
     fn num_rows(&self) -> usize {
         self.num_rows
+    }
+
+    /// Spark's shape: each row's topic (`None` for other formats).
+    #[getter]
+    fn topics(&self, py: Python<'_>) -> Option<Py<PyList>> {
+        self.routed.as_ref().map(|r| r.topics.clone_ref(py))
+    }
+
+    /// Spark's shape with a `partition` column: each row's partition, -1 when null.
+    #[getter]
+    fn partitions(&self, py: Python<'_>) -> Option<Py<PyList>> {
+        self.routed
+            .as_ref()
+            .and_then(|r| r.partitions.as_ref().map(|p| p.clone_ref(py)))
+    }
+
+    /// Spark's shape with a `headers` column: each row's headers, its own then the sink's.
+    #[getter]
+    fn headers(&self, py: Python<'_>) -> Option<Py<PyList>> {
+        self.routed
+            .as_ref()
+            .and_then(|r| r.headers.as_ref().map(|h| h.clone_ref(py)))
+    }
+
+    /// Spark's shape: the distinct topics the rows name, in first-seen order (empty otherwise).
+    #[getter]
+    fn topic_names(&self, py: Python<'_>) -> Py<PyList> {
+        match &self.routed {
+            Some(r) => r.topic_names.clone_ref(py),
+            None => PyList::empty(py).unbind(),
+        }
+    }
+
+    /// Per topic of `topic_names`: the highest explicit partition of its rows (-1: none).
+    #[getter]
+    fn max_partitions(&self, py: Python<'_>) -> Py<PyList> {
+        match &self.routed {
+            Some(r) => r.max_partitions.clone_ref(py),
+            None => PyList::empty(py).unbind(),
+        }
     }
 
     /// Bytes of all values and keys.
@@ -180,17 +316,34 @@ fn plan_kafka_input(
     Ok((plan, batches))
 }
 
-/// Encodes every row of `data` as a Kafka `(key, value)` payload.
+/// Encodes every row of `data` as a Kafka `(key, value)` payload (and, for Spark's shape, its
+/// topic, partition and headers).
 #[pyfunction]
-#[pyo3(signature = (data, *, value_format = "json", key = None, value_column = None))]
+#[pyo3(signature = (
+    data, *, value_format = "json", key = None, value_column = None, topic = None,
+    headers = None, first_row = 0
+))]
+#[allow(clippy::too_many_arguments)]
 fn encode_kafka(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
     value_format: &str,
     key: Option<String>,
     value_column: Option<String>,
+    topic: Option<String>,
+    headers: Option<Bound<'_, PyList>>,
+    first_row: usize,
 ) -> PyResult<PyKafkaRecords> {
     let (plan, batches) = plan_kafka_input(py, data, value_format, key, value_column)?;
+    let routing = match plan.route() {
+        Some(route) => {
+            let route = *route;
+            Some(run_detached(py, || {
+                kafka_shape::route(&route, &batches, topic.as_deref(), first_row)
+            })?)
+        }
+        None => None,
+    };
     let num_rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
     let keyed = plan.has_key();
     let mut encoder = kafka::KafkaEncoder::new(plan, batches);
@@ -211,12 +364,17 @@ fn encode_kafka(
         Some(k) => Some(PyList::new(py, k)?.unbind()),
         None => None,
     };
+    let routed = match routing {
+        Some(r) => Some(routed_rows(py, r, headers.as_ref())?),
+        None => None,
+    };
     Ok(PyKafkaRecords {
         values: PyList::new(py, values)?.unbind(),
         keys,
         num_rows,
         value_bytes,
         key_bytes,
+        routed,
     })
 }
 
@@ -317,6 +475,14 @@ fn check_kafka_schema(
     let schema = import_schema(schema)?;
     kafka::plan_kafka(&schema, &options).py_err(py)?;
     Ok(())
+}
+
+/// Whether `schema` is exactly Spark's Kafka-sink shape (`value`, and optionally `key`, `topic`,
+/// `partition`, `headers`, each of its type): what a sink with no value option writes as such.
+#[pyfunction]
+fn is_spark_kafka_shape(schema: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let schema = import_schema(schema)?;
+    Ok(kafka_shape::is_spark_shape(&schema))
 }
 
 fn pg_columns(columns: Vec<(String, String, i32)>) -> Vec<pgcopy::PgColumn> {
@@ -552,6 +718,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPgCopyStream>()?;
     m.add_function(wrap_pyfunction!(encode_kafka, m)?)?;
     m.add_function(wrap_pyfunction!(check_kafka_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(is_spark_kafka_shape, m)?)?;
     m.add_function(wrap_pyfunction!(iter_kafka, m)?)?;
     m.add_function(wrap_pyfunction!(encode_pg_copy, m)?)?;
     m.add_function(wrap_pyfunction!(iter_pg_copy, m)?)?;

@@ -13,6 +13,7 @@ use arrow_array::{
 use arrow_schema::{DataType, Schema};
 
 use super::json::{JsonColumn, JsonRowEncoder, check_json_schema, check_json_type};
+use super::kafka_shape::{self, RoutePlan};
 use crate::error::{CoreError, CoreResult};
 
 /// How record values are produced.
@@ -22,6 +23,9 @@ pub enum ValueFormat {
     Json,
     /// The bytes of one string/binary column, as is.
     Raw,
+    /// Spark's Kafka-sink shape: `value` (and optional `key`) as is, per-row `topic`,
+    /// `partition` and `headers` ([`super::kafka_shape`]).
+    Spark,
 }
 
 impl ValueFormat {
@@ -30,8 +34,9 @@ impl ValueFormat {
         match name {
             "json" => Ok(Self::Json),
             "raw" => Ok(Self::Raw),
+            "spark" => Ok(Self::Spark),
             other => Err(CoreError::Config(format!(
-                "value_format {other:?} is not supported; use \"json\" or \"raw\""
+                "value_format {other:?} is not supported; use \"json\", \"raw\" or \"spark\""
             ))),
         }
     }
@@ -53,6 +58,7 @@ pub struct KafkaOptions {
 pub struct KafkaPlan {
     value: ValuePlan,
     key: Option<(usize, KeyKind)>,
+    route: Option<RoutePlan>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +75,7 @@ enum KeyKind {
     Json,
 }
 
-fn is_byte_type(dt: &DataType) -> bool {
+pub(crate) fn is_byte_type(dt: &DataType) -> bool {
     match dt {
         DataType::Utf8
         | DataType::LargeUtf8
@@ -97,12 +103,18 @@ impl KafkaPlan {
     pub fn has_key(&self) -> bool {
         self.key.is_some()
     }
+
+    /// The per-row topic/partition/headers columns of Spark's shape, when that is the format.
+    pub fn route(&self) -> Option<&RoutePlan> {
+        self.route.as_ref()
+    }
 }
 
 /// Validates `options` against `schema` before anything is produced: the key and value columns
 /// exist and every type can be encoded. Errors name the column and its type.
 pub fn plan_kafka(schema: &Schema, options: &KafkaOptions) -> CoreResult<KafkaPlan> {
     let value = match options.value_format {
+        ValueFormat::Spark => return plan_spark(schema, options),
         ValueFormat::Json => {
             if options.value_column.is_some() {
                 return Err(CoreError::Config(
@@ -151,7 +163,27 @@ pub fn plan_kafka(schema: &Schema, options: &KafkaOptions) -> CoreResult<KafkaPl
             Some((idx, kind))
         }
     };
-    Ok(KafkaPlan { value, key })
+    Ok(KafkaPlan {
+        value,
+        key,
+        route: None,
+    })
+}
+
+fn plan_spark(schema: &Schema, options: &KafkaOptions) -> CoreResult<KafkaPlan> {
+    if options.value_column.is_some() || options.key_column.is_some() {
+        return Err(CoreError::Config(
+            "value_format=\"spark\" reads the columns 'key' and 'value' by name; key and \
+             value_column are not used with it"
+                .into(),
+        ));
+    }
+    let (value, key, route) = kafka_shape::plan_spark(schema)?;
+    Ok(KafkaPlan {
+        value: ValuePlan::Raw(value),
+        key: key.map(|k| (k, KeyKind::Bytes)),
+        route: Some(route),
+    })
 }
 
 /// The payloads of some rows: bytes back to back, per-row end offsets and per-row validity.
@@ -325,7 +357,7 @@ pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
 pub const CHUNK_BYTES: usize = 1 << 20;
 
 /// A string/binary column read as bytes.
-enum ByteColumn {
+pub(crate) enum ByteColumn {
     Str(StringArray),
     LargeStr(LargeStringArray),
     StrView(StringViewArray),
@@ -336,7 +368,7 @@ enum ByteColumn {
 }
 
 impl ByteColumn {
-    fn try_new(column: &str, array: &ArrayRef) -> CoreResult<Self> {
+    pub(crate) fn try_new(column: &str, array: &ArrayRef) -> CoreResult<Self> {
         let malformed = || {
             CoreError::Config(format!(
                 "column '{column}': Arrow type {} does not match its data",
@@ -378,7 +410,7 @@ impl ByteColumn {
     }
 
     #[inline]
-    fn value(&self, i: usize) -> &[u8] {
+    pub(crate) fn value(&self, i: usize) -> &[u8] {
         match self {
             Self::Str(a) => a.value(i).as_bytes(),
             Self::LargeStr(a) => a.value(i).as_bytes(),
@@ -392,7 +424,7 @@ impl ByteColumn {
 
     /// Whether row `i` is null (string and binary arrays: their validity bitmap).
     #[inline]
-    fn is_null(&self, i: usize) -> bool {
+    pub(crate) fn is_null(&self, i: usize) -> bool {
         self.array().is_null(i)
     }
 

@@ -6,10 +6,12 @@
 //!
 //! - [`json`]: one JSON object per row (the exact format rules are in `docs/serialization.md`).
 //! - [`kafka`]: `(key, value)` payloads per row, JSON or a raw column.
+//! - [`kafka_shape`]: Spark's Kafka-sink shape (per-row topic, partition, headers).
 //! - [`pgcopy`]: `COPY … (FORMAT BINARY)` streams for a target table's columns.
 
 pub mod json;
 pub mod kafka;
+pub mod kafka_shape;
 pub mod pgcopy;
 pub mod text;
 
