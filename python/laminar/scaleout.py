@@ -248,9 +248,14 @@ class ScaleOutTask:
         epoch: int,
         postgres: Sequence[PostgresSink],
         kafka: Sequence[KafkaSink],
+        *,
+        state_dsn: str | None = None,
     ) -> None:
-        if not postgres:
+        if not postgres and state_dsn is None:
             raise ConfigError("a scale-out write needs a PostgresSink (its database decides)")
+        #: The decision database when it is not the first PostgresSink's (Kafka-only groups of
+        #: the data source, `laminar.spark_source`); resolved in the task's process.
+        self.state_dsn = state_dsn
         self.group_id = group_id
         self.epoch = epoch
         self.dtid = dtid_for(group_id, epoch)
@@ -266,11 +271,18 @@ class ScaleOutTask:
         yield results_batch(self.write_partition(part, batches, attempt=attempt))
 
     def write_partition(
-        self, part: int, batches: Iterable[pa.RecordBatch | pa.Table], *, attempt: str | None = None
+        self,
+        part: int,
+        batches: Iterable[pa.RecordBatch | pa.Table],
+        *,
+        attempt: str | None = None,
+        create_record: bool = False,
     ) -> list[ParticipantResult]:
-        """Write partition ``part`` of the epoch as prepared participants (module doc, a-f)."""
+        """Write partition ``part`` of the epoch as prepared participants (module doc, a-f).
+        ``create_record``: the claim first creates the epoch's ``dt_state`` row if it is missing
+        (the data source's tasks, which run before any coordinator step: docs/spark.md)."""
         attempt = attempt or f"0-{uuid.uuid4().hex[:12]}"
-        dsn = self.postgres[0].resolved_dsn
+        dsn = self.state_dsn or self.postgres[0].resolved_dsn
         pgs = [postgres_participant(p, part) for p in self.postgres]
         kas = [kafka_participant(k, part) for k in self.kafka]
         names = [(f"pg:{p.sink_id}:p{part}", "postgres", p.gid(self.epoch)) for p in pgs] + [
@@ -297,6 +309,8 @@ class ScaleOutTask:
                 )
                 # b. the claim
                 with control.transaction():
+                    if create_record:
+                        control.execute(_CREATE, (self.dtid, self.group_id, self.epoch))
                     state = control.execute(_CLAIM_STATE, (self.dtid,)).fetchone()
                     if state is None or state[0] != "prepare":
                         log.warning(
@@ -499,8 +513,24 @@ class ScaleOutCoordinator:
             raise map_pg_error(e, f"creating {dtid}", epoch=epoch) from e
         crash_point("scaleout.after_create")
         task = ScaleOutTask(group.group_id, epoch, group.postgres, group.kafka)
+        return self.finish_epoch(epoch, lambda: list(run(task)), started)
+
+    def finish_epoch(
+        self,
+        epoch: int,
+        collect: Callable[[], list[ParticipantResult]],
+        started: float | None = None,
+    ) -> bool:
+        """Steps 2-5 of an epoch whose ``dt_state`` row is in ``prepare``: ``collect()`` the
+        participants' results, decide, complete; rolled back on a failure before the decision.
+        `write_epoch` runs it after creating the row; the data source's driver-side ``commit``
+        runs it with the results its tasks sent (docs/spark.md)."""
+        group = self.group
+        conn = group._connect()
+        dtid = dtid_for(group.group_id, epoch)
+        started = time.perf_counter() if started is None else started
         try:
-            results = list(run(task))
+            results = collect()
             crash_point("scaleout.after_tasks")
             if all(r.status == "empty" for r in results):
                 # an empty batch: nothing was prepared, nothing to decide (like the
