@@ -319,7 +319,13 @@ def commit_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int) -
             conn.commit()
             log.info("%s: completed the decided epoch %d", group_id, epoch)
             return
-        done = coordinator.finish_epoch(epoch, lambda: results)
+        try:
+            done = coordinator.finish_epoch(epoch, lambda: results)
+        except AbortableError:
+            # not decided (the votes of another attempt, a watcher's rollback): nothing of the
+            # batch may stay prepared until Spark runs it again
+            roll_back_distributed(conn, dtid, coordinator.kafka_sink, why="not decided")
+            raise
         log.info("%s: batch %d (epoch %d) %s", group_id, batch_id, epoch, done)
     except psycopg.Error as e:
         raise map_pg_error(e, f"committing batch {batch_id} of group {group_id!r}") from e
