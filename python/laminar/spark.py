@@ -23,6 +23,9 @@ checkpoint. In the server's Python worker, each micro-batch goes through `Foreac
   told the query id; the checkpoint's metadata file is where Spark keeps it). A new checkpoint
   means a new id, which is what the checkpoint-reset guard needs (docs/protocol.md §5).
 
+`register` makes ``writeStream.format("laminar")`` available instead (`laminar.spark_source`:
+tasks write, the driver decides; docs/spark.md), after the same server check.
+
 The worker that runs ``foreachBatch`` is started by the server: with Spark Connect, the
 interpreter named by the server's ``PYSPARK_PYTHON`` environment variable (``spark.pyspark.python``
 is not consulted there). It must have laminar at the client's version; docs/spark.md has the set-up.

@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +44,7 @@ from pyspark.sql.datasource import (
 )
 
 from laminar import _records
-from laminar._atomic import GROUP_KIND, claim_ownership
+from laminar._atomic import GROUP_KIND, _kafka_registry_config, claim_ownership
 from laminar._redact import redact_dsn
 from laminar.errors import AbortableError, ConfigError, InDoubtError, LaminarError
 from laminar.metadata import ensure_schema, register_sink, table
@@ -62,7 +62,7 @@ from laminar.sinks.kafka import KafkaSink
 from laminar.sinks.postgres import PostgresSink
 from laminar.spark_options import SinkOptions, parse_options
 
-__all__ = ["LaminarCommitMessage", "LaminarDataSource", "LaminarStreamWriter"]
+__all__ = ["LaminarCommitMessage", "LaminarDataSource", "LaminarStreamWriter", "resolve_stopped"]
 
 log = logging.getLogger("laminar.spark_source")
 
@@ -250,6 +250,8 @@ class _DriverGroup:
         try:
             ensure_schema(conn, where=redact_dsn(self.dsn))
             register_sink(conn, self.group_id, GROUP_KIND, {"sinks": ids, "redo": "replay"})
+            for k in self.kafka:  # what `laminar status`/`recover` need to reach it
+                register_sink(conn, k.sink_id, k.kind, _kafka_registry_config(k))
             conn.commit()
             last = dict(_records.read_sink_epochs(conn, [p.sink_id for p in self.postgres]))
             self.owner = owner
@@ -360,3 +362,29 @@ def abort_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int) ->
         raise map_pg_error(e, f"aborting batch {batch_id} of group {group_id!r}") from e
     finally:
         group.close()
+
+
+def resolve_stopped(options: Mapping[str, str]) -> Any:
+    """Resolve what a query stopped in the middle of a batch left prepared (the tasks Spark
+    interrupted may still prepare after the batch was abandoned): the watcher's rules for this
+    group (docs/protocol.md §4b), as the query's next start would through its replay — for a
+    query that will not run again. ``options`` are the query's ``format("laminar")`` options;
+    returns the `laminar.watcher.WatcherReport`."""
+    from laminar.watcher import Watcher
+
+    kafka, postgres, group_id = _sinks(parse_options(options))
+    dsn = parse_options(options).state_dsn().resolve("the decision database (format('laminar'))")
+    lookup = participant_factory(kafka)
+    watcher = Watcher(
+        dsn,
+        group_id=group_id,
+        kafka_sink=lookup,
+        sink_ids=[p.sink_id for p in postgres],
+        resolve_after_s=0.0,
+    )
+    try:
+        return watcher.run_once()
+    finally:
+        for sink in getattr(lookup, "built", {}).values():
+            with contextlib.suppress(LaminarError):
+                sink.close()
