@@ -176,6 +176,16 @@ def stop_and_resolve(query: Any, targets: str, names: dict[str, str], pg_dsn: st
     """Stop the query; what the batch it interrupted left prepared is resolved as its next
     start would (`resolve_stopped`); that batch was never committed (checked after)."""
     stop(query)
+
+    def settled() -> bool:  # the tasks Spark interrupted may still be writing: wait for them
+        with psycopg.connect(pg_dsn) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'laminar task'"
+                " OR application_name LIKE 'laminar commit%'"
+            ).fetchone()
+        return row == (0,)
+
+    wait_for(settled, timeout=90, what="the interrupted tasks to end")
     os.environ[DSN_VAR] = pg_dsn
     try:
         resolve_stopped(sink_options(targets, names))
