@@ -220,6 +220,7 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_source(tmp_path_factory.mktemp("ds-warm-up"), WARM_UP_ROWS)
 
 
+@pytest.mark.timeout(600 if QUICK else 1800)
 def bench_format_laminar_against_foreach_batch_and_jdbc(
     server: Any,
     source: Path,
