@@ -136,6 +136,7 @@ class AtomicGroup(DistributedDriver):
         retries: int = 0,
         retry_backoff_s: float = 0.5,
         scale_out: bool = False,
+        state_dsn: str | None = None,
     ) -> None:
         super().__init__(
             {k.sink_id: k for k in kafka},
@@ -154,7 +155,9 @@ class AtomicGroup(DistributedDriver):
         self.owner = owner
         self.on_new_query = on_new_query
         self.redo = redo
-        self.dsn = self.postgres[0].resolved_dsn
+        #: The decision database: ``state_dsn`` (a Kafka-only scale-out group of the data
+        #: source, `laminar.spark_source`), else the first PostgreSQL sink's.
+        self.dsn = state_dsn or self.postgres[0].resolved_dsn
         self.conn: psycopg.Connection[Any] | None = None
         self._retries = retries
         self._backoff_ms = round(retry_backoff_s * 1000)
@@ -225,10 +228,23 @@ class AtomicGroup(DistributedDriver):
             raise FatalError(f"{self.what()} is not a scale-out group")
         if not self.started:
             self.start()
+        return self._scaled(lambda: self.machine.write_epoch(epoch - self.epoch_base), tasks)
+
+    def commit_collected(self, batch_id: int, tasks: Callable[[int], Sequence[Any]]) -> bool:
+        r"""Scale-out: decide and complete Spark batch ``batch_id`` whose tasks ran already and
+        created the epoch's record (the data source's driver-side ``commit``, docs/spark.md);
+        ``tasks(epoch)`` returns the `laminar.scaleout.ParticipantResult`\ s they sent. The
+        group starts inside the same run, its watcher pass sparing that record. False if the
+        epoch was committed before (a repeated commit) or every partition was empty."""
+        if not self.scale_out:
+            raise FatalError(f"{self.what()} is not a scale-out group")
+        return self._scaled(lambda: self.machine.commit_collected(batch_id), tasks)
+
+    def _scaled(self, begin: Callable[[], None], tasks: Callable[[int], Sequence[Any]]) -> bool:
         self._tasks = tasks
         self._locked_at = None
         try:
-            self._run(lambda: self.machine.write_epoch(epoch - self.epoch_base))
+            self._run(begin)
         finally:
             self._tasks = None
         if self.machine.committed and self._locked_at is not None:

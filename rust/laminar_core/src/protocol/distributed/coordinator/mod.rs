@@ -15,6 +15,18 @@
 //!     conclude_dt)
 //! ```
 //!
+//! With `collected` (the data source's driver-side `commit`, docs/spark.md) the tasks ran first
+//! and created the record themselves: step 1 reads it instead of creating it, and step 2's
+//! `run_tasks` hands over the results the tasks sent.
+//!
+//! ```text
+//! 1 read_dt_state: prepare -> 2 run_tasks, 3 ...
+//!                  commit  -> complete it (a commit that died after its decision), skipped
+//!                  rollback-> Resolution::roll_back, refusal not_decided
+//!                  gone    -> run_tasks: every partition empty, or read_decisions finds the
+//!                             epoch decided (a repeated commit): skipped; else not_decided
+//! ```
+//!
 //! Anything that fails before the decision rolls the epoch back with [`Resolution::roll_back`]
 //! (the one definition) and ends; the epoch is written again.
 
@@ -25,7 +37,9 @@ use std::collections::BTreeSet;
 
 use crate::recovery::atomic::{EpochPlan, SinkProgress, plan_epoch};
 
-use super::super::command::{Command, Event, LogLevel, ParticipantResult, unexpected};
+use super::super::command::{
+    Command, DecisionSelection, Event, LogLevel, ParticipantResult, ResultStatus, unexpected,
+};
 use super::super::crash::CrashPoint;
 use super::super::names::dtid;
 use super::super::records::{DtEvent, DtState, dt_next, illegal};
@@ -45,6 +59,8 @@ pub struct ScaleContext {
     pub refuse_backwards: bool,
     /// Decided transactions of the group not concluded yet.
     pub pending: BTreeSet<String>,
+    /// The tasks ran before and created the record (module docs).
+    pub collected: bool,
 }
 
 children!(
@@ -82,6 +98,8 @@ pub struct ScaleOutEpoch {
     cleared: bool,
     after_rollback: Option<End>,
     ending: Option<End>,
+    /// `collected`: the record was gone when read.
+    gone: bool,
 }
 
 impl ScaleOutEpoch {
@@ -99,6 +117,7 @@ impl ScaleOutEpoch {
             cleared: false,
             after_rollback: None,
             ending: None,
+            gone: false,
         };
         if me.ctx.pending.is_empty() {
             me.plan();
@@ -131,13 +150,21 @@ impl ScaleOutEpoch {
             .iter()
             .map(|(s, _)| s.clone())
             .collect::<Vec<_>>();
-        self.core.run(Child::Pass(Box::new(WatcherPass::new(
-            PassConfig::owned_group(&self.ctx.group_id, &sinks),
-        ))));
+        let mut config = PassConfig::owned_group(&self.ctx.group_id, &sinks);
+        if self.ctx.collected && !self.skip_after_settle {
+            // the tasks' record of this epoch is in flight: it is decided here, not rolled back
+            config.spare = Some(self.dtid.clone());
+        }
+        self.core
+            .run(Child::Pass(Box::new(WatcherPass::new(config))));
     }
 
     fn plan(&mut self) {
         let epoch = self.ctx.epoch;
+        if self.ctx.collected && self.ctx.postgres.is_empty() {
+            // Kafka only: no sink progress to plan from (the record and the decision rows say)
+            return self.read_record();
+        }
         let progress: Vec<SinkProgress> = self
             .ctx
             .postgres
@@ -159,8 +186,85 @@ impl ScaleOutEpoch {
                 ));
                 self.ending = Some(End::Ok);
             }
+            EpochPlan::Write { .. } if self.ctx.collected => self.read_record(),
             EpochPlan::Write { .. } => self.create(),
         }
+    }
+
+    /// `collected`, step 1: the record the tasks created.
+    fn read_record(&mut self) {
+        self.stage = Stage::Creating;
+        self.core.out.push(Command::ReadDtState {
+            dtid: self.dtid.clone(),
+            for_share: false,
+        });
+    }
+
+    /// `collected`: the record the tasks created, as read in step 1.
+    fn on_record(&mut self, state: Option<DtState>) {
+        match state {
+            Some(DtState::Prepare) => self.run_tasks(),
+            Some(DtState::Commit) => {
+                // decided by a commit that died before completing it: complete it now
+                self.ctx.pending.insert(self.dtid.clone());
+                self.skip_after_settle = true;
+                self.settle();
+            }
+            Some(DtState::Rollback) => {
+                let message = self.not_decided("was rolled back");
+                let refusal = Refusal::new(RefusalKind::NotDecided, message.clone())
+                    .for_epoch(self.ctx.epoch);
+                self.roll_back(
+                    End::Refused(refusal),
+                    message,
+                    Some(DtState::Rollback),
+                    false,
+                );
+            }
+            None => {
+                self.gone = true;
+                self.run_tasks();
+            }
+        }
+    }
+
+    /// `collected`, the record gone: a repeated commit, or rolled back by someone else.
+    fn on_gone(&mut self, results: &[ParticipantResult], decided: Option<bool>) {
+        let empty = results.iter().all(|r| r.status == ResultStatus::Empty);
+        match decided {
+            _ if empty => self.ending = Some(End::Ok),
+            None => self.core.out.push(Command::ReadDecisions {
+                of: DecisionSelection::Group(self.ctx.group_id.clone()),
+            }),
+            Some(true) => {
+                self.core.out.push(Command::log(
+                    LogLevel::Info,
+                    format!("{}: decided and concluded already, skipped", self.dtid),
+                ));
+                self.ending = Some(End::Ok);
+            }
+            Some(false) => {
+                let message = self.not_decided("was rolled back and concluded");
+                let refusal =
+                    Refusal::new(RefusalKind::NotDecided, message).for_epoch(self.ctx.epoch);
+                self.ending = Some(End::Refused(refusal));
+            }
+        }
+    }
+
+    fn not_decided(&self, what: &str) -> String {
+        format!(
+            "{} {what} before the driver's commit (the watcher, `laminar recover`, `laminar \
+             resolve` or an abort); the batch is written again when the query runs it again",
+            self.dtid
+        )
+    }
+
+    fn run_tasks(&mut self) {
+        self.core.out.push(Command::RunTasks {
+            dtid: self.dtid.clone(),
+            epoch: self.ctx.epoch,
+        });
     }
 
     fn create(&mut self) {
@@ -334,6 +438,17 @@ impl ScaleOutEpoch {
                         None,
                         "left by an earlier run",
                     ))));
+            }
+            (Command::ReadDtState { .. }, Event::DtState { state }) => self.on_record(state),
+            (Command::RunTasks { .. }, Event::TaskResults { results }) if self.gone => {
+                self.on_gone(&results, None);
+                self.results = results;
+            }
+            (Command::ReadDecisions { .. }, Event::Decisions { rows }) if self.gone => {
+                let epoch = self.ctx.epoch;
+                let decided = rows.iter().any(|r| r.epoch >= epoch);
+                let results = std::mem::take(&mut self.results);
+                self.on_gone(&results, Some(decided));
             }
             (Command::RunTasks { .. }, Event::TaskResults { results }) => self.on_results(results),
             (Command::RunTasks { .. }, Event::Failed(f)) => {
