@@ -37,7 +37,13 @@ from laminar.sinks._pg_errors import map_pg_error
 from laminar.sinks.kafka import KafkaSink
 from laminar.sinks.postgres import PostgresSink
 
-__all__ = ["AtomicGroup", "claim_ownership", "default_group_id", "same_database"]
+__all__ = [
+    "AtomicGroup",
+    "claim_ownership",
+    "default_group_id",
+    "owner_decision_of",
+    "same_database",
+]
 
 log = logging.getLogger("laminar.atomic")
 
@@ -70,6 +76,34 @@ def same_database(a: str, b: str) -> bool:
     return _conninfo_key(a) == _conninfo_key(b)
 
 
+def owner_decision_of(
+    conn: psycopg.Connection[Any],
+    registry_id: str,
+    member_ids: Sequence[str],
+    owner: str | None,
+    last_committed: dict[str, int | None],
+    *,
+    restart: bool,
+) -> tuple[str, int, str | None] | None:
+    """The core's `owner_decision` (docs/protocol.md §5) over the registry's rows, read in the
+    current transaction (the registry row locked): ``(action, epoch_base, replaced)``, a
+    `ConfigError` for a foreign owner without ``restart``; None if ``registry_id`` has no row."""
+    found = _records.read_ownership(conn, registry_id, member_ids)
+    if found is None:
+        return None
+    current, base, member_owners = found
+    return owner_decision(
+        registry_id,
+        list(member_ids),
+        owner=current,
+        epoch_base=base,
+        member_owners=member_owners,
+        last_committed=[last_committed.get(m) for m in member_ids],
+        mine=owner,
+        restart=restart,
+    )
+
+
 def claim_ownership(
     conn: psycopg.Connection[Any],
     registry_id: str,
@@ -86,20 +120,12 @@ def claim_ownership(
     both — unless ``on_new_query="restart"``, which makes the new query the owner and moves the
     epoch base past every committed epoch.
     """
-    found = _records.read_ownership(conn, registry_id, member_ids)
-    if found is None:
-        raise ConfigError(f"{registry_id!r} is not registered in laminar.sinks")
-    current, base, member_owners = found
-    action, base, replaced = owner_decision(
-        registry_id,
-        list(member_ids),
-        owner=current,
-        epoch_base=base,
-        member_owners=member_owners,
-        last_committed=[last_committed.get(m) for m in member_ids],
-        mine=owner,
-        restart=on_new_query == "restart",
+    decided = owner_decision_of(
+        conn, registry_id, member_ids, owner, last_committed, restart=on_new_query == "restart"
     )
+    if decided is None:
+        raise ConfigError(f"{registry_id!r} is not registered in laminar.sinks")
+    action, base, replaced = decided
     if action == "claim" and owner is not None:
         if replaced is not None:
             log.warning(

@@ -45,8 +45,7 @@ from pyspark.sql.datasource import (
 )
 
 from laminar import _records
-from laminar._atomic import AtomicGroup
-from laminar._core import owner_decision
+from laminar._atomic import AtomicGroup, owner_decision_of
 from laminar._redact import redact_dsn
 from laminar.errors import ConfigError, LaminarError
 from laminar.metadata import ensure_schema
@@ -158,24 +157,11 @@ def _sinks(options: SinkOptions) -> tuple[list[KafkaSink], list[PostgresSink], s
 def _epoch_base(
     conn: psycopg.Connection[Any], group_id: str, members: Sequence[str], owner: str | None
 ) -> int:
-    """The group's epoch base, after the owner guard (docs/protocol.md §5, the core's
-    `owner_decision`): 0 before the group's first commit registers it."""
-    found = _records.read_ownership(conn, group_id, members)
-    if found is None:
-        return 0
-    current, base, member_owners = found
+    """The group's epoch base, after the owner guard (docs/protocol.md §5; a task never claims):
+    0 before the group's first commit registers it."""
     last = dict(_records.read_sink_epochs(conn, list(members)))
-    _, base, _ = owner_decision(
-        group_id,
-        list(members),
-        owner=current,
-        epoch_base=base,
-        member_owners=member_owners,
-        last_committed=[last.get(m) for m in members],
-        mine=owner,
-        restart=False,
-    )
-    return base
+    decided = owner_decision_of(conn, group_id, members, owner, last, restart=False)
+    return 0 if decided is None else decided[1]
 
 
 def write_task(
