@@ -30,6 +30,7 @@
 //! Anything that fails before the decision rolls the epoch back with [`Resolution::roll_back`]
 //! (the one definition) and ends; the epoch is written again.
 
+mod collected;
 mod decision;
 
 use crate::protocol::stalled;
@@ -37,9 +38,7 @@ use std::collections::BTreeSet;
 
 use crate::recovery::atomic::{EpochPlan, SinkProgress, plan_epoch};
 
-use super::super::command::{
-    Command, DecisionSelection, Event, LogLevel, ParticipantResult, ResultStatus, unexpected,
-};
+use super::super::command::{Command, Event, LogLevel, ParticipantResult, unexpected};
 use super::super::crash::CrashPoint;
 use super::super::names::dtid;
 use super::super::records::{DtEvent, DtState, dt_next, illegal};
@@ -142,7 +141,7 @@ impl ScaleOutEpoch {
         &self.ctx.postgres
     }
 
-    fn settle(&mut self) {
+    pub(super) fn settle(&mut self) {
         self.stage = Stage::Settling;
         let sinks = self
             .ctx
@@ -191,76 +190,7 @@ impl ScaleOutEpoch {
         }
     }
 
-    /// `collected`, step 1: the record the tasks created.
-    fn read_record(&mut self) {
-        self.stage = Stage::Creating;
-        self.core.out.push(Command::ReadDtState {
-            dtid: self.dtid.clone(),
-            for_share: false,
-        });
-    }
-
-    /// `collected`: the record the tasks created, as read in step 1.
-    fn on_record(&mut self, state: Option<DtState>) {
-        match state {
-            Some(DtState::Prepare) => self.run_tasks(),
-            Some(DtState::Commit) => {
-                // decided by a commit that died before completing it: complete it now
-                self.ctx.pending.insert(self.dtid.clone());
-                self.skip_after_settle = true;
-                self.settle();
-            }
-            Some(DtState::Rollback) => {
-                let message = self.not_decided("was rolled back");
-                let refusal = Refusal::new(RefusalKind::NotDecided, message.clone())
-                    .for_epoch(self.ctx.epoch);
-                self.roll_back(
-                    End::Refused(refusal),
-                    message,
-                    Some(DtState::Rollback),
-                    false,
-                );
-            }
-            None => {
-                self.gone = true;
-                self.run_tasks();
-            }
-        }
-    }
-
-    /// `collected`, the record gone: a repeated commit, or rolled back by someone else.
-    fn on_gone(&mut self, results: &[ParticipantResult], decided: Option<bool>) {
-        let empty = results.iter().all(|r| r.status == ResultStatus::Empty);
-        match decided {
-            _ if empty => self.ending = Some(End::Ok),
-            None => self.core.out.push(Command::ReadDecisions {
-                of: DecisionSelection::Group(self.ctx.group_id.clone()),
-            }),
-            Some(true) => {
-                self.core.out.push(Command::log(
-                    LogLevel::Info,
-                    format!("{}: decided and concluded already, skipped", self.dtid),
-                ));
-                self.ending = Some(End::Ok);
-            }
-            Some(false) => {
-                let message = self.not_decided("was rolled back and concluded");
-                let refusal =
-                    Refusal::new(RefusalKind::NotDecided, message).for_epoch(self.ctx.epoch);
-                self.ending = Some(End::Refused(refusal));
-            }
-        }
-    }
-
-    fn not_decided(&self, what: &str) -> String {
-        format!(
-            "{} {what} before the driver's commit (the watcher, `laminar recover`, `laminar \
-             resolve` or an abort); the batch is written again when the query runs it again",
-            self.dtid
-        )
-    }
-
-    fn run_tasks(&mut self) {
+    pub(super) fn run_tasks(&mut self) {
         self.core.out.push(Command::RunTasks {
             dtid: self.dtid.clone(),
             epoch: self.ctx.epoch,
@@ -283,7 +213,13 @@ impl ScaleOutEpoch {
     /// Before the decision: roll back, then end with `end`.
     /// `rollback_txn`: the decision transaction is open and is rolled back first (its
     /// `prepare -> commit` with it).
-    fn roll_back(&mut self, end: End, why: String, state: Option<DtState>, rollback_txn: bool) {
+    pub(super) fn roll_back(
+        &mut self,
+        end: End,
+        why: String,
+        state: Option<DtState>,
+        rollback_txn: bool,
+    ) {
         self.core.out.clear();
         if rollback_txn {
             self.core.out.push(Command::Rollback);
