@@ -21,7 +21,6 @@ import urllib.request
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from laminar.embedded._process import (
@@ -32,6 +31,7 @@ from laminar.embedded._process import (
     port_accepts,
     wait_until,
 )
+from laminar.embedded._server import EmbeddedServer, KafkaAdmin
 
 __all__ = ["S3Server", "TansuBroker", "find_tansu_binary"]
 
@@ -71,7 +71,7 @@ def find_tansu_binary() -> Path:
     )
 
 
-class S3Server:
+class S3Server(EmbeddedServer):
     """A local S3-compatible object store (moto's server) on a free loopback port.
 
     It is the durable storage for `TansuBroker`: the broker can be stopped, killed and
@@ -177,19 +177,8 @@ class S3Server:
         self._process = None
         self._dir = None
 
-    def __enter__(self) -> S3Server:
-        return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-
-class TansuBroker:
+class TansuBroker(EmbeddedServer, KafkaAdmin):
     """A Tansu broker (Kafka protocol) on a free port of 127.0.0.1.
 
     ``storage`` is a Tansu storage-engine URL; the default ``memory://tansu/`` loses everything
@@ -265,15 +254,6 @@ class TansuBroker:
             raise EmbeddedServerError("the broker has not been started")
         return self._dir / "tansu.log"
 
-    @property
-    def pid(self) -> int | None:
-        """The broker's process id while it runs."""
-        return self._process.pid if self._process is not None and self._process.alive() else None
-
-    def is_running(self) -> bool:
-        """Whether the broker process is running."""
-        return self._process is not None and self._process.alive()
-
     def start(self) -> TansuBroker:
         """Start the broker (again, on the same port, after `stop`/`kill`) and wait until it
         answers a Kafka metadata request; return ``self``."""
@@ -320,44 +300,10 @@ class TansuBroker:
             self._dir = None
             self.port = self._requested_port or 0
 
-    def kill(self) -> None:
-        """SIGKILL the broker, as a crash would; `start` brings it back on the same port."""
-        if self._process is not None:
-            self._process.kill()
-            self._process = None
-
     def restart(self) -> None:
         """Stop the broker cleanly and start it again on the same port."""
         self.stop(keep_data=True)
         self.start()
-
-    def admin_client(self, **config: Any) -> Any:
-        """A confluent-kafka ``AdminClient`` for this broker."""
-        from confluent_kafka.admin import AdminClient
-
-        return AdminClient({"bootstrap.servers": self.bootstrap_servers, **config})
-
-    def create_topic(
-        self,
-        name: str,
-        partitions: int = 1,
-        *,
-        config: Mapping[str, str] | None = None,
-        timeout: float = 15.0,
-    ) -> None:
-        """Create a topic and wait until its metadata shows every partition."""
-        create_topic(self.bootstrap_servers, name, partitions, config=config, timeout=timeout)
-
-    def __enter__(self) -> TansuBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         state = "running" if self.is_running() else "stopped"

@@ -23,7 +23,6 @@ import uuid
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from laminar.embedded._process import (
@@ -35,7 +34,8 @@ from laminar.embedded._process import (
     run_checked,
     wait_until,
 )
-from laminar.embedded.broker import answers_metadata, create_topic
+from laminar.embedded._server import EmbeddedServer, KafkaAdmin
+from laminar.embedded.broker import answers_metadata
 
 __all__ = [
     "KAFKA_VERSION",
@@ -161,7 +161,7 @@ def new_cluster_id() -> str:
             return text
 
 
-class KafkaBroker:
+class KafkaBroker(EmbeddedServer, KafkaAdmin):
     """An Apache Kafka broker (KRaft, one node, its own controller) on 127.0.0.1.
 
     ``config`` overrides or adds broker settings (``server.properties``), e.g.
@@ -230,15 +230,6 @@ class KafkaBroker:
         if self._dir is None:
             raise EmbeddedServerError("the broker has not been started")
         return self._dir / "data"
-
-    @property
-    def pid(self) -> int | None:
-        """The JVM's process id while it runs."""
-        return self._process.pid if self._process is not None and self._process.alive() else None
-
-    def is_running(self) -> bool:
-        """Whether the broker's JVM is running."""
-        return self._process is not None and self._process.alive()
 
     def settings(self) -> dict[str, str]:
         """The broker's ``server.properties`` (ports as of now)."""
@@ -309,44 +300,10 @@ class KafkaBroker:
             self.port, self.controller_port = (p or 0 for p in self._requested_ports)
             self.cluster_id = new_cluster_id()
 
-    def kill(self) -> None:
-        """SIGKILL the broker, as a crash would; `start` brings it back with its data."""
-        if self._process is not None:
-            self._process.kill()
-            self._process = None
-
     def restart(self) -> None:
         """Stop the broker cleanly and start it again on the same ports, with its data."""
         self.stop(keep_data=True)
         self.start()
-
-    def admin_client(self, **config: Any) -> Any:
-        """A confluent-kafka ``AdminClient`` for this broker."""
-        from confluent_kafka.admin import AdminClient
-
-        return AdminClient({"bootstrap.servers": self.bootstrap_servers, **config})
-
-    def create_topic(
-        self,
-        name: str,
-        partitions: int = 1,
-        *,
-        config: Mapping[str, str] | None = None,
-        timeout: float = 15.0,
-    ) -> None:
-        """Create a topic and wait until its metadata shows every partition."""
-        create_topic(self.bootstrap_servers, name, partitions, config=config, timeout=timeout)
-
-    def __enter__(self) -> KafkaBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         state = "running" if self.is_running() else "stopped"

@@ -12,7 +12,6 @@ import tempfile
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -27,6 +26,7 @@ from laminar.embedded._process import (
     unprivileged_user,
     wait_until,
 )
+from laminar.embedded._server import EmbeddedServer
 
 __all__ = ["EphemeralPostgres", "find_pg_bindir"]
 
@@ -89,7 +89,7 @@ def _has_server_binaries(bindir: Path) -> bool:
     return all(os.access(bindir / name, os.X_OK) for name in ("initdb", "postgres"))
 
 
-class EphemeralPostgres:
+class EphemeralPostgres(EmbeddedServer):
     """A throw-away PostgreSQL cluster: ``initdb`` into a temporary directory, ``postgres`` on a
     free port of 127.0.0.1, removed again by `stop`.
 
@@ -188,15 +188,6 @@ class EphemeralPostgres:
             return self._log_path_arg
         return self._require_started() / "postgres.log"
 
-    @property
-    def pid(self) -> int | None:
-        """The postmaster's process id while it runs."""
-        return self._process.pid if self._process is not None and self._process.alive() else None
-
-    def is_running(self) -> bool:
-        """Whether the postmaster is running."""
-        return self._process is not None and self._process.alive()
-
     def start(self) -> EphemeralPostgres:
         """Create the cluster (first call only) and start the server; return ``self``.
 
@@ -259,17 +250,6 @@ class EphemeralPostgres:
         with psycopg.connect(self.dsn_for("postgres"), autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         return self.dsn_for(name)
-
-    def __enter__(self) -> EphemeralPostgres:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         state = "running" if self.is_running() else "stopped"

@@ -12,7 +12,6 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from laminar.embedded._process import (
@@ -23,6 +22,7 @@ from laminar.embedded._process import (
     port_accepts,
     wait_until,
 )
+from laminar.embedded._server import EmbeddedServer
 
 __all__ = ["SPARK_KAFKA_VERSION", "SparkConnectServer", "find_spark_home", "find_spark_kafka_jars"]
 
@@ -93,7 +93,7 @@ def find_spark_kafka_jars() -> list[Path]:
     return jars
 
 
-class SparkConnectServer:
+class SparkConnectServer(EmbeddedServer):
     """A Spark Connect server (``local[N]``) on a free port of 127.0.0.1, in its own JVM.
 
     Server-side Python (the ``foreachBatch`` function, UDFs) runs with ``python`` — by default
@@ -170,15 +170,6 @@ class SparkConnectServer:
             raise EmbeddedServerError("the Spark Connect server has not been started")
         return self._dir
 
-    @property
-    def pid(self) -> int | None:
-        """The JVM's process id while it runs."""
-        return self._process.pid if self._process is not None and self._process.alive() else None
-
-    def is_running(self) -> bool:
-        """Whether the JVM is running."""
-        return self._process is not None and self._process.alive()
-
     def start(self) -> SparkConnectServer:
         """Start the server and wait until a client query succeeds; return ``self``."""
         if self.is_running():
@@ -249,28 +240,10 @@ class SparkConnectServer:
             self._dir = None
             self.port = self._requested_port or 0
 
-    def kill(self) -> None:
-        """SIGKILL the JVM and its Python workers (a crash mid-batch); `start` restarts it on
-        the same port."""
-        if self._process is not None:
-            self._process.kill()
-            self._process = None
-
     def restart(self) -> None:
         """Stop the server and start a fresh one on the same port (sessions are lost)."""
         self.stop(keep_dir=True)
         self.start()
-
-    def __enter__(self) -> SparkConnectServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         state = "running" if self.is_running() else "stopped"

@@ -1,0 +1,84 @@
+"""What the embedded servers share: one child process behind ``pid``/``is_running``/``kill``, a
+context manager over ``start``/``stop``, and (for the brokers) the admin helpers.
+
+Each server keeps its own ``start``/``stop``/``restart``: what survives a stop (data, ports, the
+scratch directory) differs from one to the next, and each says so in its docstrings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, TypeVar
+
+from laminar.embedded._process import ServerProcess
+
+__all__ = ["EmbeddedServer", "KafkaAdmin"]
+
+_S = TypeVar("_S", bound="EmbeddedServer")  # typing.Self needs 3.11; the wheel supports 3.10
+
+
+class EmbeddedServer:
+    """Base of the embedded servers: ``with server:`` starts it and stops it on the way out."""
+
+    _process: ServerProcess | None
+
+    def start(self: _S) -> _S:  # pragma: no cover - every server overrides it
+        raise NotImplementedError
+
+    def stop(self) -> None:  # pragma: no cover - every server overrides it
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs."""
+        return self._process.pid if self._process is not None and self._process.alive() else None
+
+    def is_running(self) -> bool:
+        """Whether the server's process is running."""
+        return self._process is not None and self._process.alive()
+
+    def kill(self) -> None:
+        """SIGKILL the server's process group, as a crash would; `start` brings it back (what
+        survives is the server's own: see its class)."""
+        if self._process is not None:
+            self._process.kill()
+            self._process = None
+
+    def __enter__(self: _S) -> _S:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class KafkaAdmin:
+    """The admin helpers of an embedded broker (Apache Kafka, Tansu): needs `bootstrap_servers`."""
+
+    @property
+    def bootstrap_servers(self) -> str:  # pragma: no cover - every broker overrides it
+        raise NotImplementedError
+
+    def admin_client(self, **config: Any) -> Any:
+        """A confluent-kafka ``AdminClient`` for this broker."""
+        from confluent_kafka.admin import AdminClient  # kept off `import laminar.embedded`
+
+        return AdminClient({"bootstrap.servers": self.bootstrap_servers, **config})
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        *,
+        config: Mapping[str, str] | None = None,
+        timeout: float = 15.0,
+    ) -> None:
+        """Create a topic and wait until its metadata shows every partition."""
+        from laminar.embedded.broker import create_topic  # broker.py builds on this module
+
+        create_topic(self.bootstrap_servers, name, partitions, config=config, timeout=timeout)
