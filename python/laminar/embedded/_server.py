@@ -7,7 +7,11 @@ scratch directory) differs from one to the next, and each says so in its docstri
 
 from __future__ import annotations
 
+import shutil
+import signal
+import weakref
 from collections.abc import Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -22,6 +26,9 @@ class EmbeddedServer:
     """Base of the embedded servers: ``with server:`` starts it and stops it on the way out."""
 
     _process: ServerProcess | None
+    _dir: Path | None
+    _process_finalizer: weakref.finalize[..., Any] | None = None
+    _dir_finalizer: weakref.finalize[..., Any] | None = None
 
     def start(self: _S) -> _S:  # pragma: no cover - every server overrides it
         raise NotImplementedError
@@ -44,6 +51,39 @@ class EmbeddedServer:
         if self._process is not None:
             self._process.kill()
             self._process = None
+
+    # -- for the servers' start/stop ---------------------------------------------------------
+
+    def _own_dir(self, directory: Path) -> Path:
+        """Take ``directory`` as the server's scratch directory, removed by `_forget_dir` or,
+        as a safety net, when the server object is collected or the interpreter exits."""
+        self._dir = directory
+        self._dir_finalizer = weakref.finalize(self, shutil.rmtree, directory, True)
+        return directory
+
+    def _adopt(self, process: ServerProcess) -> None:
+        """Make ``process`` the server's; it is stopped (SIGTERM) if the server object is
+        collected or the interpreter exits while it still runs."""
+        self._process = process
+        if self._process_finalizer is not None:
+            self._process_finalizer.detach()
+        self._process_finalizer = weakref.finalize(self, _terminate, process)
+
+    def _end_process(self, timeout: float) -> None:
+        """SIGTERM the process (SIGKILL after ``timeout``) and drop its safety net."""
+        if self._process is not None:
+            self._process.terminate(signal.SIGTERM, timeout=timeout)
+            self._process = None
+        if self._process_finalizer is not None:
+            self._process_finalizer.detach()
+            self._process_finalizer = None
+
+    def _forget_dir(self) -> None:
+        """Remove the scratch directory (the server's data with it)."""
+        if self._dir_finalizer is not None:
+            self._dir_finalizer()
+            self._dir_finalizer = None
+        self._dir = None
 
     def __enter__(self: _S) -> _S:
         return self.start()
@@ -82,3 +122,7 @@ class KafkaAdmin:
         from laminar.embedded.broker import create_topic  # broker.py builds on this module
 
         create_topic(self.bootstrap_servers, name, partitions, config=config, timeout=timeout)
+
+
+def _terminate(process: ServerProcess) -> None:
+    process.terminate(signal.SIGTERM, timeout=30)

@@ -228,8 +228,6 @@ class TansuBroker(EmbeddedServer, KafkaAdmin):
         self.startup_timeout = startup_timeout
         self._dir: Path | None = None
         self._process: ServerProcess | None = None
-        self._finalizer: weakref.finalize[..., Any] | None = None
-        self._process_finalizer: weakref.finalize[..., Any] | None = None
 
     # -- public surface ---------------------------------------------------------------------
 
@@ -262,8 +260,7 @@ class TansuBroker(EmbeddedServer, KafkaAdmin):
         binary = self._binary or find_tansu_binary()
         self._binary = binary
         if self._dir is None:
-            self._dir = Path(tempfile.mkdtemp(prefix="laminar-tansu-"))
-            self._finalizer = weakref.finalize(self, _finalize, None, self._dir)
+            self._own_dir(Path(tempfile.mkdtemp(prefix="laminar-tansu-")))
         if self._s3 is not None and self._bucket is not None:
             self._s3.start()
             self._s3.create_bucket(self._bucket)
@@ -287,17 +284,9 @@ class TansuBroker(EmbeddedServer, KafkaAdmin):
 
         With memory storage the broker's data is gone either way.
         """
-        if self._process is not None:
-            self._process.terminate(signal.SIGTERM, timeout=15)
-            self._process = None
-        if self._process_finalizer is not None:
-            self._process_finalizer.detach()
-            self._process_finalizer = None
+        self._end_process(15)
         if not keep_data:
-            if self._finalizer is not None:
-                self._finalizer()
-                self._finalizer = None
-            self._dir = None
+            self._forget_dir()
             self.port = self._requested_port or 0
 
     def restart(self) -> None:
@@ -336,10 +325,7 @@ class TansuBroker(EmbeddedServer, KafkaAdmin):
         process = ServerProcess(
             argv, log_path=self.log_path, name="tansu broker", cwd=self._dir, env=env
         )
-        self._process = process
-        if self._process_finalizer is not None:
-            self._process_finalizer.detach()
-        self._process_finalizer = weakref.finalize(self, _finalize, process, None)
+        self._adopt(process)
         what = f"Tansu broker on {self.bootstrap_servers} ({self.storage_description()})"
         try:
             wait_until(

@@ -17,13 +17,10 @@ from __future__ import annotations
 import base64
 import os
 import shutil
-import signal
 import tempfile
 import uuid
-import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from laminar.embedded._process import (
     EmbeddedServerError,
@@ -198,8 +195,6 @@ class KafkaBroker(EmbeddedServer, KafkaAdmin):
         self.cluster_id = new_cluster_id()
         self._dir: Path | None = None
         self._process: ServerProcess | None = None
-        self._dir_finalizer: weakref.finalize[..., Any] | None = None
-        self._process_finalizer: weakref.finalize[..., Any] | None = None
 
     # -- public surface ---------------------------------------------------------------------
 
@@ -259,8 +254,7 @@ class KafkaBroker(EmbeddedServer, KafkaAdmin):
         libs = self._libs or find_kafka_libs()
         self._libs = libs
         if self._dir is None:
-            self._dir = Path(tempfile.mkdtemp(prefix="laminar-kafka-"))
-            self._dir_finalizer = weakref.finalize(self, shutil.rmtree, self._dir, True)
+            self._own_dir(Path(tempfile.mkdtemp(prefix="laminar-kafka-")))
         first = not self.port
         attempts = 3 if first and self._requested_ports == (None, None) else 1
         for attempt in range(attempts):
@@ -286,17 +280,9 @@ class KafkaBroker(EmbeddedServer, KafkaAdmin):
     def stop(self, *, keep_data: bool = False, timeout: float = 30.0) -> None:
         """Stop the broker (SIGTERM: a controlled shutdown; SIGKILL after ``timeout``). Unless
         ``keep_data``, remove its data and forget its ports."""
-        if self._process is not None:
-            self._process.terminate(signal.SIGTERM, timeout=timeout)
-            self._process = None
-        if self._process_finalizer is not None:
-            self._process_finalizer.detach()
-            self._process_finalizer = None
+        self._end_process(timeout)
         if not keep_data:
-            if self._dir_finalizer is not None:
-                self._dir_finalizer()
-                self._dir_finalizer = None
-            self._dir = None
+            self._forget_dir()
             self.port, self.controller_port = (p or 0 for p in self._requested_ports)
             self.cluster_id = new_cluster_id()
 
@@ -343,10 +329,7 @@ class KafkaBroker(EmbeddedServer, KafkaAdmin):
         argv = self._java_argv(java, libs, self.heap, "kafka.Kafka")
         argv.append(str(self._dir / "server.properties"))
         process = ServerProcess(argv, log_path=self.log_path, name="Apache Kafka broker")
-        self._process = process
-        if self._process_finalizer is not None:
-            self._process_finalizer.detach()
-        self._process_finalizer = weakref.finalize(self, _terminate, process)
+        self._adopt(process)
         what = f"Apache Kafka broker on {self.host}:{self.port}"
         try:
             wait_until(
@@ -371,7 +354,3 @@ class KafkaBroker(EmbeddedServer, KafkaAdmin):
             raise EmbeddedServerError(
                 f"{e.message}\nlog {self.log_path}:\n{log_tail(self.log_path, 40)}"
             ) from None
-
-
-def _terminate(process: ServerProcess) -> None:
-    process.terminate(signal.SIGTERM, timeout=30)

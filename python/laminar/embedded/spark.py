@@ -5,14 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
-import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from laminar.embedded._process import (
     EmbeddedServerError,
@@ -142,8 +139,6 @@ class SparkConnectServer(EmbeddedServer):
         self.startup_timeout = startup_timeout
         self._dir: Path | None = None
         self._process: ServerProcess | None = None
-        self._dir_finalizer: weakref.finalize[..., Any] | None = None
-        self._process_finalizer: weakref.finalize[..., Any] | None = None
         #: Seconds the last `start` took until a client query succeeded.
         self.startup_seconds: float | None = None
 
@@ -181,23 +176,18 @@ class SparkConnectServer(EmbeddedServer):
                 "Spark needs Java 17+: install it (Debian: apt-get install "
                 "openjdk-17-jre-headless, or run scripts/bootstrap.sh) or set JAVA_HOME"
             )
-        if self._dir is None:
-            self._dir = Path(tempfile.mkdtemp(prefix="laminar-spark-"))
-            self._dir_finalizer = weakref.finalize(self, shutil.rmtree, self._dir, True)
+        work = self._dir or self._own_dir(Path(tempfile.mkdtemp(prefix="laminar-spark-")))
         if not self.port:
             self.port = free_port(self.host)
         started = time.monotonic()
         process = ServerProcess(
-            self._argv(home, self._dir),
+            self._argv(home, work),
             log_path=self.log_path,
             name="Spark Connect server",
-            cwd=self._dir,
+            cwd=work,
             env=self._child_env(home),
         )
-        self._process = process
-        if self._process_finalizer is not None:
-            self._process_finalizer.detach()
-        self._process_finalizer = weakref.finalize(self, _terminate, process)
+        self._adopt(process)
         what = f"Spark Connect server on {self.host}:{self.port}"
         try:
             wait_until(
@@ -227,17 +217,9 @@ class SparkConnectServer(EmbeddedServer):
     def stop(self, *, keep_dir: bool = False, timeout: float = 30.0) -> None:
         """Stop the server (SIGTERM, then SIGKILL after ``timeout``) and, unless ``keep_dir``,
         remove its scratch directory and forget its port."""
-        if self._process is not None:
-            self._process.terminate(signal.SIGTERM, timeout=timeout)
-            self._process = None
-        if self._process_finalizer is not None:
-            self._process_finalizer.detach()
-            self._process_finalizer = None
+        self._end_process(timeout)
         if not keep_dir:
-            if self._dir_finalizer is not None:
-                self._dir_finalizer()
-                self._dir_finalizer = None
-            self._dir = None
+            self._forget_dir()
             self.port = self._requested_port or 0
 
     def restart(self) -> None:
@@ -321,7 +303,3 @@ class SparkConnectServer(EmbeddedServer):
             # The readiness answer stands even if closing the probe session fails.
             with contextlib.suppress(Exception):
                 session.stop()
-
-
-def _terminate(process: ServerProcess) -> None:
-    process.terminate(signal.SIGTERM, timeout=30)
