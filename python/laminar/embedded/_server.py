@@ -13,9 +13,9 @@ import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from laminar.embedded._process import ServerProcess
+from laminar.embedded._process import EmbeddedServerError, ServerProcess
 
 __all__ = ["EmbeddedServer", "KafkaAdmin"]
 
@@ -29,6 +29,10 @@ class EmbeddedServer:
     _dir: Path | None
     _process_finalizer: weakref.finalize[..., Any] | None = None
     _dir_finalizer: weakref.finalize[..., Any] | None = None
+    _log_path_arg: Path | None = None
+    #: What errors call the server, and its log's file name in its scratch directory.
+    _NAME: ClassVar[str] = "the server"
+    _LOG_NAME: ClassVar[str] = "server.log"
 
     def start(self: _S) -> _S:  # pragma: no cover - every server overrides it
         raise NotImplementedError
@@ -40,6 +44,20 @@ class EmbeddedServer:
     def pid(self) -> int | None:
         """The server's process id while it runs."""
         return self._process.pid if self._process is not None and self._process.alive() else None
+
+    @property
+    def log_path(self) -> Path:
+        """The server's log (its stdout and stderr): ``log_path=`` if given, else a file in its
+        scratch directory."""
+        if self._log_path_arg is not None:
+            return self._log_path_arg
+        return self._started_dir() / self._LOG_NAME
+
+    def _started_dir(self) -> Path:
+        """The scratch directory; an `EmbeddedServerError` before the first `start`."""
+        if self._dir is None:
+            raise EmbeddedServerError(f"{self._NAME} has not been started")
+        return self._dir
 
     def is_running(self) -> bool:
         """Whether the server's process is running."""
@@ -100,9 +118,15 @@ class EmbeddedServer:
 class KafkaAdmin:
     """The admin helpers of an embedded broker (Apache Kafka, Tansu): needs `bootstrap_servers`."""
 
+    host: str
+    port: int
+
     @property
-    def bootstrap_servers(self) -> str:  # pragma: no cover - every broker overrides it
-        raise NotImplementedError
+    def bootstrap_servers(self) -> str:
+        """``host:port`` for the Kafka clients' ``bootstrap.servers``."""
+        if not self.port:
+            raise EmbeddedServerError("the broker has not been started")
+        return f"{self.host}:{self.port}"
 
     def admin_client(self, **config: Any) -> Any:
         """A confluent-kafka ``AdminClient`` for this broker."""

@@ -192,6 +192,9 @@ class TansuBroker(EmbeddedServer, KafkaAdmin):
             broker.start()     # same port, same data
     """
 
+    _NAME = "the broker"
+    _LOG_NAME = "tansu.log"
+
     def __init__(
         self,
         *,
@@ -232,25 +235,9 @@ class TansuBroker(EmbeddedServer, KafkaAdmin):
     # -- public surface ---------------------------------------------------------------------
 
     @property
-    def bootstrap_servers(self) -> str:
-        """``host:port`` for the Kafka clients' ``bootstrap.servers``."""
-        if not self.port:
-            raise EmbeddedServerError("the broker has not been started")
-        return f"{self.host}:{self.port}"
-
-    @property
     def durable(self) -> bool:
         """Whether the broker's data survives a restart (any storage but memory)."""
         return not self.storage.startswith("memory:")
-
-    @property
-    def log_path(self) -> Path:
-        """The broker's log file (stdout and stderr)."""
-        if self._log_path_arg is not None:
-            return self._log_path_arg
-        if self._dir is None:
-            raise EmbeddedServerError("the broker has not been started")
-        return self._dir / "tansu.log"
 
     def start(self) -> TansuBroker:
         """Start the broker (again, on the same port, after `stop`/`kill`) and wait until it

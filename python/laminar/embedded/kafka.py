@@ -171,6 +171,9 @@ class KafkaBroker(EmbeddedServer, KafkaAdmin):
             broker.start()     # same ports, same data
     """
 
+    _NAME = "the broker"
+    _LOG_NAME = "kafka.log"
+
     def __init__(
         self,
         *,
@@ -199,32 +202,14 @@ class KafkaBroker(EmbeddedServer, KafkaAdmin):
     # -- public surface ---------------------------------------------------------------------
 
     @property
-    def bootstrap_servers(self) -> str:
-        """``host:port`` for the Kafka clients' ``bootstrap.servers``."""
-        if not self.port:
-            raise EmbeddedServerError("the broker has not been started")
-        return f"{self.host}:{self.port}"
-
-    @property
     def durable(self) -> bool:
         """Always true: the log directory survives `stop` (``keep_data``), `kill` and `restart`."""
         return True
 
     @property
-    def log_path(self) -> Path:
-        """The broker's log file (the JVM's stdout and stderr)."""
-        if self._log_path_arg is not None:
-            return self._log_path_arg
-        if self._dir is None:
-            raise EmbeddedServerError("the broker has not been started")
-        return self._dir / "kafka.log"
-
-    @property
     def data_dir(self) -> Path:
         """The broker's log directory (``log.dirs``), metadata log included."""
-        if self._dir is None:
-            raise EmbeddedServerError("the broker has not been started")
-        return self._dir / "data"
+        return self._started_dir() / "data"
 
     def settings(self) -> dict[str, str]:
         """The broker's ``server.properties`` (ports as of now)."""

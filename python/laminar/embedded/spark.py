@@ -102,6 +102,9 @@ class SparkConnectServer(EmbeddedServer):
             spark = SparkSession.builder.remote(server.remote_url).getOrCreate()
     """
 
+    _NAME = "the Spark Connect server"
+    _LOG_NAME = "spark-connect.log"
+
     def __init__(
         self,
         *,
@@ -150,20 +153,9 @@ class SparkConnectServer(EmbeddedServer):
         return f"sc://{self.host}:{self.port}"
 
     @property
-    def log_path(self) -> Path:
-        """The server's log (driver stdout/stderr, Python worker output included)."""
-        if self._log_path_arg is not None:
-            return self._log_path_arg
-        if self._dir is None:
-            raise EmbeddedServerError("the Spark Connect server has not been started")
-        return self._dir / "spark-connect.log"
-
-    @property
     def work_dir(self) -> Path:
         """The server's scratch directory (spark.local.dir, warehouse), removed by `stop`."""
-        if self._dir is None:
-            raise EmbeddedServerError("the Spark Connect server has not been started")
-        return self._dir
+        return self._started_dir()
 
     def start(self) -> SparkConnectServer:
         """Start the server and wait until a client query succeeds; return ``self``."""
