@@ -219,7 +219,7 @@ fn any_record() -> impl Strategy<Value = RedoRecord> {
         .prop_map(|(key, value, topic, partition, headers)| RedoRecord {
             key,
             value,
-            topic: topic.map(String::from),
+            topic,
             partition,
             headers,
         })

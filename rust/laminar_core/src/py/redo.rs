@@ -9,13 +9,6 @@ use crate::error::CoreError;
 use crate::redo::{self, RecordRef, RedoRecord};
 use crate::serialize::kafka_shape::Header;
 
-/// The columns `encode_redo` takes besides the values.
-type Routing = (
-    Option<Vec<Option<String>>>,
-    Option<Vec<i32>>,
-    Option<Vec<Vec<Header>>>,
-);
-
 fn check_len(what: &str, len: Option<usize>, values: usize) -> Result<(), CoreError> {
     match len {
         Some(n) if n != values => Err(CoreError::Config(format!(
@@ -34,7 +27,7 @@ fn encode_redo<'py>(
     keys: Option<Vec<Option<PyBackedBytes>>>,
     topics: Option<Vec<Option<String>>>,
     partitions: Option<Vec<i32>>,
-    headers: Option<Vec<Vec<(String, Option<Vec<u8>>)>>>,
+    headers: Option<Vec<Vec<Header>>>,
 ) -> PyResult<Bound<'py, PyList>> {
     let n = values.len();
     check_len("keys", keys.as_ref().map(Vec::len), n)
@@ -42,9 +35,7 @@ fn encode_redo<'py>(
         .and_then(|()| check_len("partitions", partitions.as_ref().map(Vec::len), n))
         .and_then(|()| check_len("header lists", headers.as_ref().map(Vec::len), n))
         .py_err(py)?;
-    let routing: Routing = (topics, partitions, headers);
     let blobs = py.detach(|| {
-        let (topics, partitions, headers) = &routing;
         let records: Vec<RecordRef<'_>> = (0..n)
             .map(|i| RecordRef {
                 key: keys.as_ref().and_then(|k| k[i].as_deref()),
