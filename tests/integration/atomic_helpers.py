@@ -34,8 +34,10 @@ def create_table(dsn: str, table: str) -> None:
 
 
 def make_group(
-    bootstrap: str, topic: str, dsn: str, table: str, tid: str, **kw: Any
+    bootstrap: str, topic: str, dsn: str, table: str, tid: str, *, routed: bool = False, **kw: Any
 ) -> laminar.ExactlyOnceWriter:
+    """The atomic pair of the crash tests; ``routed``: the Kafka sink takes Spark's Kafka-sink
+    shape (no key column: the batch's ``key``, ``topic``, ``partition`` and ``headers``)."""
     # A crash writer subprocess may be given a short transaction.timeout.ms (the transaction-
     # timeout tests) and a compression codec (the crash tests on a compressed topic) through
     # the environment.
@@ -45,7 +47,7 @@ def make_group(
         bootstrap,
         topic,
         tid,
-        key="id",
+        key=None if routed else "id",
         commit_timeout_s=5.0,
         init_timeout_s=15.0,
         transaction_timeout_ms=int(timeout_ms) if timeout_ms else None,
