@@ -35,8 +35,8 @@ import psycopg
 from laminar import _core
 from laminar._core import KafkaRecoveryMachine
 from laminar._driver import KafkaDriver, drive, end_txn
-from laminar._redo import produce_blob
 from laminar._records import DecisionRow, delete_redo, read_decisions, read_redo, redo_exists
+from laminar._redo import produce_blob
 from laminar.errors import FatalError, LaminarError
 
 __all__ = [

@@ -17,7 +17,7 @@ TOPICS = 3
 ROWS = 24
 
 #: The PostgreSQL table that receives the same batches (headers as JSON).
-DDL = "(key text, value bytea, topic text, \"partition\" int4, headers jsonb)"
+DDL = '(key text, value bytea, topic text, "partition" int4, headers jsonb)'
 
 
 def routed_table(epoch: int, home: str) -> pa.Table:

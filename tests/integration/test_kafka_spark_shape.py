@@ -151,7 +151,8 @@ def test_too_many_topics_for_the_identity_is_refused_before_anything_is_committe
     many = pa.table({"key": ["a"] * 20, "value": [b"v"] * 20, "topic": names})
     with pytest.raises(ConfigError) as err:
         writer.write_epoch(0, many)
-    assert "20 topics" in str(err.value) and tid in str(err.value)
+    assert "20 topics" in str(err.value)
+    assert tid in str(err.value)
     fewer = pa.table({"key": ["b"] * 3, "value": [b"w"] * 3, "topic": names[:3]})
     assert writer.write_epoch(1, fewer).committed
     writer.close()

@@ -105,8 +105,10 @@ def test_the_identity_is_kept_within_the_brokers_default_metadata_limit() -> Non
     with pytest.raises(ConfigError) as err:
         shape.identity_metadata(1_700_000_000_000, names[:20], sink_id="orders-sink")
     message = str(err.value)
-    assert "orders-sink" in message and "20 topics" in message
-    assert "4096 bytes" in message and "one sink per group of topics" in message
+    assert "orders-sink" in message
+    assert "20 topics" in message
+    assert "4096 bytes" in message
+    assert "one sink per group of topics" in message
     # the bound is exact: the largest metadata that fits is accepted, one byte more is not
     base = len(shape.identity_metadata(0, ["a"]).encode()) - 1
     assert len(shape.identity_metadata(0, ["a" * (4096 - base)]).encode()) == 4096

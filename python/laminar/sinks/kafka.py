@@ -501,9 +501,7 @@ class KafkaSink(TransactionalSink):
             return
         rows = None
         if routed is not None:
-            rows = shape.redo_rows(
-                values, keys, routed, home=self._topic, sink_headers=rt.headers
-            )
+            rows = shape.redo_rows(values, keys, routed, home=self._topic, sink_headers=rt.headers)
             self._route(rt, rows, epoch, 0, False)
         self._produce(rt, values, keys, epoch, 0, True, rows)
         rt.records += len(values)
