@@ -20,8 +20,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from laminar._core import CrashPoint
-from tests.integration.atomic_helpers import abort_prepared, killed, run_writer
+from tests.integration.atomic_helpers import (
+    abort_prepared,
+    kill_at_step_and_restart,
+    kill_in_recovery_and_finish,
+    killed,
+    run_writer,
+)
 from tests.integration.atomic_routed_helpers import assert_routed_exactly_once, create_stores
 from tests.integration.kafka_fill import CODECS, fill, settled_committed
 from tests.integration.kafka_shape_helpers import topics_of
@@ -37,13 +42,19 @@ def routed(
     """Three fresh topics and a table on the session's servers, and the writer's arguments."""
     topic, table = unique_name("routed"), unique_name("routed")
     create_stores(kafka_broker, pg_dsn, topic, table)
+    return world_of(kafka_bootstrap, pg_dsn, topic, table, tmp_path)
+
+
+def world_of(bootstrap: str, dsn: str, topic: str, table: str, tmp: Path) -> dict[str, str]:
+    """What a crash writer subprocess needs to write ``topic`` (and the two others) and
+    ``table``."""
     return {
-        "bootstrap": kafka_bootstrap,
+        "bootstrap": bootstrap,
         "topic": topic,
-        "dsn": pg_dsn,
+        "dsn": dsn,
         "table": table,
         "tid": f"tid-{topic}",
-        "checkpoint": str(tmp_path / "checkpoint"),
+        "checkpoint": str(tmp / "checkpoint"),
     }
 
 
@@ -68,13 +79,7 @@ def check(w: dict[str, str]) -> None:
 def test_routed_rows_killed_at_each_step_land_exactly_once(
     routed: dict[str, str], point: str, redo: str
 ) -> None:
-    crashed = run_writer(args(routed, redo), f"{point}@2")
-    assert killed(crashed), crashed.stdout + crashed.stderr[-2000:]
-    assert crashed.stdout.splitlines() == ["epoch 0: committed"]
-    restarted = run_writer(args(routed, redo), None)
-    assert restarted.returncode == 0, restarted.stdout + restarted.stderr[-2000:]
-    first = "skipped" if CrashPoint.parse(point).decided else "committed"
-    assert restarted.stdout.splitlines()[0] == f"epoch 1: {first}"
+    kill_at_step_and_restart(args(routed, redo), point)
     check(routed)
 
 
@@ -110,16 +115,9 @@ def test_a_routed_epoch_aborted_by_the_broker_after_the_decision_is_redone(
 def test_routed_rows_killed_again_during_recovery_land_exactly_once(
     routed: dict[str, str], point: str, redo: str
 ) -> None:
-    assert killed(run_writer(args(routed, redo), f"{DECIDED_PREPARED}@2"))
-    crash = CrashPoint.parse(point)
-    if crash.protocol == "recovery" and crash.after != "end_txn":
-        abort_prepared(routed["bootstrap"], routed["tid"])  # so that recovery needs the redo
-    second = run_writer(args(routed, redo), point)
-    # the redo log's points are reached only with redo="log"
-    redo_only = crash.after in ("produce_redo", "sink_commit")
-    assert killed(second) or (redo_only and redo == "replay"), second.stdout + second.stderr[-2000:]
-    final = run_writer(args(routed, redo), None)
-    assert final.returncode == 0, final.stdout + final.stderr[-3000:]
+    kill_in_recovery_and_finish(
+        args(routed, redo), routed["bootstrap"], routed["tid"], point, redo, DECIDED_PREPARED
+    )
     check(routed)
 
 
@@ -143,14 +141,7 @@ def test_routed_redo_on_topics_other_producers_filled(
         for t, n in zip(topics_of(topic, 3), partitions, strict=True)
     }
     monkeypatch.setenv("LAMINAR_TEST_KAFKA_COMPRESSION", "zstd")
-    w = {
-        "bootstrap": kafka_bootstrap,
-        "topic": topic,
-        "dsn": pg_dsn,
-        "table": table,
-        "tid": f"tid-{topic}",
-        "checkpoint": str(tmp_path / "checkpoint"),
-    }
+    w = world_of(kafka_bootstrap, pg_dsn, topic, table, tmp_path)
     assert killed(run_writer(args(w, "log"), f"{DECIDED_PREPARED}@2"))
     abort_prepared(kafka_bootstrap, w["tid"])
     restarted = run_writer(args(w, "log"), None)
