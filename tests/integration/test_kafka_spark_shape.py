@@ -12,12 +12,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 import laminar
 from laminar._records import redo_blobs
 from laminar._redo import produce_blob
 from laminar.errors import ConfigError, DataError
+from laminar.sinks import _kafka_shape as shape
 from tests.integration.kafka_fill import settled_committed
 from tests.integration.kafka_helpers import make_sink
 from tests.integration.kafka_shape_helpers import (
@@ -159,6 +160,24 @@ def test_too_many_topics_for_the_identity_is_refused_before_anything_is_committe
     for name in names[3:]:
         assert settled_committed(kafka_bootstrap, name) == []
     assert sum(len(settled_committed(kafka_bootstrap, n)) for n in names[:3]) == 3
+
+
+def test_the_identity_limit_is_the_brokers_setting(
+    kafka_bootstrap: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``offset.metadata.max.bytes`` as the broker reports it (describe_configs), else the
+    default 4096 (a broker that cannot be asked)."""
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    (broker,) = admin.list_topics(timeout=10).brokers
+    resource = ConfigResource(ResourceType.BROKER, str(broker))
+    (future,) = admin.describe_configs([resource]).values()
+    reported = int(future.result(timeout=10)["offset.metadata.max.bytes"].value)
+    shape._LIMITS.clear()
+    with caplog.at_level("INFO", logger="laminar.kafka"):
+        assert shape.metadata_limit(kafka_bootstrap, {"acks": "all"}, 10.0) == reported
+        assert "not readable" not in caplog.text
+        assert shape.metadata_limit("127.0.0.1:1", {}, 1.0) == 4096
+        assert "not readable" in caplog.text
 
 
 def test_a_topic_added_later_is_witnessed_after_the_marker_is_lost(

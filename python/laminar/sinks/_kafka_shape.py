@@ -11,6 +11,7 @@ module only acts on the few distinct topics a batch names, and hands the rows to
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,12 +20,15 @@ from laminar._core import KafkaRecords, is_spark_kafka_shape
 from laminar.errors import ConfigError, DataError
 from laminar.kafka_log import ReadStats, WitnessResult
 
+log = logging.getLogger("laminar.kafka")
+
 __all__ = [
     "IDENTITY_METADATA_MAX_BYTES",
     "check_chunk",
     "check_partitions",
     "identity_metadata",
     "merge_witness",
+    "metadata_limit",
     "missing_topics",
     "produce_routed",
     "recorded_topics",
@@ -220,9 +224,46 @@ def recorded_topics(metadata: str | None) -> list[str]:
     return [t for t in topics if isinstance(t, str)]
 
 
-#: The most bytes of identity metadata Laminar writes: the default of the brokers'
-#: ``offset.metadata.max.bytes``, below which no broker refuses it (docs/protocol.md §1).
+#: The most bytes of identity metadata Laminar writes when the brokers' own
+#: ``offset.metadata.max.bytes`` cannot be read: its default (docs/protocol.md §1).
 IDENTITY_METADATA_MAX_BYTES = 4096
+
+#: The client settings an admin client shares with the producer (connection and security).
+_ADMIN_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "client.", "broker.address.")
+
+#: ``metadata_limit``'s answers, per bootstrap servers (the brokers' setting rarely changes).
+_LIMITS: dict[str, int] = {}
+
+
+def metadata_limit(bootstrap: str, producer_config: dict[str, Any], timeout_s: float) -> int:
+    """The brokers' ``offset.metadata.max.bytes``: the smallest value of the cluster's brokers
+    (``describe_configs``, with the producer's connection and security settings), so that the
+    identity fits on whichever broker coordinates its group; `IDENTITY_METADATA_MAX_BYTES` when
+    it cannot be read (no ``DescribeConfigs`` permission, an older broker, a timeout)."""
+    if bootstrap in _LIMITS:
+        return _LIMITS[bootstrap]
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    config = {k: v for k, v in producer_config.items() if k.startswith(_ADMIN_PREFIXES)}
+    config["bootstrap.servers"] = bootstrap
+    limit = IDENTITY_METADATA_MAX_BYTES
+    try:
+        admin = AdminClient(config)
+        brokers = admin.list_topics(timeout=timeout_s).brokers
+        resources = [ConfigResource(ResourceType.BROKER, str(b)) for b in brokers]
+        futures = admin.describe_configs(resources, request_timeout=timeout_s) if resources else {}
+        values = [
+            int(f.result(timeout=timeout_s)["offset.metadata.max.bytes"].value)
+            for f in futures.values()
+        ]
+        limit = min(values) if values else limit
+    except (KafkaException, KeyError, ValueError, TypeError, TimeoutError) as e:
+        log.info(
+            "offset.metadata.max.bytes of %s not readable (%s): %d assumed", bootstrap, e, limit
+        )
+    _LIMITS[bootstrap] = limit
+    return limit
 
 
 def identity_metadata(
@@ -234,7 +275,7 @@ def identity_metadata(
 ) -> str:
     """The identity's metadata: ``{"laminar":1,"since_ms":…}`` plus, once the sink has written
     topics other than its home topic, ``"topics":[…]`` (sorted). More than ``limit`` bytes (a
-    broker would refuse the commit, or a smaller limit drop the list) is a `ConfigError` naming
+    broker would refuse the commit: `metadata_limit`) is a `ConfigError` naming
     the sink, the number of topics and the fix — raised before any record goes to a new topic,
     so nothing of the epoch is committed."""
     doc: dict[str, Any] = {"laminar": 1, "since_ms": since_ms}
@@ -247,7 +288,7 @@ def identity_metadata(
         raise ConfigError(
             f"the sink would write {len(listed)} topics besides its home topic; their names "
             f"take {size} bytes in its identity (offset metadata), over the {limit} bytes "
-            "every broker keeps (offset.metadata.max.bytes' default, docs/protocol.md §1): "
+            "the brokers keep (offset.metadata.max.bytes, docs/protocol.md §1): "
             "route fewer topics through one KafkaSink (one sink per group of topics) or use "
             "shorter topic names",
             sink_id=sink_id,

@@ -1346,7 +1346,12 @@ class KafkaSink(TransactionalSink):
                     self._record_identity(
                         client,
                         shape.identity_metadata(
-                            shape.since_of(metadata, now), [*listed, *topics], sink_id=self.sink_id
+                            shape.since_of(metadata, now),
+                            [*listed, *topics],
+                            sink_id=self.sink_id,
+                            limit=shape.metadata_limit(
+                                self._bootstrap_servers, self._producer_config, self._init_timeout_s
+                            ),
                         ),
                     )
         except KafkaLogError as e:
