@@ -16,6 +16,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    ResourceType,
+)
+
 from laminar._core import KafkaRecords, is_spark_kafka_shape
 from laminar.errors import ConfigError, DataError
 from laminar.kafka_log import ReadStats, WitnessResult
@@ -242,9 +249,6 @@ def metadata_limit(bootstrap: str, producer_config: dict[str, Any], timeout_s: f
     it cannot be read (no ``DescribeConfigs`` permission, an older broker, a timeout)."""
     if bootstrap in _LIMITS:
         return _LIMITS[bootstrap]
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
-
     config = {k: v for k, v in producer_config.items() if k.startswith(_ADMIN_PREFIXES)}
     config["bootstrap.servers"] = bootstrap
     limit = IDENTITY_METADATA_MAX_BYTES
