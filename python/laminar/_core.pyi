@@ -784,18 +784,40 @@ def is_lingering(age_s: float, lingering_after_s: float = 300.0) -> bool:
 
 # --- redo log (core: redo.rs) ---------------------------------------------------------------------
 
-__all__ += ["decode_redo", "encode_redo"]
+__all__ += ["decode_redo", "decode_redo_records", "encode_redo"]
 
 def encode_redo(
-    values: Sequence[bytes | None], keys: Sequence[bytes | None] | None = None
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None] | None = None,
+    topics: Sequence[str | None] | None = None,
+    partitions: Sequence[int] | None = None,
+    headers: Sequence[Sequence[tuple[str, bytes | None]]] | None = None,
 ) -> list[bytes]:
-    """Encodes one epoch's Kafka records (``values[i]``, ``keys[i]``) as redo-log blobs of about
-    1 MiB each (at least one): ``"LR"``, version, records, tagged fields, CRC-32C. Headers are
-    not stored (the redo writes ``laminar.sink``/``laminar.epoch`` again)."""
+    """Encodes one epoch's Kafka records (``values[i]``, ``keys[i]``, and for Spark's Kafka-sink
+    shape ``topics[i]`` (``None``: the sink's topic), ``partitions[i]`` (-1: the partitioner's),
+    ``headers[i]``) as redo-log blobs of about 1 MiB each (at least one): ``"LR"``, version,
+    records, tagged fields, CRC-32C (docs/formats.md §2). A blob is version 1 unless one of its
+    records has a topic, a partition or user headers (then version 2). Headers named
+    ``laminar.*`` are not stored (the redo writes ``laminar.sink``/``laminar.epoch`` again)."""
 
 def decode_redo(blob: bytes) -> tuple[list[bytes | None], list[bytes | None]]:
-    """Decodes one redo-log blob into ``(values, keys)``; raises ``InvalidStateEncoding`` for a
-    corrupt, truncated or newer blob."""
+    """Decodes one redo-log blob of key/value records into ``(values, keys)``; raises
+    ``InvalidStateEncoding`` for a corrupt, truncated or newer blob, and for one whose records
+    carry a topic, a partition or headers (read it with :func:`decode_redo_records`)."""
+
+def decode_redo_records(
+    blob: bytes,
+) -> tuple[
+    list[bytes | None],
+    list[bytes | None],
+    list[str | None],
+    list[int],
+    list[list[tuple[str, bytes | None]]],
+]:
+    """Decodes one redo-log blob of either version into ``(values, keys, topics, partitions,
+    headers)``, one entry per record (topic ``None``: the sink's topic; partition -1: the
+    partitioner's; the user headers only); raises ``InvalidStateEncoding`` for a corrupt,
+    truncated or newer blob."""
 
 # --- the Kafka wire protocol (core: kafka/, on the kafka-protocol crate) --------------------------
 

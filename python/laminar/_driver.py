@@ -19,8 +19,9 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from laminar import _records
-from laminar._core import Command, Event, decode_redo
+from laminar._core import Command, Event
 from laminar._faults import crash_point
+from laminar._redo import produce_blob
 from laminar.errors import (
     AbortableError,
     FatalError,
@@ -230,7 +231,7 @@ class KafkaDriver:
                     self.log.warning("sink %s: abort of epoch %s failed: %s", c.sink_id, epoch, err)
         elif kind == "produce_redo":
             assert c.blob is not None
-            sink.write_records(*decode_redo(self.blobs[c.blob]))
+            produce_blob(sink, self.blobs[c.blob])
         elif kind == "end_txn":
             assert c.transactional_id is not None
             why = end_txn(

@@ -54,6 +54,7 @@ __all__ = [
     "read_status_sinks",
     "record_decision",
     "record_epoch_totals",
+    "redo_blobs",
     "redo_exists",
     "replace_redo",
     "reset_owner",
@@ -380,16 +381,32 @@ def replace_redo(
     conn.execute(_DROP_OLD_REDO, (transactional_id, epoch))
     if kept is None:
         return
-    values: list[bytes | None] = []
-    keys: list[bytes | None] = []
-    for records in kept:
-        values.extend(records.values)
-        keys.extend(records.keys if records.keys is not None else [None] * records.num_rows)
-    blobs = encode_redo(values, keys)
+    blobs = redo_blobs(kept)
     with conn.cursor() as cur:
         cur.executemany(
             _INSERT_REDO, [(transactional_id, epoch, seq, blob) for seq, blob in enumerate(blobs)]
         )
+
+
+def redo_blobs(kept: list[Any]) -> list[bytes]:
+    """The redo blobs of ``kept`` (`KafkaRecords`, one per chunk the sink produced): keys and
+    values, and for Spark's Kafka-sink shape each record's topic, partition and headers
+    (docs/formats.md §2, blob version 2)."""
+    values: list[bytes | None] = []
+    keys: list[bytes | None] = []
+    routed = any(records.topics is not None for records in kept)
+    topics: list[str | None] = []
+    partitions: list[int] = []
+    headers: list[list[tuple[str, bytes | None]]] = []
+    for records in kept:
+        n = records.num_rows
+        values.extend(records.values)
+        keys.extend(records.keys if records.keys is not None else [None] * n)
+        if routed:
+            topics.extend(records.topics or [None] * n)
+            partitions.extend(records.partitions or [-1] * n)
+            headers.extend(records.headers or [[]] * n)
+    return encode_redo(values, keys, *((topics, partitions, headers) if routed else ()))
 
 
 def redo_exists(conn: psycopg.Connection[Any], transactional_id: str, epoch: int) -> bool:

@@ -33,9 +33,10 @@ from typing import Any
 import psycopg
 
 from laminar import _core
-from laminar._core import KafkaRecoveryMachine, decode_redo
+from laminar._core import KafkaRecoveryMachine
 from laminar._driver import KafkaDriver, drive, end_txn
 from laminar._records import DecisionRow, delete_redo, read_decisions, read_redo, redo_exists
+from laminar._redo import produce_blob
 from laminar.errors import FatalError, LaminarError
 
 __all__ = [
@@ -103,7 +104,7 @@ def redo_from_log(conn: psycopg.Connection[Any], sink: Any, epoch: int) -> bool:
         return False
     try:
         for blob in blobs:
-            sink.write_records(*decode_redo(blob))
+            produce_blob(sink, blob)
         sink.commit_transaction(epoch)
     except LaminarError:
         if sink.transaction_state.name in ("Active", "Prepared"):

@@ -1,6 +1,9 @@
 """A writer process for the atomic crash tests: ``exactly_once(KafkaSink, PostgresSink)``.
 
-    python atomic_crash_writer.py BOOTSTRAP TOPIC DSN TABLE TID EPOCHS CHECKPOINT REDO
+    python atomic_crash_writer.py BOOTSTRAP TOPIC DSN TABLE TID EPOCHS CHECKPOINT REDO [routed]
+
+``routed``: the epochs are Spark's Kafka-sink shape routed over three topics (explicit partitions
+and user headers on some rows, `atomic_routed_helpers`), written to both sinks.
 
 Behaves like Spark: the CHECKPOINT file lists the epochs whose ``foreachBatch`` returned; a
 (re)started writer resumes at the first epoch not listed (Spark replays the batch that did not
@@ -20,13 +23,16 @@ from tests.integration.atomic_helpers import make_group
 
 def main() -> None:
     bootstrap, topic, dsn, table, tid, epochs, checkpoint, redo = sys.argv[1:9]
+    routed = sys.argv[9:] == ["routed"]
     done = Path(checkpoint)
     finished = [int(x) for x in done.read_text().split()] if done.exists() else []
-    writer = make_group(bootstrap, topic, dsn, table, tid, redo=redo)
+    writer = make_group(bootstrap, topic, dsn, table, tid, redo=redo, routed=routed)
     from tests.integration.atomic_helpers import epoch_table
+    from tests.integration.atomic_routed_helpers import routed_table
 
     for epoch in range(max(finished, default=-1) + 1, int(epochs)):
-        result = writer.write_epoch(epoch, epoch_table(epoch))
+        batch = routed_table(epoch, topic) if routed else epoch_table(epoch)
+        result = writer.write_epoch(epoch, batch)
         with done.open("a") as f:
             f.write(f"{epoch}\n")
         print(f"epoch {epoch}: {'committed' if result.committed else 'skipped'}", flush=True)

@@ -15,6 +15,7 @@ import pyarrow as pa
 from confluent_kafka import Producer
 
 import laminar
+from laminar._core import CrashPoint
 from tests.integration.kafka_fill import settled_committed as read_committed
 from tests.integration.kafka_helpers import ids_of
 
@@ -34,8 +35,10 @@ def create_table(dsn: str, table: str) -> None:
 
 
 def make_group(
-    bootstrap: str, topic: str, dsn: str, table: str, tid: str, **kw: Any
+    bootstrap: str, topic: str, dsn: str, table: str, tid: str, *, routed: bool = False, **kw: Any
 ) -> laminar.ExactlyOnceWriter:
+    """The atomic pair of the crash tests; ``routed``: the Kafka sink takes Spark's Kafka-sink
+    shape (no key column: the batch's ``key``, ``topic``, ``partition`` and ``headers``)."""
     # A crash writer subprocess may be given a short transaction.timeout.ms (the transaction-
     # timeout tests) and a compression codec (the crash tests on a compressed topic) through
     # the environment.
@@ -45,7 +48,7 @@ def make_group(
         bootstrap,
         topic,
         tid,
-        key="id",
+        key=None if routed else "id",
         commit_timeout_s=5.0,
         init_timeout_s=15.0,
         transaction_timeout_ms=int(timeout_ms) if timeout_ms else None,
@@ -75,6 +78,39 @@ def run_writer(
 
 def killed(result: subprocess.CompletedProcess[str]) -> bool:
     return result.returncode == -signal.SIGKILL
+
+
+def kill_at_step_and_restart(args: list[str], point: str) -> subprocess.CompletedProcess[str]:
+    """Kill the writer at the epoch step ``point``'s second occurrence (epoch 1), restart it and
+    return the restarted run, checked: the kill came after epoch 0's commit, and the restart
+    ran to the end beginning with epoch 1 — skipped (a replay) when killed after the decision,
+    committed otherwise."""
+    crashed = run_writer(args, f"{point}@2")
+    assert killed(crashed), crashed.stdout + crashed.stderr[-2000:]
+    assert crashed.stdout.splitlines() == ["epoch 0: committed"]
+    restarted = run_writer(args, None)
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr[-2000:]
+    first = "skipped" if CrashPoint.parse(point).decided else "committed"
+    assert restarted.stdout.splitlines()[0] == f"epoch 1: {first}"
+    return restarted
+
+
+def kill_in_recovery_and_finish(
+    args: list[str], bootstrap: str, tid: str, point: str, redo: str, decided_prepared: str
+) -> None:
+    """Kill the writer once the epoch 1 is decided and Kafka still prepared
+    (``decided_prepared``), then again at the start-up or recovery ``point`` (the broker first
+    gives the prepared transaction up when that point needs a redo), then let it finish."""
+    assert killed(run_writer(args, f"{decided_prepared}@2"))
+    crash = CrashPoint.parse(point)
+    if crash.protocol == "recovery" and crash.after != "end_txn":
+        abort_prepared(bootstrap, tid)  # so that recovery needs the redo
+    second = run_writer(args, point)
+    # the redo log's points are reached only with redo="log"
+    redo_only = crash.after in ("produce_redo", "sink_commit")
+    assert killed(second) or (redo_only and redo == "replay"), second.stdout + second.stderr[-2000:]
+    final = run_writer(args, None)
+    assert final.returncode == 0, final.stdout + final.stderr[-3000:]
 
 
 def abort_prepared(bootstrap: str, tid: str) -> None:

@@ -28,6 +28,8 @@ from tests.integration.atomic_helpers import (
     ROWS_PER_EPOCH,
     abort_prepared,
     assert_exactly_once,
+    kill_at_step_and_restart,
+    kill_in_recovery_and_finish,
     killed,
     run_writer,
 )
@@ -76,16 +78,11 @@ def check(w: dict[str, str]) -> None:
 def test_a_writer_killed_at_each_step_recovers_exactly_once(
     world: dict[str, str], point: str, redo: str
 ) -> None:
-    crashed = run_writer(args(world, redo), f"{point}@2")
-    assert killed(crashed), crashed.stdout + crashed.stderr[-2000:]
-    assert crashed.stdout.splitlines() == ["epoch 0: committed"]
-    restarted = run_writer(args(world, redo), None)
-    assert restarted.returncode == 0, restarted.stdout + restarted.stderr[-2000:]
     # killed after the decision: epoch 1 is committed, its replay is skipped
-    crash = CrashPoint.parse(point)
-    first = "skipped" if crash.decided else "committed"
-    assert restarted.stdout.splitlines()[0] == f"epoch 1: {first}"
-    if crash.after == "commit_decision":  # decided, Kafka still prepared: EndTxn completes it
+    restarted = kill_at_step_and_restart(args(world, redo), point)
+    if (
+        CrashPoint.parse(point).after == "commit_decision"
+    ):  # decided, Kafka still prepared: EndTxn completes it
         assert "committed in Kafka by EndTxn" in restarted.stderr
     check(world)
 
@@ -120,17 +117,9 @@ def test_a_decided_epoch_whose_kafka_transaction_was_aborted_is_redone(
 def test_a_writer_killed_again_during_recovery_recovers_exactly_once(
     world: dict[str, str], point: str, redo: str
 ) -> None:
-    assert killed(run_writer(args(world, redo), f"{DECIDED_PREPARED}@2"))
-    crash = CrashPoint.parse(point)
-    if crash.protocol == "recovery" and crash.after != "end_txn":
-        abort_prepared(world["bootstrap"], world["tid"])  # so that recovery needs the redo
-    second = run_writer(args(world, redo), point)
-    reached = killed(second)
-    # the redo log's points are reached only with redo="log"
-    redo_only = crash.after in ("produce_redo", "sink_commit")
-    assert reached or (redo_only and redo == "replay"), second.stdout + second.stderr[-2000:]
-    final = run_writer(args(world, redo), None)
-    assert final.returncode == 0, final.stdout + final.stderr[-3000:]
+    kill_in_recovery_and_finish(
+        args(world, redo), world["bootstrap"], world["tid"], point, redo, DECIDED_PREPARED
+    )
     check(world)
 
 

@@ -12,10 +12,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 import laminar
+from laminar._records import redo_blobs
+from laminar._redo import produce_blob
 from laminar.errors import ConfigError, DataError
+from laminar.sinks import _kafka_shape as shape
 from tests.integration.kafka_fill import settled_committed
 from tests.integration.kafka_helpers import make_sink
 from tests.integration.kafka_shape_helpers import (
@@ -109,19 +112,72 @@ def test_bad_rows_are_data_errors_naming_them_and_nothing_is_committed(
     assert_exact(kafka_bootstrap, topic_name, tid, range(1, 2))
 
 
-def test_the_redo_log_refuses_routed_rows_it_cannot_store(
+def test_the_redo_log_reproduces_routed_rows_exactly(
     kafka_broker: Any, kafka_bootstrap: str, topic_name: str
 ) -> None:
+    """The records an atomic group keeps for its redo log (``records_out``), stored as redo
+    blobs and produced again in the epoch's next transaction (what recovery's redo does): each
+    record on its own topic and partition with its user headers and Laminar's."""
     _topics(kafka_broker, topic_name)
-    sink = _sink(kafka_bootstrap, topic_name, f"tid-{topic_name}")
+    tid = f"tid-{topic_name}"
+    sink = _sink(kafka_bootstrap, topic_name, tid)
     sink.init_transactions()
     try:
+        kept: list[Any] = []
         assert sink.begin_transaction(0)
-        with pytest.raises(ConfigError, match="redo='replay'"):
-            sink.write(shape_table(0, topic_name), records_out=[])
+        sink.write(shape_table(0, topic_name), records_out=kept)
+        sink.abort_transaction(0)  # as when the broker gave the prepared transaction up
+        blobs = redo_blobs(kept)
+        assert [b[:3] for b in blobs] == [b"LR\x02"]
+        assert sink.begin_transaction(0)
+        for blob in blobs:
+            produce_blob(sink, blob)
+        sink.commit_transaction(0)
     finally:
         sink.close()
-    assert settled_committed(kafka_bootstrap, topic_name) == []
+    assert_exact(kafka_bootstrap, topic_name, tid, range(1))
+
+
+def test_too_many_topics_for_the_identity_is_refused_before_anything_is_committed(
+    kafka_broker: Any, kafka_bootstrap: str, topic_name: str
+) -> None:
+    """The identity's topic list stays within the brokers' default offset.metadata.max.bytes:
+    the batch naming one topic too many is a ConfigError naming the sink and the count, and
+    the sink stays usable."""
+    names = [f"{topic_name}-{i:02d}-" + "n" * 190 for i in range(20)]
+    for name in [topic_name, *names]:
+        kafka_broker.create_topic(name, partitions=1)
+    tid = f"tid-{topic_name}"
+    writer = laminar.exactly_once(_sink(kafka_bootstrap, topic_name, tid))
+    many = pa.table({"key": ["a"] * 20, "value": [b"v"] * 20, "topic": names})
+    with pytest.raises(ConfigError) as err:
+        writer.write_epoch(0, many)
+    assert "20 topics" in str(err.value)
+    assert tid in str(err.value)
+    fewer = pa.table({"key": ["b"] * 3, "value": [b"w"] * 3, "topic": names[:3]})
+    assert writer.write_epoch(1, fewer).committed
+    writer.close()
+    for name in names[3:]:
+        assert settled_committed(kafka_bootstrap, name) == []
+    assert sum(len(settled_committed(kafka_bootstrap, n)) for n in names[:3]) == 3
+
+
+def test_the_identity_limit_is_the_brokers_setting(
+    kafka_bootstrap: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``offset.metadata.max.bytes`` as the broker reports it (describe_configs), else the
+    default 4096 (a broker that cannot be asked)."""
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    (broker,) = admin.list_topics(timeout=10).brokers
+    resource = ConfigResource(ResourceType.BROKER, str(broker))
+    (future,) = admin.describe_configs([resource]).values()
+    reported = int(future.result(timeout=10)["offset.metadata.max.bytes"].value)
+    shape._LIMITS.clear()
+    with caplog.at_level("INFO", logger="laminar.kafka"):
+        assert shape.metadata_limit(kafka_bootstrap, {"acks": "all"}, 10.0) == reported
+        assert "not readable" not in caplog.text
+        assert shape.metadata_limit("127.0.0.1:1", {}, 1.0) == 4096
+        assert "not readable" in caplog.text
 
 
 def test_a_topic_added_later_is_witnessed_after_the_marker_is_lost(

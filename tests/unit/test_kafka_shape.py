@@ -95,3 +95,65 @@ def test_the_identity_lists_the_topics_written() -> None:
     assert shape.recorded_topics('{"laminar":1,"since_ms":5}') == []
     assert shape.recorded_topics("not json") == []
     assert shape.identity_metadata(5, []) == '{"laminar":1,"since_ms":5}'
+
+
+def test_the_identity_is_kept_within_the_brokers_default_metadata_limit() -> None:
+    names = [f"topic-{i:03d}-" + "x" * 200 for i in range(40)]
+    fits = [n for i, n in enumerate(names) if i < 19]
+    meta = shape.identity_metadata(1_700_000_000_000, fits, sink_id="s")
+    assert len(meta.encode()) <= shape.IDENTITY_METADATA_MAX_BYTES == 4096
+    with pytest.raises(ConfigError) as err:
+        shape.identity_metadata(1_700_000_000_000, names[:20], sink_id="orders-sink")
+    message = str(err.value)
+    assert "orders-sink" in message
+    assert "20 topics" in message
+    assert "4096 bytes" in message
+    assert "one sink per group of topics" in message
+    # the bound is exact: the largest metadata that fits is accepted, one byte more is not
+    base = len(shape.identity_metadata(0, ["a"]).encode()) - 1
+    assert len(shape.identity_metadata(0, ["a" * (4096 - base)]).encode()) == 4096
+    with pytest.raises(ConfigError, match="1 topics"):
+        shape.identity_metadata(0, ["a" * (4097 - base)])
+
+
+def test_routed_records_survive_the_redo_blob_exactly() -> None:
+    """What the redo log stores of a Spark-shaped batch (`laminar._records.redo_blobs`) is what
+    the redo produces again (`_kafka_shape.redo_rows`): each row's topic, partition and user
+    headers, then the redo epoch's own Laminar headers."""
+    from laminar._core import decode_redo, decode_redo_records
+    from laminar._records import redo_blobs
+    from laminar.errors import InvalidStateEncoding
+
+    data = table(
+        key=pa.array(["a", None, "c", "d"]),
+        value=pa.array([b"1", b"2", None, b"4"]),
+        topic=pa.array([None, "t2", "t1", "home"]),
+        partition=pa.array([None, 2, 0, None], pa.int32()),
+        headers=pa.array(
+            [[{"key": "h", "value": b"x"}, {"key": "h", "value": None}], None, [], None], HEADERS
+        ),
+    )
+    records = encode_kafka(data, value_format="spark", topic="home", headers=SINK)
+    (blob,) = redo_blobs([records])
+    assert blob[:3] == b"LR\x02"
+    values, keys, topics, partitions, headers = decode_redo_records(blob)
+    assert (values, keys) == (records.values, records.keys)
+    assert topics == ["home", "t2", "t1", "home"]
+    assert partitions == [-1, 2, 0, -1]
+    assert headers == [[("h", b"x"), ("h", None)], [], [], []]
+    redo_sink = [("laminar.sink", b"s"), ("laminar.epoch", b"4")]
+    rows = shape.redo_rows(
+        values, keys, (topics, partitions, headers), home="home", sink_headers=redo_sink
+    )
+    assert rows.topics == records.topics
+    assert rows.partitions == records.partitions
+    assert rows.headers == [[("h", b"x"), ("h", None), *redo_sink]] + [redo_sink] * 3
+    assert (rows.topic_names, rows.max_partitions) == (["home", "t2", "t1"], [-1, 2, 0])
+    with pytest.raises(InvalidStateEncoding, match="decode_redo_records"):
+        decode_redo(blob)
+    # key/value batches keep writing version 1, which decode_redo still reads
+    plain = encode_kafka(table(id=pa.array([1, 2])), value_format="json", key="id")
+    (old,) = redo_blobs([plain])
+    assert old[:3] == b"LR\x01"
+    assert decode_redo(old) == (plain.values, plain.keys)
+    assert decode_redo_records(old)[2:] == ([None, None], [-1, -1], [[], []])

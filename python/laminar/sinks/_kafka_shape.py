@@ -11,21 +11,35 @@ module only acts on the few distinct topics a batch names, and hands the rows to
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    ResourceType,
+)
 
 from laminar._core import KafkaRecords, is_spark_kafka_shape
 from laminar.errors import ConfigError, DataError
 from laminar.kafka_log import ReadStats, WitnessResult
 
+log = logging.getLogger("laminar.kafka")
+
 __all__ = [
+    "IDENTITY_METADATA_MAX_BYTES",
     "check_chunk",
     "check_partitions",
     "identity_metadata",
     "merge_witness",
+    "metadata_limit",
     "missing_topics",
     "produce_routed",
     "recorded_topics",
+    "redo_rows",
     "row_of",
     "since_of",
     "value_format_for",
@@ -102,21 +116,11 @@ def check_chunk(
     epoch: int,
     servers: str,
 ) -> None:
-    """Before a routed chunk is produced: what the redo log cannot store is refused
-    (``ConfigError``, docs/formats.md §2); the partition counts of topics not seen yet are read
+    """Before a routed chunk is produced: the partition counts of topics not seen yet are read
     from ``metadata()`` (librdkafka's ``list_topics``, which never creates a topic) into
-    ``counts``; then `check_partitions`."""
-    if redo and (
-        records.partitions is not None
-        or records.headers is not None
-        or any(t != home for t in records.topic_names)
-    ):
-        raise ConfigError(
-            "an atomic group's redo log (redo='log') does not store per-row topics, "
-            "partitions or headers yet: write Spark's Kafka shape with only 'key' and "
-            "'value' (and 'topic' equal to the sink's topic), or use redo='replay'",
-            sink_id=sink_id,
-        )
+    ``counts``; then `check_partitions`. ``redo``: the chunk is also kept for an atomic group's
+    redo log, whose version-2 blob stores every row's topic, partition and user headers
+    (docs/formats.md §2) — nothing of Spark's shape is refused for it."""
     if missing_topics(records, counts):
         counts.clear()
         counts.update(
@@ -125,6 +129,49 @@ def check_chunk(
             if t.error is None and t.partitions
         )
     check_partitions(records, counts, first_row, sink_id=sink_id, epoch=epoch, servers=servers)
+
+
+@dataclass
+class RedoRows:
+    """The records of a version-2 redo blob in the form `produce_routed` and `check_chunk` read
+    (the attributes of a routed `KafkaRecords`), each row's headers followed by the sink's."""
+
+    values: list[bytes | None]
+    keys: list[bytes | None] | None
+    topics: list[str]
+    partitions: list[int] | None
+    headers: list[list[tuple[str, bytes | None]]] | None
+    topic_names: list[str] = field(init=False)
+    max_partitions: list[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        top: dict[str, int] = {}
+        for i, topic in enumerate(self.topics):
+            p = self.partitions[i] if self.partitions is not None else -1
+            top[topic] = max(top.get(topic, -1), p)
+        self.topic_names = list(top)
+        self.max_partitions = list(top.values())
+
+
+def redo_rows(
+    values: list[bytes | None],
+    keys: list[bytes | None] | None,
+    routed: tuple[list[str | None], list[int], list[list[tuple[str, bytes | None]]]],
+    *,
+    home: str,
+    sink_headers: list[tuple[str, bytes]],
+) -> RedoRows:
+    """A decoded version-2 redo blob's records (``routed``: topics, ``None`` for the sink's
+    ``home`` topic; partitions, -1 for the partitioner's; user headers) as `RedoRows`, so that
+    the redo produces each record exactly as the epoch's first attempt did."""
+    topics, partitions, headers = routed
+    return RedoRows(
+        values=values,
+        keys=keys,
+        topics=[t if t is not None else home for t in topics],
+        partitions=partitions if any(p >= 0 for p in partitions) else None,
+        headers=[[*h, *sink_headers] for h in headers] if any(headers) else None,
+    )
 
 
 def missing_topics(records: KafkaRecords, counts: dict[str, int]) -> list[str]:
@@ -184,14 +231,73 @@ def recorded_topics(metadata: str | None) -> list[str]:
     return [t for t in topics if isinstance(t, str)]
 
 
-def identity_metadata(since_ms: int, topics: Iterable[str]) -> str:
+#: The most bytes of identity metadata Laminar writes when the brokers' own
+#: ``offset.metadata.max.bytes`` cannot be read: its default (docs/protocol.md §1).
+IDENTITY_METADATA_MAX_BYTES = 4096
+
+#: The client settings an admin client shares with the producer (connection and security).
+_ADMIN_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "client.", "broker.address.")
+
+#: ``metadata_limit``'s answers, per bootstrap servers (the brokers' setting rarely changes).
+_LIMITS: dict[str, int] = {}
+
+
+def metadata_limit(bootstrap: str, producer_config: dict[str, Any], timeout_s: float) -> int:
+    """The brokers' ``offset.metadata.max.bytes``: the smallest value of the cluster's brokers
+    (``describe_configs``, with the producer's connection and security settings), so that the
+    identity fits on whichever broker coordinates its group; `IDENTITY_METADATA_MAX_BYTES` when
+    it cannot be read (no ``DescribeConfigs`` permission, an older broker, a timeout)."""
+    if bootstrap in _LIMITS:
+        return _LIMITS[bootstrap]
+    config = {k: v for k, v in producer_config.items() if k.startswith(_ADMIN_PREFIXES)}
+    config["bootstrap.servers"] = bootstrap
+    limit = IDENTITY_METADATA_MAX_BYTES
+    try:
+        admin = AdminClient(config)
+        brokers = admin.list_topics(timeout=timeout_s).brokers
+        resources = [ConfigResource(ResourceType.BROKER, str(b)) for b in brokers]
+        futures = admin.describe_configs(resources, request_timeout=timeout_s) if resources else {}
+        values = [
+            int(f.result(timeout=timeout_s)["offset.metadata.max.bytes"].value)
+            for f in futures.values()
+        ]
+        limit = min(values) if values else limit
+    except (KafkaException, KeyError, ValueError, TypeError, TimeoutError) as e:
+        log.info(
+            "offset.metadata.max.bytes of %s not readable (%s): %d assumed", bootstrap, e, limit
+        )
+    _LIMITS[bootstrap] = limit
+    return limit
+
+
+def identity_metadata(
+    since_ms: int,
+    topics: Iterable[str],
+    *,
+    sink_id: str | None = None,
+    limit: int = IDENTITY_METADATA_MAX_BYTES,
+) -> str:
     """The identity's metadata: ``{"laminar":1,"since_ms":…}`` plus, once the sink has written
-    topics other than its home topic, ``"topics":[…]`` (sorted)."""
+    topics other than its home topic, ``"topics":[…]`` (sorted). More than ``limit`` bytes (a
+    broker would refuse the commit: `metadata_limit`) is a `ConfigError` naming
+    the sink, the number of topics and the fix — raised before any record goes to a new topic,
+    so nothing of the epoch is committed."""
     doc: dict[str, Any] = {"laminar": 1, "since_ms": since_ms}
     listed = sorted(set(topics))
     if listed:
         doc["topics"] = listed
-    return json.dumps(doc, separators=(",", ":"))
+    text = json.dumps(doc, separators=(",", ":"))
+    size = len(text.encode())
+    if size > limit:
+        raise ConfigError(
+            f"the sink would write {len(listed)} topics besides its home topic; their names "
+            f"take {size} bytes in its identity (offset metadata), over the {limit} bytes "
+            "the brokers keep (offset.metadata.max.bytes, docs/protocol.md §1): "
+            "route fewer topics through one KafkaSink (one sink per group of topics) or use "
+            "shorter topic names",
+            sink_id=sink_id,
+        )
+    return text
 
 
 def since_of(metadata: str | None, default: int) -> int:

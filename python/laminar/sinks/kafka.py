@@ -488,14 +488,22 @@ class KafkaSink(TransactionalSink):
             self._abort_quietly(rt, epoch)
             raise
 
-    def write_records(self, values: list[bytes | None], keys: list[bytes | None] | None) -> None:
+    def write_records(
+        self, values: list[bytes | None], keys: list[bytes | None] | None, routed: Any = None
+    ) -> None:
         """Produce already-encoded records (value, key) into the open transaction, with this
-        sink's headers — how recovery re-produces a decided epoch from the redo log."""
+        sink's headers — how recovery re-produces a decided epoch from the redo log.
+        ``routed``: each record's (topic, partition, user headers), from a version-2 redo blob
+        (docs/formats.md §2); the records go where the epoch's first attempt sent them."""
         rt = self._live()
         epoch = self._open_epoch("write_records")
         if not values:
             return
-        self._produce(rt, values, keys, epoch, 0, True)
+        rows = None
+        if routed is not None:
+            rows = shape.redo_rows(values, keys, routed, home=self._topic, sink_headers=rt.headers)
+            self._route(rt, rows, epoch, 0, False)
+        self._produce(rt, values, keys, epoch, 0, True, rows)
         rt.records += len(values)
         size = sum(len(v) for v in values if v) + sum(len(k) for k in keys or () if k)
         self.tracker.record_write(len(values), size)
@@ -1337,7 +1345,14 @@ class KafkaSink(TransactionalSink):
                     now = time.time_ns() // 1_000_000
                     self._record_identity(
                         client,
-                        shape.identity_metadata(shape.since_of(metadata, now), [*listed, *topics]),
+                        shape.identity_metadata(
+                            shape.since_of(metadata, now),
+                            [*listed, *topics],
+                            sink_id=self.sink_id,
+                            limit=shape.metadata_limit(
+                                self._bootstrap_servers, self._producer_config, self._init_timeout_s
+                            ),
+                        ),
                     )
         except KafkaLogError as e:
             raise self._wire_failure("record the sink's topics in its identity", e) from e

@@ -1,17 +1,26 @@
 //! The redo log's record blobs: the Kafka records of a decided epoch, kept in `laminar.redo` so
-//! that recovery can re-produce them without a Spark replay (docs/protocol.md §3).
+//! that recovery can re-produce them without a Spark replay (docs/protocol.md §3, the byte layout
+//! in docs/formats.md §2).
 //!
 //! The format follows the conventions of [`crate::prepared`] (KIP-482 tagged fields, KIP-915
 //! "ignore what you do not know", a CRC-32C over everything):
 //!
 //! ```text
-//! blob    = "LR" | version u8 (= 1) | record_count uvarint | records | tagged_fields | crc32c (u32 big-endian)
-//! record  = key compact nullable bytes | value compact nullable bytes
-//!           (compact nullable bytes: uvarint(len + 1) then the bytes; 0 = null)
+//! blob    = "LR" | version u8 | [v2: topic_count uvarint | topic_count × compact string]
+//!           | record_count uvarint | records | tagged_fields | crc32c (u32 big-endian)
+//! v1 record = key nullable bytes | value nullable bytes
+//! v2 record = key nullable bytes | value nullable bytes | topic uvarint (0: the sink's topic,
+//!             i: the blob's topic i - 1) | partition uvarint (0: the partitioner's, p + 1)
+//!             | header_count uvarint | header_count × (key compact string | value nullable bytes)
+//! nullable bytes = uvarint(len + 1) then the bytes; 0 = null
+//! compact string = uvarint(len + 1) then UTF-8
 //! tagged_fields = uvarint(count) then, in strictly ascending tag order: uvarint(tag) uvarint(size) bytes
 //! ```
 //!
-//! The record headers (`laminar.sink`, `laminar.epoch`) are not stored: they are a function of the
+//! Version 2 (Spark's Kafka-sink shape: each record's own topic, partition and user headers) is
+//! written only for a blob in which some record needs it; every other blob is still version 1,
+//! byte for byte what earlier laminars wrote and read. Laminar's own headers (`laminar.sink`,
+//! `laminar.epoch`, the [`RESERVED_HEADER_PREFIX`]) are not stored: they are a function of the
 //! sink and the epoch, and the redo writes them again. A blob holds at most [`MAX_BLOB_RECORDS`]
 //! records and the writer splits an epoch into blobs of about [`TARGET_BLOB_BYTES`] (the `seq`
 //! column of `laminar.redo`), so that no single row grows without bound.
@@ -20,13 +29,18 @@
 //! checksum, a newer version byte is a clear error. Every malformed input is a
 //! [`CoreError::InvalidStateEncoding`], never a panic.
 
+use std::collections::HashMap;
+
 use crate::error::CoreError;
 use crate::prepared::{DecodeError, DecodeErrorKind, Reader, TaggedFields, Writer};
+use crate::serialize::kafka_shape::{Header, RESERVED_HEADER_PREFIX};
 
 /// The first two bytes of every redo blob.
 pub const MAGIC: [u8; 2] = *b"LR";
-/// The format version this laminar writes and the highest it reads.
-pub const FORMAT_VERSION: u8 = 1;
+/// The format version of blobs whose records are only key and value.
+pub const FORMAT_VERSION_PLAIN: u8 = 1;
+/// The format version of blobs with per-record topic, partition and headers; the highest read.
+pub const FORMAT_VERSION: u8 = 2;
 /// The writer starts a new blob once the current one holds about this many bytes.
 pub const TARGET_BLOB_BYTES: usize = 1 << 20;
 /// The most records one blob may hold (a sanity bound checked by the decoder too).
@@ -35,21 +49,107 @@ pub const MAX_BLOB_RECORDS: u64 = 1 << 24;
 const HEADER_LEN: usize = 3;
 const CRC_LEN: usize = 4;
 
-/// One Kafka record of the redo log: key and value, each possibly null.
-pub type RedoRecord = (Option<Vec<u8>>, Option<Vec<u8>>);
+/// One Kafka record of the redo log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RedoRecord {
+    /// The key (`None`: null).
+    pub key: Option<Vec<u8>>,
+    /// The value (`None`: a tombstone).
+    pub value: Option<Vec<u8>>,
+    /// The record's topic (`None`: the sink's topic).
+    pub topic: Option<String>,
+    /// The record's partition (-1: the partitioner chooses).
+    pub partition: i32,
+    /// The user headers, in order (Laminar's own are written again by the redo).
+    pub headers: Vec<Header>,
+}
 
-/// Encodes `records` (key, value) as one blob.
-pub fn encode_blob<'a, I>(records: I, tagged_fields: &TaggedFields) -> Vec<u8>
-where
-    I: ExactSizeIterator<Item = (Option<&'a [u8]>, Option<&'a [u8]>)>,
-{
+/// One record to encode, borrowed from the caller's columns.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordRef<'a> {
+    /// The key (`None`: null).
+    pub key: Option<&'a [u8]>,
+    /// The value (`None`: a tombstone).
+    pub value: Option<&'a [u8]>,
+    /// The record's topic (`None`: the sink's topic).
+    pub topic: Option<&'a str>,
+    /// The record's partition (negative: the partitioner chooses).
+    pub partition: i32,
+    /// The headers; those with the reserved `laminar.` prefix are not stored.
+    pub headers: &'a [Header],
+}
+
+impl<'a> RecordRef<'a> {
+    /// A record of key and value only.
+    pub fn plain(key: Option<&'a [u8]>, value: Option<&'a [u8]>) -> Self {
+        RecordRef {
+            key,
+            value,
+            topic: None,
+            partition: -1,
+            headers: &[],
+        }
+    }
+
+    fn user_headers(&self) -> impl Iterator<Item = &'a Header> {
+        self.headers
+            .iter()
+            .filter(|(k, _)| !k.starts_with(RESERVED_HEADER_PREFIX))
+    }
+
+    fn is_routed(&self) -> bool {
+        self.topic.is_some() || self.partition >= 0 || self.user_headers().next().is_some()
+    }
+
+    fn size(&self) -> usize {
+        let bytes = |b: Option<&[u8]>| b.map_or(1, |b| b.len() + 5);
+        let headers: usize = self
+            .user_headers()
+            .map(|(k, v)| k.len() + 5 + bytes(v.as_deref()))
+            .sum();
+        bytes(self.key) + bytes(self.value) + headers + 3
+    }
+}
+
+/// Encodes `records` as one blob: version 1 unless some record has a topic, a partition or
+/// user headers.
+pub fn encode_blob(records: &[RecordRef<'_>], tagged_fields: &TaggedFields) -> Vec<u8> {
+    let routed = records.iter().any(RecordRef::is_routed);
     let mut w = Writer::with_capacity(64);
     w.bytes(&MAGIC);
-    w.u8(FORMAT_VERSION);
-    w.uvarint(records.len() as u64);
-    for (key, value) in records {
-        nullable_bytes(&mut w, key);
-        nullable_bytes(&mut w, value);
+    if !routed {
+        w.u8(FORMAT_VERSION_PLAIN);
+        w.uvarint(records.len() as u64);
+        for r in records {
+            nullable_bytes(&mut w, r.key);
+            nullable_bytes(&mut w, r.value);
+        }
+    } else {
+        w.u8(FORMAT_VERSION);
+        let mut index: HashMap<&str, u64> = HashMap::new();
+        let mut topics: Vec<&str> = Vec::new();
+        for t in records.iter().filter_map(|r| r.topic) {
+            index.entry(t).or_insert_with(|| {
+                topics.push(t);
+                topics.len() as u64
+            });
+        }
+        w.uvarint(topics.len() as u64);
+        for t in &topics {
+            w.compact_nullable_string(Some(t));
+        }
+        w.uvarint(records.len() as u64);
+        for r in records {
+            nullable_bytes(&mut w, r.key);
+            nullable_bytes(&mut w, r.value);
+            w.uvarint(r.topic.and_then(|t| index.get(t).copied()).unwrap_or(0));
+            w.uvarint(u64::try_from(r.partition).map_or(0, |p| p + 1));
+            w.uvarint(r.user_headers().count() as u64);
+            for (k, v) in r.user_headers() {
+                w.compact_nullable_string(Some(k));
+                nullable_bytes(&mut w, v.as_deref());
+            }
+        }
     }
     tagged_fields.encode_to(&mut w);
     let mut bytes = w.into_bytes();
@@ -60,11 +160,10 @@ where
 
 /// Splits `records` into blobs of about [`TARGET_BLOB_BYTES`] each (at least one blob, possibly
 /// empty, so that an epoch with no records still has a redo row saying so).
-pub fn encode_blobs(keys: Option<&[Option<&[u8]>]>, values: &[Option<&[u8]>]) -> Vec<Vec<u8>> {
+pub fn encode_blobs(records: &[RecordRef<'_>]) -> Vec<Vec<u8>> {
     let mut blobs = Vec::new();
     let mut start = 0;
-    let n = values.len();
-    let key_at = |i: usize| keys.and_then(|k| k.get(i).copied().flatten());
+    let n = records.len();
     loop {
         let mut end = start;
         let mut size = 0usize;
@@ -72,11 +171,10 @@ pub fn encode_blobs(keys: Option<&[Option<&[u8]>]>, values: &[Option<&[u8]>]) ->
             && (end == start
                 || (size < TARGET_BLOB_BYTES && ((end - start) as u64) < MAX_BLOB_RECORDS))
         {
-            size += key_at(end).map_or(1, |k| k.len() + 5) + values[end].map_or(1, |v| v.len() + 5);
+            size += records[end].size();
             end += 1;
         }
-        let records = (start..end).map(|i| (key_at(i), values[i]));
-        blobs.push(encode_blob(records, &TaggedFields::new()));
+        blobs.push(encode_blob(&records[start..end], &TaggedFields::new()));
         if end >= n {
             return blobs;
         }
@@ -84,7 +182,7 @@ pub fn encode_blobs(keys: Option<&[Option<&[u8]>]>, values: &[Option<&[u8]>]) ->
     }
 }
 
-/// Decodes one blob into its records (and its tagged fields, kept verbatim).
+/// Decodes one blob (either version) into its records (and its tagged fields, kept verbatim).
 pub fn decode_blob(bytes: &[u8]) -> Result<(Vec<RedoRecord>, TaggedFields), CoreError> {
     decode(bytes).map_err(|e| {
         CoreError::InvalidStateEncoding(format!(
@@ -118,7 +216,7 @@ fn decode(bytes: &[u8]) -> Result<(Vec<RedoRecord>, TaggedFields), DecodeError> 
             DecodeErrorKind::NewerVersion,
             format!(
                 "it was written by a newer laminar (redo format version {version}); this laminar \
-                 reads version {FORMAT_VERSION}: upgrade laminar"
+                 reads versions 1 to {FORMAT_VERSION}: upgrade laminar"
             ),
         ));
     }
@@ -143,23 +241,95 @@ fn decode(bytes: &[u8]) -> Result<(Vec<RedoRecord>, TaggedFields), DecodeError> 
         ));
     }
     let mut r = Reader::new(&covered[HEADER_LEN..]);
-    let count = r.uvarint64("the record count")?;
-    if count > MAX_BLOB_RECORDS {
-        return Err(DecodeError::new(
-            DecodeErrorKind::VarintOverflow,
-            format!("the record count {count} exceeds the limit {MAX_BLOB_RECORDS}"),
-        ));
-    }
+    let topics = if version >= 2 {
+        let count = bounded(&mut r, "the topic count")?;
+        let mut topics = Vec::with_capacity(count.min(r.remaining()));
+        for _ in 0..count {
+            topics.push(read_string(&mut r, "a topic name")?);
+        }
+        topics
+    } else {
+        Vec::new()
+    };
+    let count = bounded(&mut r, "the record count")?;
     // Each record takes at least two bytes: bound the allocation by the input, not the count.
-    let mut records = Vec::with_capacity((count as usize).min(r.remaining() / 2));
+    let mut records = Vec::with_capacity(count.min(r.remaining() / 2));
     for _ in 0..count {
-        let key = read_nullable_bytes(&mut r, "a record key")?;
-        let value = read_nullable_bytes(&mut r, "a record value")?;
-        records.push((key, value));
+        let mut record = RedoRecord {
+            key: read_nullable_bytes(&mut r, "a record key")?,
+            value: read_nullable_bytes(&mut r, "a record value")?,
+            partition: -1,
+            ..RedoRecord::default()
+        };
+        if version >= 2 {
+            record.topic = read_topic(&mut r, &topics)?;
+            record.partition = read_partition(&mut r)?;
+            let n = bounded(&mut r, "a header count")?;
+            record.headers = Vec::with_capacity(n.min(r.remaining() / 2));
+            for _ in 0..n {
+                let key = read_string(&mut r, "a header key")?;
+                record
+                    .headers
+                    .push((key, read_nullable_bytes(&mut r, "a header value")?));
+            }
+        }
+        records.push(record);
     }
     let tagged = TaggedFields::decode_from(&mut r)?;
     r.finish("the tagged fields")?;
     Ok((records, tagged))
+}
+
+/// A count of at most [`MAX_BLOB_RECORDS`].
+fn bounded(r: &mut Reader<'_>, what: &str) -> Result<usize, DecodeError> {
+    let count = r.uvarint64(what)?;
+    if count > MAX_BLOB_RECORDS {
+        return Err(DecodeError::new(
+            DecodeErrorKind::VarintOverflow,
+            format!("{what} {count} exceeds the limit {MAX_BLOB_RECORDS}"),
+        ));
+    }
+    // MAX_BLOB_RECORDS fits every platform's usize.
+    Ok(count as usize)
+}
+
+fn read_topic(r: &mut Reader<'_>, topics: &[String]) -> Result<Option<String>, DecodeError> {
+    let i = r.uvarint64("a record's topic")?;
+    let Some(i) = i.checked_sub(1) else {
+        return Ok(None);
+    };
+    match usize::try_from(i).ok().and_then(|i| topics.get(i)) {
+        Some(t) => Ok(Some(t.clone())),
+        None => Err(DecodeError::new(
+            DecodeErrorKind::VarintOverflow,
+            format!(
+                "a record's topic number {} is not among the blob's {} topic(s)",
+                i + 1,
+                topics.len()
+            ),
+        )),
+    }
+}
+
+fn read_partition(r: &mut Reader<'_>) -> Result<i32, DecodeError> {
+    let p = r.uvarint32("a record's partition")?;
+    match p.checked_sub(1).map(i32::try_from) {
+        None => Ok(-1),
+        Some(Ok(p)) => Ok(p),
+        Some(Err(_)) => Err(DecodeError::new(
+            DecodeErrorKind::VarintOverflow,
+            format!("a record's partition {} does not fit in 31 bits", p - 1),
+        )),
+    }
+}
+
+fn read_string(r: &mut Reader<'_>, what: &str) -> Result<String, DecodeError> {
+    r.compact_nullable_string(what)?.ok_or_else(|| {
+        DecodeError::new(
+            DecodeErrorKind::Truncated,
+            format!("{what} is null, which the format does not allow"),
+        )
+    })
 }
 
 fn nullable_bytes(w: &mut Writer, value: Option<&[u8]>) {
@@ -187,106 +357,5 @@ fn read_nullable_bytes(r: &mut Reader<'_>, what: &str) -> Result<Option<Vec<u8>>
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn blob(records: &[RedoRecord]) -> Vec<u8> {
-        encode_blob(
-            records.iter().map(|(k, v)| (k.as_deref(), v.as_deref())),
-            &TaggedFields::new(),
-        )
-    }
-
-    #[test]
-    fn round_trips_nulls_and_empties() {
-        let records: Vec<RedoRecord> = vec![
-            (None, None),
-            (Some(vec![]), Some(vec![])),
-            (Some(b"k".to_vec()), Some(b"{\"id\":1}".to_vec())),
-            (None, Some(vec![0; 300])),
-        ];
-        let bytes = blob(&records);
-        assert_eq!(&bytes[..3], b"LR\x01");
-        let (back, tags) = decode_blob(&bytes).unwrap();
-        assert_eq!(back, records);
-        assert!(tags.is_empty());
-    }
-
-    #[test]
-    fn an_empty_epoch_is_one_empty_blob() {
-        let blobs = encode_blobs(None, &[]);
-        assert_eq!(blobs.len(), 1);
-        assert_eq!(decode_blob(&blobs[0]).unwrap().0, vec![]);
-    }
-
-    #[test]
-    fn big_epochs_split_into_bounded_blobs_in_order() {
-        let value = vec![7u8; 100_000];
-        let values: Vec<Option<&[u8]>> = (0..25).map(|_| Some(value.as_slice())).collect();
-        let keys: Vec<Option<&[u8]>> = (0..25).map(|_| Some(&b"key"[..])).collect();
-        let blobs = encode_blobs(Some(&keys), &values);
-        assert!(blobs.len() >= 2, "{} blobs", blobs.len());
-        let mut total = 0;
-        for b in &blobs {
-            assert!(b.len() < TARGET_BLOB_BYTES + 200_000);
-            let (records, _) = decode_blob(b).unwrap();
-            assert!(
-                records
-                    .iter()
-                    .all(|(k, v)| k.as_deref() == Some(&b"key"[..])
-                        && v.as_ref().is_some_and(|v| v.len() == 100_000))
-            );
-            total += records.len();
-        }
-        assert_eq!(total, 25);
-    }
-
-    #[test]
-    fn corruption_is_a_clear_error_never_a_panic() {
-        let bytes = blob(&[(Some(b"a".to_vec()), Some(b"b".to_vec()))]);
-        for i in 0..bytes.len() {
-            let mut bad = bytes.clone();
-            bad[i] ^= 0x40;
-            let err = decode_blob(&bad).unwrap_err();
-            assert!(matches!(err, CoreError::InvalidStateEncoding(ref m) if m.contains("redo")));
-        }
-        for cut in 0..bytes.len() {
-            assert!(decode_blob(&bytes[..cut]).is_err());
-        }
-        let mut newer = bytes.clone();
-        newer[2] = 2;
-        let err = decode_blob(&newer).unwrap_err().to_string();
-        assert!(err.contains("newer laminar"), "{err}");
-    }
-
-    #[test]
-    fn unknown_tagged_fields_are_kept() {
-        let mut tags = TaggedFields::new();
-        tags.insert_raw(5, b"future".to_vec());
-        let bytes = encode_blob(std::iter::once((None, Some(&b"v"[..]))), &tags);
-        let (records, back) = decode_blob(&bytes).unwrap();
-        assert_eq!(records, vec![(None, Some(b"v".to_vec()))]);
-        assert_eq!(back.get_raw(5), Some(&b"future"[..]));
-    }
-
-    proptest! {
-        #[test]
-        fn any_records_round_trip(records in proptest::collection::vec(
-            (proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
-             proptest::option::of(proptest::collection::vec(any::<u8>(), 0..200))), 0..50)) {
-            let (back, _) = decode_blob(&blob(&records)).unwrap();
-            prop_assert_eq!(back, records);
-        }
-
-        #[test]
-        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
-            let _ = decode_blob(&bytes);
-            let mut framed = b"LR\x01".to_vec();
-            framed.extend_from_slice(&bytes);
-            let crc = crc32c::crc32c(&framed);
-            framed.extend_from_slice(&crc.to_be_bytes());
-            let _ = decode_blob(&framed);
-        }
-    }
-}
+#[path = "redo_tests.rs"]
+mod tests;
