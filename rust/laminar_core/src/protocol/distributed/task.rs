@@ -2,6 +2,10 @@
 //!
 //! ```text
 //! a lock_partition
+//!   [create_record (the data source's tasks run before any coordinator step, docs/spark.md):
+//!    read_sink_epochs of the PostgreSQL sinks (Kafka only: read_decisions of the group) ->
+//!    committed: nothing written (skipped, a replayed batch); else create_dt, the epoch's
+//!    record if it is missing]
 //! b read_dt_state (for share): not `prepare` -> commit, nothing written (skipped)
 //!   claim_participants                                  scaleout.task_after_claim
 //! c list_prepared -> rollback_prepared of this partition's gids an earlier attempt left
@@ -22,15 +26,15 @@ use crate::protocol::stalled;
 use std::collections::BTreeMap;
 
 use super::super::command::{
-    Command, Event, Failure, ParticipantKind, ParticipantResult, ParticipantRow, ResultStatus,
-    unexpected,
+    Command, DecisionSelection, Event, Failure, LogLevel, ParticipantKind, ParticipantResult,
+    ParticipantRow, ResultStatus, unexpected,
 };
 use super::super::crash::CrashPoint;
 use super::super::names::{
     attempt_participant, kafka_participant, kafka_participant_id, participant_matches,
     partition_lock_key, postgres_participant,
 };
-use super::super::records::DtState;
+use super::super::records::{DtEvent, DtState, dt_next, epoch_committed};
 use super::super::{Core, End, Epoch, Idle, NoChild, Steps, core_accessors};
 
 /// What one task attempt writes.
@@ -45,6 +49,9 @@ pub struct TaskContext {
     pub postgres: Vec<(String, String)>,
     /// The Kafka sinks (base transactional ids).
     pub kafka: Vec<String>,
+    /// The group whose epoch record the attempt creates if it is missing (the data source's
+    /// tasks, docs/spark.md); None: the coordinator created it.
+    pub create_record: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,10 +99,18 @@ impl ScaleOutTask {
         core.out.push(Command::LockPartition {
             key: partition_lock_key(&ctx.dtid, ctx.part),
         });
-        core.out.push(Command::ReadDtState {
-            dtid: ctx.dtid.clone(),
-            for_share: true,
-        });
+        match &ctx.create_record {
+            Some(group_id) if ctx.postgres.is_empty() => core.out.push(Command::ReadDecisions {
+                of: DecisionSelection::Group(group_id.clone()),
+            }),
+            Some(_) => core.out.push(Command::ReadSinkEpochs {
+                sink_ids: ctx.postgres.iter().map(|(s, _)| s.clone()).collect(),
+            }),
+            None => core.out.push(Command::ReadDtState {
+                dtid: ctx.dtid.clone(),
+                for_share: true,
+            }),
+        }
         Self {
             ctx,
             participants,
@@ -166,6 +181,32 @@ impl ScaleOutTask {
 
     fn finish(&mut self, status: ResultStatus) {
         self.status = Some(status);
+    }
+
+    /// `create_record`: a committed epoch (a replayed batch) is skipped; else the record is
+    /// created if missing, then read.
+    fn on_progress(&mut self, committed: bool) {
+        if committed {
+            self.core.out.push(Command::log(
+                LogLevel::Info,
+                format!(
+                    "{} partition {}: the epoch is committed already (a replay): nothing written",
+                    self.ctx.dtid, self.ctx.part
+                ),
+            ));
+            return self.finish(ResultStatus::Skipped);
+        }
+        if let (Some(group_id), Ok(_)) = (&self.ctx.create_record, dt_next(None, DtEvent::Create)) {
+            self.core.out.push(Command::CreateDt {
+                dtid: self.ctx.dtid.clone(),
+                group_id: group_id.clone(),
+                epoch: self.ctx.epoch,
+            });
+        }
+        self.core.out.push(Command::ReadDtState {
+            dtid: self.ctx.dtid.clone(),
+            for_share: true,
+        });
     }
 
     fn on_state(&mut self, state: Option<DtState>) {
@@ -268,6 +309,18 @@ impl ScaleOutTask {
             return; // failing aborts change nothing: the next attempt's init fences them
         }
         match (command, event) {
+            (Command::ReadSinkEpochs { sink_ids }, Event::Progress { epochs }) => {
+                let epoch = self.ctx.epoch;
+                let committed = sink_ids.iter().all(|s| {
+                    let last = epochs.iter().find(|(id, _)| id == s).and_then(|(_, e)| *e);
+                    epoch_committed(last, epoch)
+                });
+                self.on_progress(committed);
+            }
+            (Command::ReadDecisions { .. }, Event::Decisions { rows }) => {
+                let last = rows.iter().map(|r| r.epoch).max();
+                self.on_progress(epoch_committed(last, self.ctx.epoch));
+            }
             (Command::ReadDtState { .. }, Event::DtState { state }) => self.on_state(state),
             (Command::ListPrepared, Event::PreparedList { gids }) => {
                 self.on_prepared_list(gids.into_iter().map(|g| g.gid).collect());
@@ -317,7 +370,9 @@ impl ScaleOutTask {
                 | Command::ReleaseParticipants { .. },
                 Event::Ack,
             )
-            | (Command::RollbackPrepared { .. }, Event::Found { .. }) => {}
+            | (Command::RollbackPrepared { .. }, Event::Found { .. })
+            // created here, or by another task of the epoch first: either way it is read next
+            | (Command::CreateDt { .. }, Event::Applied { .. }) => {}
             (command, event) => {
                 let f = unexpected(&command, &event);
                 self.undo(None, Some(f));
