@@ -1,7 +1,8 @@
 """The data source's entry points without Spark (`laminar.spark_source`): tasks' ``write``
 (`write_task`), the driver's ``commit`` and ``abort`` called directly against a real PostgreSQL
 and a real Apache Kafka broker — a second ``commit`` of one batch is a no-op, a replayed batch
-is skipped, ``abort`` leaves nothing prepared, and only the attempt Spark commits counts."""
+is skipped, ``abort`` leaves nothing prepared, only the attempt Spark commits counts, and a task
+still running when its stopped batch is resolved leaves no transaction open."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ import pytest
 
 from laminar.errors import AbortableError, ConfigError
 from laminar.spark_options import parse_options
-from laminar.spark_source import LaminarStreamWriter, write_task
-from tests.integration.kafka_fill import settled_committed
+from laminar.spark_source import LaminarStreamWriter, resolve_stopped, write_task
+from tests.integration.kafka_fill import settled_committed, settled_logs
 
 VAR = "LAMINAR_TEST_DS_DSN"
 OWNER = "spark:0b7c5a4e-query"
@@ -207,3 +208,35 @@ def test_kafka_only_commits_once_through_the_decision_rows(setup: dict[str, Any]
     assert {r.status for m in replayed for r in m.results} == {"skipped"}
     writer.commit(replayed, 1)
     assert stores(s) == ([], expected(range(6)), [])
+
+
+def test_a_task_whose_batch_is_resolved_after_its_claim_leaves_nothing_open(
+    setup: dict[str, Any],
+) -> None:
+    """The query is stopped while a task Spark interrupted still runs: its claim is in, then
+    `resolve_stopped` rolls the batch back (fencing the claimed transactional ids) before the
+    task reads its rows and opens its Kafka transaction. The task must not open one after the
+    fence (a transaction nobody would end, holding back every read_committed consumer): it
+    ends ``skipped``, nothing is open or prepared, and the restart writes the batch once."""
+    s = setup
+    writer = LaminarStreamWriter(s["options"])
+    writer.commit([write_task(s["options"], 0, OWNER, p, iter(partition(p)), attempt="0") for p in (0, 1)], 0)
+    resolved: list[Any] = []
+
+    def rows_after_the_stop() -> Any:
+        # read after the claim (the task's peek): the stop's resolution runs first
+        resolved.append(resolve_stopped(s["raw"]))
+        yield from partition(2)
+
+    late = write_task(s["options"], 1, OWNER, 0, rows_after_the_stop(), attempt="0-late")
+    assert resolved, "the batch was resolved while the task ran"
+    assert {r.status for r in late.results} == {"skipped"}
+    logs = settled_logs(s["bootstrap"], s["topic"], within_s=3.0)
+    assert [r for log in logs.values() for r in log.open] == [], "no Kafka transaction open"
+    assert stores(s) == (expected(range(2)), expected(range(2)), [])
+    # the restart replays batch 1: written once
+    again = [
+        write_task(s["options"], 1, OWNER, p, iter(partition(p + 2)), attempt="1") for p in (0, 1)
+    ]
+    writer.commit(again, 1)
+    assert stores(s) == (expected(range(4)), expected(range(4)), [])
