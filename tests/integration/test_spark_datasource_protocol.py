@@ -220,7 +220,9 @@ def test_a_task_whose_batch_is_resolved_after_its_claim_leaves_nothing_open(
     ends ``skipped``, nothing is open or prepared, and the restart writes the batch once."""
     s = setup
     writer = LaminarStreamWriter(s["options"])
-    writer.commit([write_task(s["options"], 0, OWNER, p, iter(partition(p)), attempt="0") for p in (0, 1)], 0)
+    writer.commit(
+        [write_task(s["options"], 0, OWNER, p, iter(partition(p)), attempt="0") for p in (0, 1)], 0
+    )
     resolved: list[Any] = []
 
     def rows_after_the_stop() -> Any:
