@@ -241,6 +241,8 @@ class _TaskDriver(DistributedDriver):
         self.participants: dict[str, Any] = {f"pg:{p.sink_id}:p{part}": p for p in pgs}
         self.participants.update({f"kafka:{k.sink_id}": k for k in kas})
         self.conn: psycopg.Connection[Any] | None = None
+        #: The machine released the participants (else `close` undoes them).
+        self.released = False
 
     def what(self) -> str:
         return f"scale-out task {self.part} of {self.task.dtid}"
@@ -296,6 +298,7 @@ class _TaskDriver(DistributedDriver):
         return count
 
     def _release(self, *, prepared: bool) -> None:
+        self.released = True
         for sink in self.participants.values():
             if prepared and isinstance(sink, KafkaSink):
                 sink.release_prepared()  # its transaction stays open for the coordinator
@@ -304,7 +307,16 @@ class _TaskDriver(DistributedDriver):
                     sink.close()
 
     def close(self) -> None:
-        """Close the control connection (which releases the partition's lock)."""
+        """Close the control connection (which releases the partition's lock). An attempt
+        interrupted by what `drive` does not hand to the machine (a ``BaseException``: an
+        interrupt, ``SystemExit`` from a signal handler) never reached its release: its sinks
+        are closed here, which aborts an open Kafka transaction instead of leaving it open
+        until ``transaction.timeout.ms``."""
+        if not self.released:
+            self.released = True
+            for sink in self.participants.values():
+                with contextlib.suppress(Exception):
+                    sink.close()
         conn, self.conn = self.conn, None
         if conn is not None:
             with contextlib.suppress(psycopg.Error):

@@ -11,6 +11,7 @@ import os
 import pickle
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -242,3 +243,26 @@ def test_a_task_whose_batch_is_resolved_after_its_claim_leaves_nothing_open(
     ]
     writer.commit(again, 1)
     assert stores(s) == (expected(range(4)), expected(range(4)), [])
+
+
+class Interrupted(BaseException):
+    """What a worker's signal handler may raise: no `Exception`, so the machine never sees it."""
+
+
+def test_a_task_interrupted_mid_write_aborts_its_kafka_transaction(setup: dict[str, Any]) -> None:
+    s = setup
+
+    def interrupted() -> Any:
+        yield from partition(0)[:1]
+        time.sleep(1.0)  # the producer sends them (its linger) ...
+        raise Interrupted  # ... then the task is interrupted mid-write
+
+    with pytest.raises(Interrupted):
+        write_task(s["options"], 0, OWNER, 0, interrupted(), attempt="0-cut")
+    logs = settled_logs(s["bootstrap"], s["topic"], within_s=3.0)
+    assert [r for log in logs.values() for r in log.open] == [], "no Kafka transaction open"
+    assert [r for log in logs.values() for r in log.aborted], "the task's records were sent"
+    writer = LaminarStreamWriter(s["options"])
+    again = [write_task(s["options"], 0, OWNER, p, iter(partition(p)), attempt="1") for p in (0, 1)]
+    writer.commit(again, 0)
+    assert stores(s) == (expected(range(2)), expected(range(2)), [])
