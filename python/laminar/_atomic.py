@@ -37,7 +37,13 @@ from laminar.sinks._pg_errors import map_pg_error
 from laminar.sinks.kafka import KafkaSink
 from laminar.sinks.postgres import PostgresSink
 
-__all__ = ["AtomicGroup", "claim_ownership", "default_group_id", "same_database"]
+__all__ = [
+    "AtomicGroup",
+    "claim_ownership",
+    "default_group_id",
+    "owner_decision_of",
+    "same_database",
+]
 
 log = logging.getLogger("laminar.atomic")
 
@@ -70,6 +76,34 @@ def same_database(a: str, b: str) -> bool:
     return _conninfo_key(a) == _conninfo_key(b)
 
 
+def owner_decision_of(
+    conn: psycopg.Connection[Any],
+    registry_id: str,
+    member_ids: Sequence[str],
+    owner: str | None,
+    last_committed: dict[str, int | None],
+    *,
+    restart: bool,
+) -> tuple[str, int, str | None] | None:
+    """The core's `owner_decision` (docs/protocol.md §5) over the registry's rows, read in the
+    current transaction (the registry row locked): ``(action, epoch_base, replaced)``, a
+    `ConfigError` for a foreign owner without ``restart``; None if ``registry_id`` has no row."""
+    found = _records.read_ownership(conn, registry_id, member_ids)
+    if found is None:
+        return None
+    current, base, member_owners = found
+    return owner_decision(
+        registry_id,
+        list(member_ids),
+        owner=current,
+        epoch_base=base,
+        member_owners=member_owners,
+        last_committed=[last_committed.get(m) for m in member_ids],
+        mine=owner,
+        restart=restart,
+    )
+
+
 def claim_ownership(
     conn: psycopg.Connection[Any],
     registry_id: str,
@@ -86,20 +120,12 @@ def claim_ownership(
     both — unless ``on_new_query="restart"``, which makes the new query the owner and moves the
     epoch base past every committed epoch.
     """
-    found = _records.read_ownership(conn, registry_id, member_ids)
-    if found is None:
-        raise ConfigError(f"{registry_id!r} is not registered in laminar.sinks")
-    current, base, member_owners = found
-    action, base, replaced = owner_decision(
-        registry_id,
-        list(member_ids),
-        owner=current,
-        epoch_base=base,
-        member_owners=member_owners,
-        last_committed=[last_committed.get(m) for m in member_ids],
-        mine=owner,
-        restart=on_new_query == "restart",
+    decided = owner_decision_of(
+        conn, registry_id, member_ids, owner, last_committed, restart=on_new_query == "restart"
     )
+    if decided is None:
+        raise ConfigError(f"{registry_id!r} is not registered in laminar.sinks")
+    action, base, replaced = decided
     if action == "claim" and owner is not None:
         if replaced is not None:
             log.warning(
@@ -136,6 +162,7 @@ class AtomicGroup(DistributedDriver):
         retries: int = 0,
         retry_backoff_s: float = 0.5,
         scale_out: bool = False,
+        state_dsn: str | None = None,
     ) -> None:
         super().__init__(
             {k.sink_id: k for k in kafka},
@@ -154,7 +181,9 @@ class AtomicGroup(DistributedDriver):
         self.owner = owner
         self.on_new_query = on_new_query
         self.redo = redo
-        self.dsn = self.postgres[0].resolved_dsn
+        #: The decision database: ``state_dsn`` (a Kafka-only scale-out group of the data
+        #: source, `laminar.spark_source`), else the first PostgreSQL sink's.
+        self.dsn = state_dsn or self.postgres[0].resolved_dsn
         self.conn: psycopg.Connection[Any] | None = None
         self._retries = retries
         self._backoff_ms = round(retry_backoff_s * 1000)
@@ -225,10 +254,23 @@ class AtomicGroup(DistributedDriver):
             raise FatalError(f"{self.what()} is not a scale-out group")
         if not self.started:
             self.start()
+        return self._scaled(lambda: self.machine.write_epoch(epoch - self.epoch_base), tasks)
+
+    def commit_collected(self, batch_id: int, tasks: Callable[[int], Sequence[Any]]) -> bool:
+        r"""Scale-out: decide and complete Spark batch ``batch_id`` whose tasks ran already and
+        created the epoch's record (the data source's driver-side ``commit``, docs/spark.md);
+        ``tasks(epoch)`` returns the `laminar.scaleout.ParticipantResult`\ s they sent. The
+        group starts inside the same run, its watcher pass sparing that record. False if the
+        epoch was committed before (a repeated commit) or every partition was empty."""
+        if not self.scale_out:
+            raise FatalError(f"{self.what()} is not a scale-out group")
+        return self._scaled(lambda: self.machine.commit_collected(batch_id), tasks)
+
+    def _scaled(self, begin: Callable[[], None], tasks: Callable[[int], Sequence[Any]]) -> bool:
         self._tasks = tasks
         self._locked_at = None
         try:
-            self._run(lambda: self.machine.write_epoch(epoch - self.epoch_base))
+            self._run(begin)
         finally:
             self._tasks = None
         if self.machine.committed and self._locked_at is not None:

@@ -1436,6 +1436,10 @@ class AtomicGroupMachine(_Machine):
     def write_epoch(self, batch: int) -> None:
         """Write Spark batch ``batch`` (epoch ``epoch_base + batch``), starting first if
         needed."""
+    def commit_collected(self, batch: int) -> None:
+        """Scale-out: decide and complete Spark batch ``batch`` whose tasks ran already and
+        created its record (``run_tasks`` asks for the results they sent; the start-up's
+        watcher pass spares that record)."""
     @property
     def committed(self) -> bool:
         """Whether the last ``write_epoch`` committed (False: skipped)."""
@@ -1475,9 +1479,11 @@ class ScaleOutTaskMachine(_Machine):
         attempt: str,
         postgres: Sequence[tuple[str, str]],
         kafka: Sequence[str],
+        *,
+        group_id: str | None = None,
     ) -> Self:
         """``postgres``: ``(sink_id, gid)`` per PostgreSQL sink; ``kafka``: transactional
-        ids."""
+        ids; ``group_id``: create the epoch's record of this group if it is missing."""
     @property
     def results(self) -> list[_ResultRow]: ...
 

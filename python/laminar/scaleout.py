@@ -166,9 +166,14 @@ class ScaleOutTask:
         epoch: int,
         postgres: Sequence[PostgresSink],
         kafka: Sequence[KafkaSink],
+        *,
+        state_dsn: str | None = None,
     ) -> None:
-        if not postgres:
+        if not postgres and state_dsn is None:
             raise ConfigError("a scale-out write needs a PostgresSink (its database decides)")
+        #: The decision database when it is not the first PostgresSink's (Kafka-only groups of
+        #: the data source, `laminar.spark_source`); resolved in the task's process.
+        self.state_dsn = state_dsn
         self.group_id = group_id
         self.epoch = epoch
         self.dtid = dtid_for(group_id, epoch)
@@ -185,10 +190,17 @@ class ScaleOutTask:
         yield results_batch(self.write_partition(part, batches, attempt=attempt))
 
     def write_partition(
-        self, part: int, batches: Iterable[pa.RecordBatch | pa.Table], *, attempt: str | None = None
+        self,
+        part: int,
+        batches: Iterable[pa.RecordBatch | pa.Table],
+        *,
+        attempt: str | None = None,
+        create_record: bool = False,
     ) -> list[ParticipantResult]:
         """Write partition ``part`` of the epoch as prepared participants: the core's
-        `ScaleOutTaskMachine`, driven on a control connection of its own (module docstring)."""
+        `ScaleOutTaskMachine`, driven on a control connection of its own (module docstring).
+        ``create_record``: the task first creates the epoch's ``dt_state`` row if it is missing
+        (the data source's tasks run before any coordinator step: docs/spark.md)."""
         attempt = attempt or f"0-{uuid.uuid4().hex[:12]}"
         pgs = [postgres_participant(p, part) for p in self.postgres]
         kas = [kafka_participant(k, part) for k in self.kafka]
@@ -199,6 +211,7 @@ class ScaleOutTask:
             attempt,
             [(p.sink_id, p.gid(self.epoch)) for p in pgs],
             [k.sink_id for k in self.kafka],
+            group_id=self.group_id if create_record else None,
         )
         driver = _TaskDriver(self, part, batches, pgs, kas)
         try:
@@ -228,6 +241,8 @@ class _TaskDriver(DistributedDriver):
         self.participants: dict[str, Any] = {f"pg:{p.sink_id}:p{part}": p for p in pgs}
         self.participants.update({f"kafka:{k.sink_id}": k for k in kas})
         self.conn: psycopg.Connection[Any] | None = None
+        #: The machine released the participants (else `close` undoes them).
+        self.released = False
 
     def what(self) -> str:
         return f"scale-out task {self.part} of {self.task.dtid}"
@@ -237,7 +252,7 @@ class _TaskDriver(DistributedDriver):
 
     def _connect(self) -> psycopg.Connection[Any]:
         if self.conn is None:
-            dsn = self.task.postgres[0].resolved_dsn
+            dsn = self.task.state_dsn or self.task.postgres[0].resolved_dsn
             try:
                 self.conn = psycopg.connect(dsn, application_name="laminar task")
             except psycopg.Error as e:
@@ -283,6 +298,7 @@ class _TaskDriver(DistributedDriver):
         return count
 
     def _release(self, *, prepared: bool) -> None:
+        self.released = True
         for sink in self.participants.values():
             if prepared and isinstance(sink, KafkaSink):
                 sink.release_prepared()  # its transaction stays open for the coordinator
@@ -291,7 +307,16 @@ class _TaskDriver(DistributedDriver):
                     sink.close()
 
     def close(self) -> None:
-        """Close the control connection (which releases the partition's lock)."""
+        """Close the control connection (which releases the partition's lock). An attempt
+        interrupted by what `drive` does not hand to the machine (a ``BaseException``: an
+        interrupt, ``SystemExit`` from a signal handler) never reached its release: its sinks
+        are closed here, which aborts an open Kafka transaction instead of leaving it open
+        until ``transaction.timeout.ms``."""
+        if not self.released:
+            self.released = True
+            for sink in self.participants.values():
+                with contextlib.suppress(Exception):
+                    sink.close()
         conn, self.conn = self.conn, None
         if conn is not None:
             with contextlib.suppress(psycopg.Error):

@@ -23,6 +23,9 @@ checkpoint. In the server's Python worker, each micro-batch goes through `Foreac
   told the query id; the checkpoint's metadata file is where Spark keeps it). A new checkpoint
   means a new id, which is what the checkpoint-reset guard needs (docs/protocol.md §5).
 
+`register` makes ``writeStream.format("laminar")`` available instead (`laminar.spark_source`:
+tasks write, the driver decides; docs/spark.md), after the same server check.
+
 The worker that runs ``foreachBatch`` is started by the server: with Spark Connect, the
 interpreter named by the server's ``PYSPARK_PYTHON`` environment variable (``spark.pyspark.python``
 is not consulted there). It must have laminar at the client's version; docs/spark.md has the set-up.
@@ -57,6 +60,7 @@ __all__ = [
     "check_server",
     "foreach_batch",
     "query_owner",
+    "register",
     "start",
 ]
 
@@ -350,6 +354,27 @@ def check_server(
     return report
 
 
+# -- the Spark-native sink: format("laminar") ---------------------------------------------------
+
+
+def register(spark: Any, *, check_server: bool = True, check_timeout_s: float = 15.0) -> None:
+    """Register ``format("laminar")`` (`laminar.spark_source`) with ``spark``, a Spark Connect
+    or classic session, after checking that the server's Python imports laminar at this
+    client's version (`check_server`; the servers themselves are checked when a query starts,
+    from the driver and from each task's process)::
+
+        laminar.spark.register(spark)
+        (df.writeStream.format("laminar")
+           .option("postgres.dsn.env", "ORDERS_PG_DSN").option("postgres.table", "public.orders")
+           .option("checkpointLocation", ckpt).start())
+    """
+    from laminar.spark_source import LaminarDataSource
+
+    if check_server:
+        _check_spark_server(spark, (), check_timeout_s)
+    spark.dataSource.register(LaminarDataSource)
+
+
 # -- building and starting the query ------------------------------------------------------------
 
 
@@ -410,7 +435,9 @@ def start(
         raise ConfigError(problem) from e
 
 
-def _check_spark_server(session: Any, writer: ExactlyOnceWriter, timeout_s: float) -> None:
+def _check_spark_server(
+    session: Any, writer: ExactlyOnceWriter | Sequence[TransactionalSink], timeout_s: float
+) -> None:
     try:
         check_server(session, writer, timeout_s=timeout_s)
     except ConfigError:

@@ -101,6 +101,8 @@ pub struct AtomicGroup {
     decided: BTreeMap<String, Epoch>,
     pending: BTreeSet<String>,
     batch: Option<Epoch>,
+    /// The operation decides an epoch whose tasks ran before ([`AtomicGroup::commit_collected`]).
+    collected: bool,
     attempt: u32,
     committed: bool,
     failure: Option<End>,
@@ -123,6 +125,7 @@ impl AtomicGroup {
             decided: BTreeMap::new(),
             pending: BTreeSet::new(),
             batch: None,
+            collected: false,
             attempt: 0,
             committed: false,
             failure: None,
@@ -139,6 +142,15 @@ impl AtomicGroup {
     /// is not started and retrying as configured; poll until it ends, then read
     /// [`AtomicGroup::committed`].
     pub fn write_epoch(&mut self, batch: Epoch) {
+        self.collected = false;
+        self.begin_operation(Some(batch));
+    }
+
+    /// Scale-out: decides and completes Spark batch `batch` whose tasks ran already and created
+    /// the epoch's record (the data source's driver-side `commit`, docs/spark.md): `run_tasks`
+    /// asks for the results they sent. The start-up's watcher pass spares that record.
+    pub fn commit_collected(&mut self, batch: Epoch) {
+        self.collected = self.config.scale_out;
         self.begin_operation(Some(batch));
     }
 
@@ -184,6 +196,9 @@ impl AtomicGroup {
 
     fn begin_operation(&mut self, batch: Option<Epoch>) {
         self.core.restart();
+        if batch.is_none() {
+            self.collected = false;
+        }
         self.then = None;
         self.ending = None;
         self.failure = None;

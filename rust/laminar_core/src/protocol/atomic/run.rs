@@ -29,6 +29,7 @@ impl AtomicGroup {
                     .collect(),
                 refuse_backwards: self.config.owner.is_some(),
                 pending: self.pending.clone(),
+                collected: self.collected,
             };
             self.core
                 .run(Child::Scaled(Box::new(ScaleOutEpoch::new(ctx))));

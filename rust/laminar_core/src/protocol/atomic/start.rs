@@ -4,6 +4,7 @@
 use super::super::command::{Command, LogLevel};
 use super::super::crash::CrashPoint;
 use super::super::kafka_recovery::KafkaRecovery;
+use super::super::names::dtid;
 use super::super::records::{OwnerDecision, OwnerRecords, owner_decision};
 use super::super::watcher::{PassConfig, WatcherPass};
 use super::super::{End, Epoch};
@@ -117,9 +118,12 @@ impl AtomicGroup {
             });
         }
         if self.config.scale_out {
-            self.core.run(Child::Pass(Box::new(WatcherPass::new(
-                PassConfig::owned_group(&self.config.group_id, &self.config.postgres),
-            ))));
+            let mut pass = PassConfig::owned_group(&self.config.group_id, &self.config.postgres);
+            if let (true, Some(batch)) = (self.collected, self.batch) {
+                // the record the tasks created for this batch is decided by the operation
+                pass.spare = Some(dtid(&self.config.group_id, self.epoch_base + batch));
+            }
+            self.core.run(Child::Pass(Box::new(WatcherPass::new(pass))));
         } else {
             self.started_log();
         }

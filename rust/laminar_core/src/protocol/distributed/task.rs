@@ -2,16 +2,24 @@
 //!
 //! ```text
 //! a lock_partition
+//!   [create_record (the data source's tasks run before any coordinator step, docs/spark.md):
+//!    read_sink_epochs of the PostgreSQL sinks (Kafka only: read_decisions of the group) ->
+//!    committed: nothing written (skipped, a replayed batch); else create_dt, the epoch's
+//!    record if it is missing]
 //! b read_dt_state (for share): not `prepare` -> commit, nothing written (skipped)
 //!   claim_participants                                  scaleout.task_after_claim
 //! c list_prepared -> rollback_prepared of this partition's gids an earlier attempt left
 //!   peek_partition: no row -> empty
 //!   init_sink + known_epoch per Kafka participant (fences earlier attempts), init_sink per
 //!   PostgreSQL participant
-//! d sink_begin per participant (one that holds the epoch: abort the others, skipped)
+//! d read_dt_state (for share, held to the end of e): not `prepare` -> the epoch was rolled
+//!   back (or concluded) since the claim: undo, nothing written (skipped); the Kafka inits
+//!   came first, so a rollback after this read fences them
+//!   sink_begin per participant (one that holds the epoch: abort the others, skipped)
 //!   write_partition                                     scaleout.task_before_prepare
 //! e sink_prepare per Kafka, then per PostgreSQL participant
 //!                                                       scaleout.task_after_prepare
+//!   commit (releases the record's share lock)
 //! f release_participants (prepared transactions stay open); one result per participant
 //! ```
 //!
@@ -22,15 +30,15 @@ use crate::protocol::stalled;
 use std::collections::BTreeMap;
 
 use super::super::command::{
-    Command, Event, Failure, ParticipantKind, ParticipantResult, ParticipantRow, ResultStatus,
-    unexpected,
+    Command, DecisionSelection, Event, Failure, LogLevel, ParticipantKind, ParticipantResult,
+    ParticipantRow, ResultStatus, unexpected,
 };
 use super::super::crash::CrashPoint;
 use super::super::names::{
     attempt_participant, kafka_participant, kafka_participant_id, participant_matches,
     partition_lock_key, postgres_participant,
 };
-use super::super::records::DtState;
+use super::super::records::{DtEvent, DtState, dt_next, epoch_committed};
 use super::super::{Core, End, Epoch, Idle, NoChild, Steps, core_accessors};
 
 /// What one task attempt writes.
@@ -45,6 +53,9 @@ pub struct TaskContext {
     pub postgres: Vec<(String, String)>,
     /// The Kafka sinks (base transactional ids).
     pub kafka: Vec<String>,
+    /// The group whose epoch record the attempt creates if it is missing (the data source's
+    /// tasks, docs/spark.md); None: the coordinator created it.
+    pub create_record: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,10 +103,18 @@ impl ScaleOutTask {
         core.out.push(Command::LockPartition {
             key: partition_lock_key(&ctx.dtid, ctx.part),
         });
-        core.out.push(Command::ReadDtState {
-            dtid: ctx.dtid.clone(),
-            for_share: true,
-        });
+        match &ctx.create_record {
+            Some(group_id) if ctx.postgres.is_empty() => core.out.push(Command::ReadDecisions {
+                of: DecisionSelection::Group(group_id.clone()),
+            }),
+            Some(_) => core.out.push(Command::ReadSinkEpochs {
+                sink_ids: ctx.postgres.iter().map(|(s, _)| s.clone()).collect(),
+            }),
+            None => core.out.push(Command::ReadDtState {
+                dtid: ctx.dtid.clone(),
+                for_share: true,
+            }),
+        }
         Self {
             ctx,
             participants,
@@ -168,6 +187,32 @@ impl ScaleOutTask {
         self.status = Some(status);
     }
 
+    /// `create_record`: a committed epoch (a replayed batch) is skipped; else the record is
+    /// created if missing, then read.
+    fn on_progress(&mut self, committed: bool) {
+        if committed {
+            self.core.out.push(Command::log(
+                LogLevel::Info,
+                format!(
+                    "{} partition {}: the epoch is committed already (a replay): nothing written",
+                    self.ctx.dtid, self.ctx.part
+                ),
+            ));
+            return self.finish(ResultStatus::Skipped);
+        }
+        if let (Some(group_id), Ok(_)) = (&self.ctx.create_record, dt_next(None, DtEvent::Create)) {
+            self.core.out.push(Command::CreateDt {
+                dtid: self.ctx.dtid.clone(),
+                group_id: group_id.clone(),
+                epoch: self.ctx.epoch,
+            });
+        }
+        self.core.out.push(Command::ReadDtState {
+            dtid: self.ctx.dtid.clone(),
+            for_share: true,
+        });
+    }
+
     fn on_state(&mut self, state: Option<DtState>) {
         if state == Some(DtState::Prepare) {
             self.core.out.push(Command::ClaimParticipants {
@@ -220,6 +265,33 @@ impl ScaleOutTask {
         for name in self.names(ParticipantKind::Postgres) {
             self.core.out.push(Command::InitSink { sink_id: name });
         }
+        self.core.out.push(Command::ReadDtState {
+            dtid: self.ctx.dtid.clone(),
+            for_share: true,
+        });
+    }
+
+    /// The record read again after the participants' inits (d): a rollback since the claim
+    /// (the watcher, `resolve_stopped`, an abort) ends the attempt before it begins; else the
+    /// share lock is held through the prepares, so a rollback waits for them and then finds
+    /// every participant to undo.
+    fn on_recheck(&mut self, state: Option<DtState>) {
+        if state != Some(DtState::Prepare) {
+            let line = format!(
+                "{} partition {}: the distributed transaction is {} since the claim: nothing written",
+                self.ctx.dtid,
+                self.ctx.part,
+                state.map_or("gone", DtState::name)
+            );
+            self.undo(Some(ResultStatus::Skipped), None);
+            self.core.out.push_front(Command::warn(line));
+            self.core.out.push_front(Command::Commit);
+            return;
+        }
+        self.begin();
+    }
+
+    fn begin(&mut self) {
         let epoch = self.ctx.epoch;
         for p in &self.participants {
             self.core.out.push(Command::SinkBegin {
@@ -241,6 +313,7 @@ impl ScaleOutTask {
         self.core.out.push(Command::Reached {
             point: CrashPoint::ScaleoutTaskAfterPrepare,
         });
+        self.core.out.push(Command::Commit);
         self.core
             .out
             .push(Command::ReleaseParticipants { prepared: true });
@@ -268,6 +341,21 @@ impl ScaleOutTask {
             return; // failing aborts change nothing: the next attempt's init fences them
         }
         match (command, event) {
+            (Command::ReadSinkEpochs { sink_ids }, Event::Progress { epochs }) => {
+                let epoch = self.ctx.epoch;
+                let committed = sink_ids.iter().all(|s| {
+                    let last = epochs.iter().find(|(id, _)| id == s).and_then(|(_, e)| *e);
+                    epoch_committed(last, epoch)
+                });
+                self.on_progress(committed);
+            }
+            (Command::ReadDecisions { .. }, Event::Decisions { rows }) => {
+                let last = rows.iter().map(|r| r.epoch).max();
+                self.on_progress(epoch_committed(last, self.ctx.epoch));
+            }
+            (Command::ReadDtState { .. }, Event::DtState { state }) if self.writing => {
+                self.on_recheck(state);
+            }
             (Command::ReadDtState { .. }, Event::DtState { state }) => self.on_state(state),
             (Command::ListPrepared, Event::PreparedList { gids }) => {
                 self.on_prepared_list(gids.into_iter().map(|g| g.gid).collect());
@@ -317,7 +405,9 @@ impl ScaleOutTask {
                 | Command::ReleaseParticipants { .. },
                 Event::Ack,
             )
-            | (Command::RollbackPrepared { .. }, Event::Found { .. }) => {}
+            | (Command::RollbackPrepared { .. }, Event::Found { .. })
+            // created here, or by another task of the epoch first: either way it is read next
+            | (Command::CreateDt { .. }, Event::Applied { .. }) => {}
             (command, event) => {
                 let f = unexpected(&command, &event);
                 self.undo(None, Some(f));
@@ -335,5 +425,127 @@ impl Steps for ScaleOutTask {
             (None, Some(_)) => End::Ok,
             (None, None) => stalled("scale-out task"),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::Machine;
+    use super::*;
+
+    fn task() -> ScaleOutTask {
+        ScaleOutTask::new(TaskContext {
+            dtid: "laminar:g:7".into(),
+            epoch: 7,
+            part: 1,
+            attempt: "0-a".into(),
+            postgres: vec![("pg".into(), "laminar:pg:7:1".into())],
+            kafka: vec!["tid".into()],
+            create_record: Some("g".into()),
+        })
+    }
+
+    /// Drives the attempt, answering each command; the record reads `first`, then `recheck`.
+    fn run(recheck: Option<DtState>) -> (ScaleOutTask, Vec<Command>) {
+        let mut t = task();
+        let mut seen = Vec::new();
+        let mut reads = 0;
+        while let Some(c) = t.poll() {
+            let event = match &c {
+                Command::ReadSinkEpochs { .. } => Event::Progress { epochs: vec![] },
+                Command::CreateDt { .. } => Event::Applied { applied: true },
+                Command::ReadDtState { .. } => {
+                    reads += 1;
+                    let state = if reads == 1 {
+                        Some(DtState::Prepare)
+                    } else {
+                        recheck
+                    };
+                    Event::DtState { state }
+                }
+                Command::ListPrepared => Event::PreparedList { gids: vec![] },
+                Command::PeekPartition => Event::Found { found: true },
+                Command::KnownEpoch { .. } => Event::Marker {
+                    epoch: Some(6),
+                    now_ms: 0,
+                },
+                Command::SinkBegin { .. } => Event::Began { opened: true },
+                Command::WritePartition => Event::Rows { count: 3 },
+                Command::SinkPrepare { .. } => Event::Prepared {
+                    prepared_state: "s".into(),
+                },
+                _ => Event::Ack,
+            };
+            seen.push(c);
+            t.handle(event);
+        }
+        (t, seen)
+    }
+
+    fn position(seen: &[Command], f: impl Fn(&Command) -> bool) -> usize {
+        seen.iter().position(f).expect("command issued")
+    }
+
+    #[test]
+    fn a_rollback_after_the_claim_ends_the_attempt_before_it_begins() {
+        for recheck in [None, Some(DtState::Rollback), Some(DtState::Commit)] {
+            let (t, seen) = run(recheck);
+            assert_eq!(t.end(), Some(&End::Ok));
+            assert!(
+                !seen.iter().any(|c| matches!(
+                    c,
+                    Command::SinkBegin { .. }
+                        | Command::WritePartition
+                        | Command::SinkPrepare { .. }
+                )),
+                "{recheck:?}: nothing begun: {seen:?}"
+            );
+            let init = position(&seen, |c| matches!(c, Command::KnownEpoch { .. }));
+            let read = seen
+                .iter()
+                .rposition(|c| matches!(c, Command::ReadDtState { .. }));
+            assert!(
+                read > Some(init),
+                "the record is read again after the Kafka init"
+            );
+            assert!(seen.iter().any(|c| matches!(c, Command::Commit)));
+            assert!(
+                seen.iter()
+                    .any(|c| matches!(c, Command::ReleaseParticipants { prepared: false }))
+            );
+            assert!(
+                t.results()
+                    .iter()
+                    .all(|r| r.status == ResultStatus::Skipped)
+            );
+        }
+    }
+
+    #[test]
+    fn a_live_record_is_held_for_share_from_the_kafka_init_through_the_prepares() {
+        let (t, seen) = run(Some(DtState::Prepare));
+        assert_eq!(t.end(), Some(&End::Ok));
+        let init = position(&seen, |c| matches!(c, Command::KnownEpoch { .. }));
+        let read = position(&seen, |c| matches!(c, Command::ReadDtState { .. }));
+        let reread = seen
+            .iter()
+            .rposition(|c| matches!(c, Command::ReadDtState { .. }))
+            .expect("read again");
+        assert!(read < init && init < reread);
+        let begin = position(&seen, |c| matches!(c, Command::SinkBegin { .. }));
+        let last_prepare = seen
+            .iter()
+            .rposition(|c| matches!(c, Command::SinkPrepare { .. }))
+            .expect("prepared");
+        let commit = seen
+            .iter()
+            .rposition(|c| matches!(c, Command::Commit))
+            .expect("committed");
+        assert!(reread < begin && last_prepare < commit);
+        assert!(
+            t.results()
+                .iter()
+                .all(|r| r.status == ResultStatus::Prepared)
+        );
     }
 }

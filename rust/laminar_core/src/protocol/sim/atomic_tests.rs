@@ -59,7 +59,7 @@ pub(super) struct Run {
     pub max_lag_after_recovery: i64,
 }
 
-fn retryable(end: &End) -> bool {
+pub(super) fn retryable(end: &End) -> bool {
     match end {
         End::Refused(r) => r.kind.retryable(),
         End::Failed(f) => matches!(

@@ -253,6 +253,9 @@ pub(super) fn perform(w: &mut World, proc: &mut Proc, command: &Command) -> Resu
                 None => Event::Missing,
             }
         }
+        Command::RunTasks { epoch, .. } if w.tasks.create_record => Event::TaskResults {
+            results: w.tasks.sent.get(&epoch).cloned().unwrap_or_default(),
+        },
         Command::RunTasks { dtid, epoch } => run_tasks(w, &dtid, epoch),
         Command::PeekPartition => Event::Found {
             found: !w.partition(proc.part.unwrap_or_default()).is_empty(),

@@ -49,6 +49,11 @@ pub(super) struct TaskPlan {
     pub fail_part: Option<u32>,
     /// Epochs whose first run happened (twins and failures happen once).
     pub ran: BTreeSet<Epoch>,
+    /// The data source (docs/spark.md): the tasks run before the coordinator and create the
+    /// epoch's record; `RunTasks` answers with the results they sent (`sent`).
+    pub create_record: bool,
+    /// The results the data source's tasks sent the driver, per epoch.
+    pub sent: BTreeMap<Epoch, Vec<super::command::ParticipantResult>>,
 }
 
 /// The simulated world.

@@ -6,13 +6,16 @@ use std::collections::BTreeSet;
 
 use proptest::prelude::*;
 
-use super::super::atomic::GroupConfig;
+use super::super::atomic::{AtomicGroup, GroupConfig};
+use super::super::command::Event;
 use super::super::crash::{CrashPoint, Protocol};
+use super::super::names::dtid;
 use super::super::records::DtState;
 use super::super::watcher::resolve::{Resolve, ResolveOutcome, ResolveTarget};
 use super::super::watcher::{ItemOutcome, PassConfig, WatcherPass};
 use super::super::{End, Epoch, RefusalKind};
-use super::atomic_tests::{Writer, config, run};
+use super::atomic_tests::{Writer, config, retryable, run};
+use super::tasks::run_tasks;
 use super::{Collected, Crash, Proc, World, drive, points_of};
 
 const EPOCHS: Epoch = 3;
@@ -350,4 +353,133 @@ proptest! {
         arm(&mut w, schedule.next());
         run(&mut w, &c, 4, |w| arm(w, schedule.next()));
     }
+}
+
+// -- the data source (`format("laminar")`, docs/spark.md): tasks first, then the driver's commit
+
+/// Spark's micro-batches through the data source: per batch the tasks run first (they create the
+/// epoch's record; a task that dies is retried), then the driver's `commit` in a process of its
+/// own (`AtomicGroup::commit_collected`), called `commits` times. A failed job or a commit that
+/// did not return (an error, a crash) runs the batch again, tasks first. Returns the crashes.
+fn run_source(w: &mut World, c: &GroupConfig, epochs: Epoch, commits: u32) -> u32 {
+    w.tasks.create_record = true;
+    let mut crashes = 0;
+    let mut next = 0;
+    let mut guard = 0;
+    while next < epochs {
+        guard += 1;
+        assert!(guard < 1000, "no progress");
+        if !w.tasks.sent.contains_key(&next) {
+            match run_tasks(w, &dtid("g", next), next) {
+                Event::TaskResults { results } => w.tasks.sent.insert(next, results),
+                _ => continue, // the job failed: Spark runs the batch again
+            };
+        }
+        let mut done = true;
+        for _ in 0..commits {
+            let mut group = AtomicGroup::new(c.clone());
+            group.commit_collected(next);
+            match drive(w, &mut Proc::default(), &mut group) {
+                Ok(End::Ok) => {}
+                Ok(end) if retryable(&end) => done = false,
+                Ok(end) => panic!("batch {next} refused: {end:?}"),
+                Err(Crash) => {
+                    crashes += 1;
+                    done = false;
+                }
+            }
+            if !done {
+                break;
+            }
+        }
+        if done {
+            next += 1;
+        } else {
+            w.tasks.sent.remove(&next);
+        }
+    }
+    w.check_exactly_once(epochs);
+    assert!(w.pg.dt_state.is_empty(), "left: {:?}", w.pg.dt_state.keys());
+    crashes
+}
+
+#[test]
+fn the_data_source_commits_every_epoch_once_and_a_repeated_commit_is_a_no_op() {
+    for template in scenarios() {
+        let mut w = clone_world(&template);
+        let c = scaled(&w);
+        run_source(&mut w, &c, EPOCHS, 2);
+        assert!(
+            !w.seen.contains(&CrashPoint::ScaleoutAfterCreate),
+            "the tasks create it"
+        );
+    }
+    let mut w = World::new(&[], &["k1", "k2"], 1_000_000);
+    let c = scaled(&w);
+    run_source(&mut w, &c, EPOCHS, 2); // Kafka only: the decision rows say it is committed
+}
+
+/// Every scale-out crash point of the enum at its n-th occurrence, with the data source's order:
+/// a task point kills the attempt (Spark retries it), a coordinator point kills the commit's
+/// process (the restarted query runs the batch again: its tasks find the epoch decided, or claim
+/// it again, and the commit completes or decides it).
+#[test]
+fn the_data_source_ends_exactly_once_after_a_crash_at_every_scaleout_point() {
+    let walked = points_of(&[Protocol::Scaleout, Protocol::Postgres]);
+    let mut crashed = BTreeSet::new();
+    let mut worlds = scenarios();
+    worlds.push(World::new(&[], &["k1", "k2"], 1_000_000));
+    for template in worlds {
+        for &point in &walked {
+            for nth in 1..=4 {
+                let mut w = clone_world(&template);
+                let c = scaled(&w);
+                w.crash_at = Some((point, nth));
+                run_source(&mut w, &c, EPOCHS, 1);
+                if w.crash_at.is_none() {
+                    crashed.insert(point);
+                }
+            }
+        }
+    }
+    for p in [
+        CrashPoint::ScaleoutAfterTasks,
+        CrashPoint::ScaleoutAfterDecision,
+        CrashPoint::ScaleoutTaskAfterClaim,
+        CrashPoint::ScaleoutTaskAfterPrepare,
+    ] {
+        assert!(crashed.contains(&p), "never crashed at {p}");
+    }
+}
+
+#[test]
+fn a_commit_spares_its_own_record_and_refuses_one_rolled_back_before_it() {
+    let mut w = world();
+    let c = scaled(&w);
+    w.tasks.create_record = true;
+    // batch 0's tasks prepared, its commit never came (the query died): a leftover
+    let Event::TaskResults { results } = run_tasks(&mut w, &dtid("g", 0), 0) else {
+        panic!("the job failed")
+    };
+    assert_eq!(w.pg.dt_state.len(), 1);
+    // batch 0 again, then its commit: the start-up's pass spares the record in flight
+    w.tasks.sent.insert(0, results);
+    let mut group = AtomicGroup::new(c.clone());
+    group.commit_collected(0);
+    assert_eq!(drive(&mut w, &mut Proc::default(), &mut group), Ok(End::Ok));
+    assert!(group.committed());
+    // a record the watcher rolled back before the commit: refused, nothing committed
+    let Event::TaskResults { results } = run_tasks(&mut w, &dtid("g", 1), 1) else {
+        panic!("the job failed")
+    };
+    w.tasks.sent.insert(1, results);
+    pass(&mut w, watcher_config(0.0));
+    let mut group = AtomicGroup::new(c);
+    group.commit_collected(1);
+    match drive(&mut w, &mut Proc::default(), &mut group) {
+        Ok(End::Refused(r)) => assert_eq!(r.kind, RefusalKind::NotDecided),
+        other => panic!("{other:?}"),
+    }
+    assert!(w.pg.prepared.is_empty() && w.pg.dt_state.is_empty());
+    w.check_exactly_once(1);
 }

@@ -71,6 +71,7 @@ pub(super) fn run_task(
         attempt: format!("{part}-{token}"),
         postgres,
         kafka: w.kafka_sinks.clone(),
+        create_record: w.tasks.create_record.then(|| "g".to_owned()),
     });
     match drive(w, &mut proc, &mut task) {
         Ok(End::Ok) => Some(task.results()),

@@ -45,6 +45,10 @@ pub struct PassConfig {
     pub thresholds: WatcherThresholds,
     /// Resolve what the rules say (false: inspect only, for `laminar status`).
     pub act: bool,
+    /// A distributed transaction left out, with its participants, while it is `prepare`: the
+    /// one a scale-out coordinator is about to decide (the data source's tasks created it,
+    /// docs/spark.md). Decided, it is completed or rolled back as any other.
+    pub spare: Option<String>,
 }
 
 impl PassConfig {
@@ -60,7 +64,12 @@ impl PassConfig {
                 ..WatcherThresholds::default()
             },
             act: true,
+            spare: None,
         }
+    }
+
+    fn spared(&self, dtid: Option<&str>, state: Option<DtState>) -> bool {
+        state == Some(DtState::Prepare) && dtid.is_some_and(|d| self.spare.as_deref() == Some(d))
     }
 }
 
@@ -176,6 +185,12 @@ impl WatcherPass {
                 }
             }
             let decision = decision_of(&prepared.gid, &rows);
+            if self
+                .config
+                .spared(decision.map(|d| d.dtid.as_str()), decision.map(|d| d.state))
+            {
+                continue;
+            }
             if let (Some(group), None) = (&self.config.group_id, &self.config.sink_ids) {
                 if decision.is_none_or(|d| &d.group_id != group) {
                     continue;
@@ -393,6 +408,9 @@ impl WatcherPass {
             }
             (Command::ReadDtStates { .. }, Event::DtRows { rows }) => {
                 for row in rows {
+                    if self.config.spared(Some(&row.dtid), Some(row.state)) {
+                        continue;
+                    }
                     let mut item =
                         Item::new(ItemKind::Distributed, row.dtid, Some(row.epoch), row.age_s);
                     item.decision = Some(row.state);

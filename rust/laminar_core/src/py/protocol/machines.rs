@@ -120,6 +120,11 @@ machine_class!(PyAtomicGroup, "AtomicGroupMachine", AtomicGroup, {
         self.inner.write_epoch(batch);
     }
 
+    /// Scale-out: decides batch `batch` whose tasks ran already and created its record.
+    fn commit_collected(&mut self, batch: Epoch) {
+        self.inner.commit_collected(batch);
+    }
+
     #[getter]
     fn committed(&self) -> bool {
         self.inner.committed()
@@ -176,6 +181,7 @@ machine_class!(PyKafkaRecovery, "KafkaRecoveryMachine", KafkaRecovery, {
 
 machine_class!(PyScaleOutTask, "ScaleOutTaskMachine", ScaleOutTask, {
     #[new]
+    #[pyo3(signature = (dtid, epoch, part, attempt, postgres, kafka, *, group_id=None))]
     fn new(
         dtid: String,
         epoch: Epoch,
@@ -183,6 +189,7 @@ machine_class!(PyScaleOutTask, "ScaleOutTaskMachine", ScaleOutTask, {
         attempt: String,
         postgres: Vec<(String, String)>,
         kafka: Vec<String>,
+        group_id: Option<String>,
     ) -> Self {
         Self {
             inner: ScaleOutTask::new(TaskContext {
@@ -192,6 +199,7 @@ machine_class!(PyScaleOutTask, "ScaleOutTaskMachine", ScaleOutTask, {
                 attempt,
                 postgres,
                 kafka,
+                create_record: group_id,
             }),
         }
     }
@@ -267,6 +275,7 @@ machine_class!(PyWatcherPass, "WatcherPassMachine", WatcherPass, {
                     lingering_after_s,
                 },
                 act,
+                spare: None,
             }),
         }
     }

@@ -15,9 +15,22 @@
 //!     conclude_dt)
 //! ```
 //!
+//! With `collected` (the data source's driver-side `commit`, docs/spark.md) the tasks ran first
+//! and created the record themselves: step 1 reads it instead of creating it, and step 2's
+//! `run_tasks` hands over the results the tasks sent.
+//!
+//! ```text
+//! 1 read_dt_state: prepare -> 2 run_tasks, 3 ...
+//!                  commit  -> complete it (a commit that died after its decision), skipped
+//!                  rollback-> Resolution::roll_back, refusal not_decided
+//!                  gone    -> run_tasks: every partition empty, or read_decisions finds the
+//!                             epoch decided (a repeated commit): skipped; else not_decided
+//! ```
+//!
 //! Anything that fails before the decision rolls the epoch back with [`Resolution::roll_back`]
 //! (the one definition) and ends; the epoch is written again.
 
+mod collected;
 mod decision;
 
 use crate::protocol::stalled;
@@ -45,6 +58,8 @@ pub struct ScaleContext {
     pub refuse_backwards: bool,
     /// Decided transactions of the group not concluded yet.
     pub pending: BTreeSet<String>,
+    /// The tasks ran before and created the record (module docs).
+    pub collected: bool,
 }
 
 children!(
@@ -82,6 +97,8 @@ pub struct ScaleOutEpoch {
     cleared: bool,
     after_rollback: Option<End>,
     ending: Option<End>,
+    /// `collected`: the record was gone when read.
+    gone: bool,
 }
 
 impl ScaleOutEpoch {
@@ -99,6 +116,7 @@ impl ScaleOutEpoch {
             cleared: false,
             after_rollback: None,
             ending: None,
+            gone: false,
         };
         if me.ctx.pending.is_empty() {
             me.plan();
@@ -123,7 +141,7 @@ impl ScaleOutEpoch {
         &self.ctx.postgres
     }
 
-    fn settle(&mut self) {
+    pub(super) fn settle(&mut self) {
         self.stage = Stage::Settling;
         let sinks = self
             .ctx
@@ -131,13 +149,21 @@ impl ScaleOutEpoch {
             .iter()
             .map(|(s, _)| s.clone())
             .collect::<Vec<_>>();
-        self.core.run(Child::Pass(Box::new(WatcherPass::new(
-            PassConfig::owned_group(&self.ctx.group_id, &sinks),
-        ))));
+        let mut config = PassConfig::owned_group(&self.ctx.group_id, &sinks);
+        if self.ctx.collected && !self.skip_after_settle {
+            // the tasks' record of this epoch is in flight: it is decided here, not rolled back
+            config.spare = Some(self.dtid.clone());
+        }
+        self.core
+            .run(Child::Pass(Box::new(WatcherPass::new(config))));
     }
 
     fn plan(&mut self) {
         let epoch = self.ctx.epoch;
+        if self.ctx.collected && self.ctx.postgres.is_empty() {
+            // Kafka only: no sink progress to plan from (the record and the decision rows say)
+            return self.read_record();
+        }
         let progress: Vec<SinkProgress> = self
             .ctx
             .postgres
@@ -159,8 +185,16 @@ impl ScaleOutEpoch {
                 ));
                 self.ending = Some(End::Ok);
             }
+            EpochPlan::Write { .. } if self.ctx.collected => self.read_record(),
             EpochPlan::Write { .. } => self.create(),
         }
+    }
+
+    pub(super) fn run_tasks(&mut self) {
+        self.core.out.push(Command::RunTasks {
+            dtid: self.dtid.clone(),
+            epoch: self.ctx.epoch,
+        });
     }
 
     fn create(&mut self) {
@@ -179,7 +213,13 @@ impl ScaleOutEpoch {
     /// Before the decision: roll back, then end with `end`.
     /// `rollback_txn`: the decision transaction is open and is rolled back first (its
     /// `prepare -> commit` with it).
-    fn roll_back(&mut self, end: End, why: String, state: Option<DtState>, rollback_txn: bool) {
+    pub(super) fn roll_back(
+        &mut self,
+        end: End,
+        why: String,
+        state: Option<DtState>,
+        rollback_txn: bool,
+    ) {
         self.core.out.clear();
         if rollback_txn {
             self.core.out.push(Command::Rollback);
@@ -334,6 +374,17 @@ impl ScaleOutEpoch {
                         None,
                         "left by an earlier run",
                     ))));
+            }
+            (Command::ReadDtState { .. }, Event::DtState { state }) => self.on_record(state),
+            (Command::RunTasks { .. }, Event::TaskResults { results }) if self.gone => {
+                self.on_gone(&results, None);
+                self.results = results;
+            }
+            (Command::ReadDecisions { .. }, Event::Decisions { rows }) if self.gone => {
+                let epoch = self.ctx.epoch;
+                let decided = rows.iter().any(|r| r.epoch >= epoch);
+                let results = std::mem::take(&mut self.results);
+                self.on_gone(&results, Some(decided));
             }
             (Command::RunTasks { .. }, Event::TaskResults { results }) => self.on_results(results),
             (Command::RunTasks { .. }, Event::Failed(f)) => {

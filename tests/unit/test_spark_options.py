@@ -1,0 +1,88 @@
+"""``format("laminar")``'s options (`laminar.spark_options`): Spark-style keys, secrets only by
+environment variable name, a `ConfigError` naming the option and the fix for anything else."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from laminar._settings import EnvValue
+from laminar.errors import ConfigError
+from laminar.spark_options import parse_options
+
+PG = {"postgres.dsn.env": "ORDERS_PG_DSN", "postgres.table": "public.orders"}
+KAFKA = {"kafka.bootstrap.servers": "broker:9092", "kafka.topic": "orders"}
+
+
+def test_postgres_only_takes_the_dsn_by_variable_name() -> None:
+    opts = parse_options({**PG, "checkpointLocation": "/tmp/c"})
+    (sink,) = opts.postgres_sinks()
+    assert opts.kafka_sinks() == []
+    assert sink.sink_id == "public.orders"
+    assert opts.state_dsn() == EnvValue("ORDERS_PG_DSN")
+    assert opts.group_id([sink.sink_id]) == "public.orders+scale-out"
+
+
+def test_kafka_options_follow_sparks_kafka_sink() -> None:
+    opts = parse_options(
+        {
+            **KAFKA,
+            "kafka.acks": "all",
+            "kafka.linger.ms": "5",
+            "kafka.sasl.password.env": "KAFKA_PW",
+            "kafka.key.column": "id",
+            "laminar.state.dsn.env": "STATE_DSN",
+        }
+    )
+    (sink,) = opts.kafka_sinks()
+    assert sink.sink_id == "laminar-orders"
+    assert sink.topic == "orders"
+    assert opts.producer_config == {
+        "acks": "all",
+        "linger.ms": "5",
+        "sasl.password": EnvValue("KAFKA_PW"),
+    }
+    assert opts.state_dsn() == EnvValue("STATE_DSN")
+
+
+def test_both_targets_make_one_group_and_topic_is_an_alias() -> None:
+    options = {**PG, "kafka.bootstrap.servers": "b:9092", "TOPIC": "orders", "group": "g1"}
+    opts = parse_options(options)
+    assert [s.sink_id for s in opts.kafka_sinks()] == ["laminar-orders"]
+    assert opts.group_id(["public.orders", "laminar-orders"]) == "g1"
+    assert parse_options(PG | KAFKA).group_id(["b", "a"]) == "a+b"
+
+
+def test_the_options_pickle_without_a_secret() -> None:
+    opts = parse_options({**PG, **KAFKA, "kafka.ssl.key.password.env": "KEY_PW"})
+    assert b"KEY_PW" in pickle.dumps(opts)
+    assert pickle.loads(pickle.dumps(opts)) == opts
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"postgres.dsn": "host=db password=x", "postgres.table": "t"}, "'postgres.dsn.env'"),
+        ({"url": "jdbc:postgresql://db/x", "postgres.table": "t"}, "'postgres.dsn.env'"),
+        ({**KAFKA, "laminar.state.dsn": "host=db"}, "'laminar.state.dsn.env'"),
+        ({**PG, **KAFKA, "kafka.sasl.password": "pw"}, "kafka.sasl.password.env"),
+        ({**PG, "password": "pw"}, "password.env"),
+        ({"postgres.table": "t"}, "'postgres.dsn.env' too"),
+        ({"postgres.dsn.env": "X"}, "'postgres.table' too"),
+        ({"kafka.topic": "t"}, "'kafka.bootstrap.servers' too"),
+        ({"kafka.bootstrap.servers": "b:9092"}, "'kafka.topic' too"),
+        ({}, "needs a target"),
+        (KAFKA, "laminar.state.dsn.env"),
+        ({**PG, "postgres.tabel": "x"}, "unknown option 'postgres.tabel'"),
+        ({**PG, "postgres.dsn.env": "host=db password=x"}, "the \\*name\\* of an environment"),
+        ({**PG, "laminar.check.servers": "maybe"}, "takes true or false"),
+        ({**PG, **KAFKA, "kafka.value.format": "avro"}, "json or raw"),
+        ({**PG, **KAFKA, "kafka.enable.idempotence": "false"}, "enable.idempotence"),
+    ],
+)
+def test_bad_options_name_the_option_and_the_fix(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        parse_options(options)
+    assert "password=x" not in str(info.value)
+    assert "pw" not in str(info.value).replace("password", "")
