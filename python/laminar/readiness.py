@@ -21,7 +21,7 @@ from typing import Any
 
 from laminar._redact import redact_dsn, redact_text
 from laminar.errors import ConfigError, LaminarError
-from laminar.sinks.base import TransactionalSink
+from laminar._sink import TransactionalSink
 
 __all__ = ["SinkCheck", "check_sink", "check_sinks", "describe_process", "require_reachable"]
 
@@ -153,7 +153,7 @@ def _check_kafka(sink: Any, timeout_s: float) -> str:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
-    from laminar.sinks._kafka_config import consumer_config, secret_values
+    from laminar.kafka._config import consumer_config, secret_values
 
     bootstrap: str = sink._bootstrap_servers  # resolves laminar.env settings in this process
     user: dict[str, Any] = sink._producer_config

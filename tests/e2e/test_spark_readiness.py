@@ -29,7 +29,7 @@ import pytest
 import laminar
 import laminar.spark
 from laminar import ConfigError
-from laminar._handoff import VERSION_MISMATCH
+from laminar.spark._handoff import VERSION_MISMATCH
 from laminar.embedded import SparkConnectServer, free_port
 from tests.e2e.spark_helpers import (
     assert_exactly_once,

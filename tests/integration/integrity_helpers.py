@@ -96,7 +96,7 @@ def pg_rows(dsn: str, table: str) -> list[tuple[Any, ...]]:
 
 
 def kafka_rows(bootstrap: str, topic: str, sink_id: str) -> list[tuple[Any, ...]]:
-    """The sink's committed records (control batches replayed by laminar.kafka_log), as
+    """The sink's committed records (control batches replayed by laminar.kafka.log), as
     ``(id, name, amount)`` sorted by id; each key must be the id's text."""
     out = []
     for record in read_committed(bootstrap, topic):
