@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from laminar._redact import redact_dsn, redact_text
-from laminar.errors import ConfigError, LaminarError
 from laminar._sink import TransactionalSink
+from laminar.errors import ConfigError, LaminarError
 
 __all__ = ["SinkCheck", "check_sink", "check_sinks", "describe_process", "require_reachable"]
 

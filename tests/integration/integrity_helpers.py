@@ -13,7 +13,9 @@ import pytest
 from psycopg import sql
 
 from laminar.errors import AbortableError
-from laminar.sinks import _pg_steps, kafka, postgres
+from laminar.kafka import sink as kafka
+from laminar.postgres import _steps as _pg_steps
+from laminar.postgres import sink as postgres
 from tests.integration.kafka_fill import settled_committed as read_committed
 from tests.integration.pg_helpers import backend_pids, terminate, wait_for
 

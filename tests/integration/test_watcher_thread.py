@@ -99,8 +99,8 @@ def test_the_watcher_thread_resolves_a_crashed_epoch_and_a_stray_participant(
     assert all(p == (2, 2, 0) for p in seen[:first_resolved]), seen
     assert sum(r for _, _, r in seen) == 2, seen
     assert seen[-1] == (0, 0, 0), seen
-    warnings = [r for r in caplog.records if r.name == "laminar.protocol.watcher" and "lingering=2" in
-                r.getMessage()]  # fmt: skip
+    warnings = [r for r in caplog.records if r.name == "laminar.protocol.watcher"
+                and "lingering=2" in r.getMessage()]  # fmt: skip
     assert warnings
     assert all(r.levelno == logging.WARNING for r in warnings)
     assert f"kafka:{tid}" in warnings[0].getMessage()

@@ -8,7 +8,7 @@ import pytest
 
 from laminar._core import encode_kafka, is_spark_kafka_shape
 from laminar.errors import ConfigError, DataError
-from laminar.sinks import _kafka_shape as shape
+from laminar.kafka import _shape as shape
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 SINK = [("laminar.sink", b"s"), ("laminar.epoch", b"3")]

@@ -15,9 +15,8 @@ import pytest
 import laminar
 import laminar.spark
 from laminar import ConfigError, PreparedTxnState
-from laminar.spark._handoff import VERSION_MISMATCH, restore
-from laminar.readiness import SinkCheck, check_sink
 from laminar._sink import TransactionalSink
+from laminar.readiness import SinkCheck, check_sink
 from laminar.spark import (
     ForeachBatchWriter,
     ServerReport,
@@ -26,6 +25,7 @@ from laminar.spark import (
     _writer_from,
     query_owner,
 )
+from laminar.spark._handoff import VERSION_MISMATCH, restore
 
 
 class MemorySink(TransactionalSink):

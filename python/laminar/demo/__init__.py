@@ -1,14 +1,15 @@
-"""Compatibility path: the code lives in :mod:`laminar.cli.demo` (docs/engine.md, "Package layout").
+"""Compatibility path: ``laminar.demo`` re-exports :mod:`laminar.cli.demo`.
 
-``laminar.demo`` stays importable with the same public names (add, never rename). It is a package
-rather than a module file so that the old file's path is free: git pairs the old file with its
-new home as a rename, and edits made on other branches to the old file follow it there.
+The same public names (add, never rename); docs/engine.md, "Package layout". A package rather
+than a module file, so the old file's path is free and git pairs that file with its new home as a
+rename: edits made to it on other branches follow it there.
 """
 
 from laminar.cli.demo import (
     CRASH_POINTS,
-    ConfigError,
-    CrashPoint,
+    TABLE,
+    TOPIC,
+    TRANSACTIONAL_ID,
     Demo,
     DemoError,
     DemoForeachBatch,
@@ -16,20 +17,17 @@ from laminar.cli.demo import (
     DemoReport,
     Progress,
     StoreCheck,
-    TABLE,
-    TOPIC,
-    TRANSACTIONAL_ID,
     add_arguments,
     crash_point_of,
-    point_named,
     run,
     run_from_args,
 )
 
 __all__ = [
     "CRASH_POINTS",
-    "ConfigError",
-    "CrashPoint",
+    "TABLE",
+    "TOPIC",
+    "TRANSACTIONAL_ID",
     "Demo",
     "DemoError",
     "DemoForeachBatch",
@@ -37,12 +35,8 @@ __all__ = [
     "DemoReport",
     "Progress",
     "StoreCheck",
-    "TABLE",
-    "TOPIC",
-    "TRANSACTIONAL_ID",
     "add_arguments",
     "crash_point_of",
-    "point_named",
     "run",
     "run_from_args",
 ]

@@ -46,6 +46,7 @@ from laminar._faults import crash_point
 from laminar._input import check_epoch, materialize
 from laminar._redact import redact_config, redact_text
 from laminar._settings import Setting, is_deferred, resolve, resolve_mapping
+from laminar._sink import TransactionalSink
 from laminar._types import ArrowData
 from laminar.errors import (
     AbortableError,
@@ -58,14 +59,7 @@ from laminar.errors import (
     LaminarError,
     RecordTooLargeError,
 )
-from laminar.kafka.log import (
-    ClientSecurity,
-    KafkaLogClient,
-    KafkaLogError,
-    ReadStats,
-    UnsupportedSecurityError,
-)
-from laminar.sinks import _kafka_shape as shape
+from laminar.kafka import _shape as shape
 from laminar.kafka._calls import StuckCallError as _StuckCallError
 from laminar.kafka._calls import bounded_call as _bounded_call
 from laminar.kafka._config import (
@@ -83,7 +77,13 @@ from laminar.kafka._errors import (
     describe,
     map_kafka_error,
 )
-from laminar._sink import TransactionalSink
+from laminar.kafka.log import (
+    ClientSecurity,
+    KafkaLogClient,
+    KafkaLogError,
+    ReadStats,
+    UnsupportedSecurityError,
+)
 
 __all__ = ["HEADER_EPOCH", "HEADER_SINK", "KafkaSink", "StartupRead"]
 

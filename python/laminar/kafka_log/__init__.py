@@ -1,70 +1,46 @@
-"""Compatibility path: the code lives in :mod:`laminar.kafka.log` (docs/engine.md, "Package layout").
+"""Compatibility path: ``laminar.kafka_log`` re-exports :mod:`laminar.kafka.log`.
 
-``laminar.kafka_log`` stays importable with the same public names (add, never rename). It is a package
-rather than a module file so that the old file's path is free: git pairs the old file with its
-new home as a rename, and edits made on other branches to the old file follow it there.
+The same public names (add, never rename); docs/engine.md, "Package layout". A package rather
+than a module file, so the old file's path is free and git pairs that file with its new home as a
+rename: edits made to it on other branches follow it there.
 """
 
 from laminar.kafka.log import (
+    WITNESS_CLOCK_SKEW_MS,
     ClientSecurity,
     Compression,
-    Connection,
     ControlType,
     EndTxnError,
-    FETCH,
-    FIND_COORDINATOR,
     KafkaLogClient,
     KafkaLogError,
-    LIST_OFFSETS,
     LogRecord,
-    METADATA,
-    OFFSET_COMMIT,
-    OFFSET_FETCH,
     PartitionLog,
-    PartitionScan,
-    RETRIABLE_GROUP_CODES,
     ReadStats,
     RecordBatch,
     UnsupportedSecurityError,
-    WITNESS_CLOCK_SKEW_MS,
     WitnessResult,
-    batch_of,
     committed_records,
     decode_record_batches,
-    error_name,
-    parse_bootstrap,
     read_committed,
     read_partition,
 )
 
 __all__ = [
+    "WITNESS_CLOCK_SKEW_MS",
     "ClientSecurity",
     "Compression",
-    "Connection",
     "ControlType",
     "EndTxnError",
-    "FETCH",
-    "FIND_COORDINATOR",
     "KafkaLogClient",
     "KafkaLogError",
-    "LIST_OFFSETS",
     "LogRecord",
-    "METADATA",
-    "OFFSET_COMMIT",
-    "OFFSET_FETCH",
     "PartitionLog",
-    "PartitionScan",
-    "RETRIABLE_GROUP_CODES",
     "ReadStats",
     "RecordBatch",
     "UnsupportedSecurityError",
-    "WITNESS_CLOCK_SKEW_MS",
     "WitnessResult",
-    "batch_of",
     "committed_records",
     "decode_record_batches",
-    "error_name",
-    "parse_bootstrap",
     "read_committed",
     "read_partition",
 ]

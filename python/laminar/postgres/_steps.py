@@ -34,7 +34,6 @@ from psycopg import sql
 from laminar._core import check_pg_copy_schema, iter_pg_copy
 from laminar._faults import crash_point
 from laminar._input import materialize
-from laminar.protocol.records import claim_epoch, committed_epoch, record_epoch_totals
 from laminar.errors import ConfigError, DataError, LaminarError
 from laminar.postgres._encode_ahead import encode_ahead
 from laminar.postgres._names import GID_PREFIX, parse_gid
@@ -45,6 +44,7 @@ from laminar.postgres._table import (
     load_table,
     lock_table,
 )
+from laminar.protocol.records import claim_epoch, committed_epoch, record_epoch_totals
 
 __all__ = [
     "DEFAULT_SLICE_BYTES",

@@ -44,6 +44,7 @@ from laminar._faults import crash_point
 from laminar._input import check_epoch, materialize
 from laminar._redact import redact_dsn, redact_text
 from laminar._settings import Setting, is_deferred, resolve
+from laminar._sink import TransactionalSink
 from laminar._types import ArrowData
 from laminar.errors import (
     AbortableError,
@@ -56,7 +57,7 @@ from laminar.errors import (
     LaminarError,
 )
 from laminar.metadata import ensure_schema, register_sink
-from laminar.sinks import _pg_upsert
+from laminar.postgres import _upsert as _pg_upsert
 from laminar.postgres._errors import is_connection_failure, map_pg_error, sqlstate_of
 from laminar.postgres._names import (
     TableName,
@@ -82,7 +83,6 @@ from laminar.postgres._steps import (
 )
 from laminar.postgres._steps import commit_prepared as _commit_prepared
 from laminar.postgres._steps import rollback_prepared as _rollback_prepared
-from laminar._sink import TransactionalSink
 
 __all__ = ["PostgresSink", "PreparedTransaction"]
 

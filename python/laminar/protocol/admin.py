@@ -10,15 +10,15 @@ from typing import Any
 
 import psycopg
 
-from laminar.protocol import records as _records
 from laminar._core import ResolveMachine, next_epoch_base, participant_base
-from laminar.protocol.distributed import DistributedDriver, kafka_participant
-from laminar.protocol.driver import drive
 from laminar._redact import SECRET, redact_dsn, redact_text
 from laminar.errors import FatalError, LaminarError
 from laminar.metadata import applied_version
-from laminar.protocol.recovery import read_decisions
 from laminar.postgres._names import parse_gid
+from laminar.protocol import records as _records
+from laminar.protocol.distributed import DistributedDriver, kafka_participant
+from laminar.protocol.driver import drive
+from laminar.protocol.recovery import read_decisions
 from laminar.protocol.watcher import Watcher, inspect
 
 __all__ = ["CommandError", "run"]

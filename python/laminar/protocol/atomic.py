@@ -6,7 +6,8 @@ step"): start-up (register, the owner guard, fencing, Kafka recovery), each epoc
 with their crash points (``atomic.after_lock`` … ``atomic.after_kafka_commit``), the in-process
 completion of a Kafka commit that failed after the decision, and the writer's retries.
 `AtomicGroup` is its driver: it performs each command — a psycopg statement on the decision
-connection (`laminar.protocol.records`), a call on a sink — and reports the result; it decides nothing.
+connection (`laminar.protocol.records`), a call on a sink — and reports the result; it decides
+nothing.
 """
 
 from __future__ import annotations
@@ -24,18 +25,18 @@ import psycopg
 import pyarrow as pa  # type: ignore[import-untyped]
 from psycopg.conninfo import conninfo_to_dict
 
-from laminar.protocol import records as _records
 from laminar._core import AtomicGroupMachine, Command, Event, owner_decision
-from laminar.protocol.distributed import DistributedDriver, participant_factory
-from laminar.protocol.driver import drive
 from laminar._input import materialize
 from laminar._redact import redact_config, redact_dsn
 from laminar._types import ArrowData
 from laminar.errors import AbortableError, ConfigError, FatalError, InDoubtError, LaminarError
+from laminar.kafka.sink import KafkaSink
 from laminar.metadata import register_sink
 from laminar.postgres._errors import map_pg_error
-from laminar.kafka.sink import KafkaSink
 from laminar.postgres.sink import PostgresSink
+from laminar.protocol import records as _records
+from laminar.protocol.distributed import DistributedDriver, participant_factory
+from laminar.protocol.driver import drive
 
 __all__ = [
     "AtomicGroup",
@@ -146,8 +147,8 @@ class AtomicGroup(DistributedDriver):
 
     ``retries``/``retry_backoff_s`` are the writer's: the machine retries an epoch whose
     failure may pass. With ``scale_out`` the machine runs the scale-out coordinator
-    (docs/protocol.md §4): `write_scaled` writes an epoch through tasks (`laminar.protocol.scaleout`),
-    and the writer retries it (``retries=0`` here).
+    (docs/protocol.md §4): `write_scaled` writes an epoch through tasks
+    (`laminar.protocol.scaleout`), and the writer retries it (``retries=0`` here).
     """
 
     def __init__(
@@ -248,7 +249,8 @@ class AtomicGroup(DistributedDriver):
 
     def write_scaled(self, epoch: int, tasks: Callable[[int], Sequence[Any]]) -> bool:
         r"""Scale-out: write ``epoch`` (the epoch base included) through ``tasks(epoch)``, which
-        runs the partitions' tasks and returns their `laminar.protocol.scaleout.ParticipantResult`\ s;
+        runs the partitions' tasks and returns their
+        `laminar.protocol.scaleout.ParticipantResult`\ s;
         False if it was committed before or every partition was empty."""
         if not self.scale_out:
             raise FatalError(f"{self.what()} is not a scale-out group")

@@ -1,13 +1,13 @@
 """The driver of the distributed (scale-out) protocol's commands (docs/engine.md §3).
 
 The scale-out coordinator (`laminar.protocol.atomic.AtomicGroup` with ``scale_out``), its tasks
-(`laminar.protocol.scaleout.ScaleOutTask`), the resolution watcher (`laminar.protocol.watcher`) and ``laminar
-resolve`` (`laminar.protocol.admin`) run machines of the core that share these commands: the
-``laminar.dt_state``/``dt_participant`` records (statements in `laminar.protocol.records`), PostgreSQL's
-prepared transactions and the Kafka participants. `DistributedDriver` performs them and decides
-nothing: which state a record goes to, which gid belongs to which record, which participant is
-rolled back or committed, is the core's (`laminar._core.dt_next`, ``participant_matches``, the
-``Resolution`` every machine above runs).
+(`laminar.protocol.scaleout.ScaleOutTask`), the resolution watcher (`laminar.protocol.watcher`)
+and ``laminar resolve`` (`laminar.protocol.admin`) run machines of the core that share these
+commands: the ``laminar.dt_state``/``dt_participant`` records (statements in
+`laminar.protocol.records`), PostgreSQL's prepared transactions and the Kafka participants.
+`DistributedDriver` performs them and decides nothing: which state a record goes to, which gid
+belongs to which record, which participant is rolled back or committed, is the core's
+(`laminar._core.dt_next`, ``participant_matches``, the ``Resolution`` every machine above runs).
 
 The participants' sinks are built here too: a Kafka sink ``<tid>`` writes partition ``p`` as
 ``<tid>.p<p>`` (its own producer and marker), a PostgreSQL sink as ``two_phase_part=p``.
@@ -21,9 +21,8 @@ from typing import Any
 
 import psycopg
 
-from laminar.protocol import records as _records
 from laminar._core import Command, Event, participant_base
-from laminar.protocol.driver import KafkaDriver
+from laminar.kafka.sink import KafkaSink
 from laminar.postgres._steps import (
     claim_epoch,
     commit_prepared,
@@ -31,8 +30,9 @@ from laminar.postgres._steps import (
     record_epoch_totals,
     rollback_prepared,
 )
-from laminar.kafka.sink import KafkaSink
 from laminar.postgres.sink import PostgresSink
+from laminar.protocol import records as _records
+from laminar.protocol.driver import KafkaDriver
 
 __all__ = [
     "DistributedDriver",

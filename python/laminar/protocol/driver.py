@@ -18,7 +18,6 @@ from typing import Any, Protocol
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from laminar.protocol import records as _records
 from laminar._core import Command, Event, decode_redo
 from laminar._faults import crash_point
 from laminar.errors import (
@@ -30,6 +29,7 @@ from laminar.errors import (
 )
 from laminar.kafka.log import ClientSecurity, KafkaLogClient, KafkaLogError
 from laminar.postgres._errors import map_pg_error
+from laminar.protocol import records as _records
 
 __all__ = [
     "KafkaDriver",

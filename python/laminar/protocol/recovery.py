@@ -34,9 +34,15 @@ import psycopg
 
 from laminar import _core
 from laminar._core import KafkaRecoveryMachine, decode_redo
-from laminar.protocol.driver import KafkaDriver, drive, end_txn
-from laminar.protocol.records import DecisionRow, delete_redo, read_decisions, read_redo, redo_exists
 from laminar.errors import FatalError, LaminarError
+from laminar.protocol.driver import KafkaDriver, drive, end_txn
+from laminar.protocol.records import (
+    DecisionRow,
+    delete_redo,
+    read_decisions,
+    read_redo,
+    redo_exists,
+)
 
 __all__ = [
     "DecisionRow",

@@ -7,8 +7,8 @@ them, deciding nothing:
 
 - the coordinator's epoch is the group's `AtomicGroupMachine` with ``scale_out`` (create the
   record, run the tasks, the vote and the decision, completion, roll-back-and-conclude, the
-  pending decided transactions), driven by `laminar.protocol.atomic.AtomicGroup`; `ScaleOutCoordinator`
-  hands it the tasks to run;
+  pending decided transactions), driven by `laminar.protocol.atomic.AtomicGroup`;
+  `ScaleOutCoordinator` hands it the tasks to run;
 - a task attempt is a `ScaleOutTaskMachine` (lock the partition, claim it while the record is
   ``prepare``, roll back what an earlier attempt left, write, prepare), driven by
   `ScaleOutTask.write_partition` on its own control connection.
@@ -31,7 +31,6 @@ from typing import Any
 import psycopg
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from laminar.protocol import records as _records
 from laminar._core import (
     Command,
     Event,
@@ -41,6 +40,11 @@ from laminar._core import (
     dtid,
     participant_base,
 )
+from laminar.errors import ConfigError, FatalError, LaminarError
+from laminar.kafka.sink import KafkaSink
+from laminar.postgres._errors import map_pg_error
+from laminar.postgres.sink import PostgresSink
+from laminar.protocol import records as _records
 from laminar.protocol.distributed import (
     DistributedDriver,
     KafkaSinkLookup,
@@ -49,10 +53,6 @@ from laminar.protocol.distributed import (
     postgres_participant,
 )
 from laminar.protocol.driver import drive
-from laminar.errors import ConfigError, FatalError, LaminarError
-from laminar.postgres._errors import map_pg_error
-from laminar.kafka.sink import KafkaSink
-from laminar.postgres.sink import PostgresSink
 
 __all__ = [
     "RESULT_SCHEMA",

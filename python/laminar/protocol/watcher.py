@@ -17,8 +17,8 @@ What it looks at, in the decision database:
 A pass is the core's `WatcherPassMachine` (docs/engine.md §2, "The watcher"): what is found, the
 rule applied to each item (`watcher_action`), which gid belongs to which decision (exact match,
 `participant_matches`) and the one roll-back-and-conclude / complete-and-conclude are the core's;
-`laminar.protocol.distributed.DistributedDriver` performs its commands. Each pass logs one line an alert
-can match::
+`laminar.protocol.distributed.DistributedDriver` performs its commands. Each pass logs one line
+an alert can match::
 
     laminar.protocol.watcher lingering=2 oldest_age_s=612.3 unresolved=3 resolved=1 group=orders+tid
 
@@ -37,8 +37,8 @@ from typing import Any
 
 import psycopg
 
-from laminar.protocol import records as _records
 from laminar._core import WatcherItem, WatcherPassMachine, participant_matches
+from laminar.protocol import records as _records
 from laminar.protocol.distributed import DistributedDriver
 from laminar.protocol.driver import drive
 

@@ -1,19 +1,13 @@
-"""Compatibility path: the code lives in :mod:`laminar.protocol.recovery` (docs/engine.md, "Package layout").
+"""Compatibility path: ``laminar.recovery`` re-exports :mod:`laminar.protocol.recovery`.
 
-``laminar.recovery`` stays importable with the same public names (add, never rename). It is a package
-rather than a module file so that the old file's path is free: git pairs the old file with its
-new home as a rename, and edits made on other branches to the old file follow it there.
+The same public names (add, never rename); docs/engine.md, "Package layout". A package rather
+than a module file, so the old file's path is free and git pairs that file with its new home as a
+rename: edits made to it on other branches follow it there.
 """
 
 from laminar.protocol.recovery import (
     DecisionRow,
-    FatalError,
-    KafkaDriver,
-    KafkaRecoveryMachine,
-    LaminarError,
-    decode_redo,
     delete_redo,
-    drive,
     end_txn,
     log,
     read_decisions,
@@ -27,13 +21,7 @@ from laminar.protocol.recovery import (
 
 __all__ = [
     "DecisionRow",
-    "FatalError",
-    "KafkaDriver",
-    "KafkaRecoveryMachine",
-    "LaminarError",
-    "decode_redo",
     "delete_redo",
-    "drive",
     "end_txn",
     "log",
     "read_decisions",

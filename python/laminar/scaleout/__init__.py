@@ -1,35 +1,20 @@
-"""Compatibility path: the code lives in :mod:`laminar.protocol.scaleout` (docs/engine.md, "Package layout").
+"""Compatibility path: ``laminar.scaleout`` re-exports :mod:`laminar.protocol.scaleout`.
 
-``laminar.scaleout`` stays importable with the same public names (add, never rename). It is a package
-rather than a module file so that the old file's path is free: git pairs the old file with its
-new home as a rename, and edits made on other branches to the old file follow it there.
+The same public names (add, never rename); docs/engine.md, "Package layout". A package rather
+than a module file, so the old file's path is free and git pairs that file with its new home as a
+rename: edits made to it on other branches follow it there.
 """
 
 from laminar.protocol.scaleout import (
-    Command,
-    ConfigError,
-    DistributedDriver,
-    Event,
-    FatalError,
-    KafkaSink,
-    KafkaSinkLookup,
-    LaminarError,
-    ParticipantResult,
-    PostgresSink,
     RESULT_DDL,
     RESULT_SCHEMA,
-    ResolveMachine,
+    ParticipantResult,
     RunTasks,
     ScaleOutCoordinator,
     ScaleOutTask,
-    ScaleOutTaskMachine,
-    WatcherPassMachine,
-    drive,
-    dtid,
     dtid_for,
     kafka_participant,
     log,
-    map_pg_error,
     participant_base,
     participant_factory,
     postgres_participant,
@@ -38,30 +23,15 @@ from laminar.protocol.scaleout import (
 )
 
 __all__ = [
-    "Command",
-    "ConfigError",
-    "DistributedDriver",
-    "Event",
-    "FatalError",
-    "KafkaSink",
-    "KafkaSinkLookup",
-    "LaminarError",
-    "ParticipantResult",
-    "PostgresSink",
     "RESULT_DDL",
     "RESULT_SCHEMA",
-    "ResolveMachine",
+    "ParticipantResult",
     "RunTasks",
     "ScaleOutCoordinator",
     "ScaleOutTask",
-    "ScaleOutTaskMachine",
-    "WatcherPassMachine",
-    "drive",
-    "dtid",
     "dtid_for",
     "kafka_participant",
     "log",
-    "map_pg_error",
     "participant_base",
     "participant_factory",
     "postgres_participant",

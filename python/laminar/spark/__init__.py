@@ -42,8 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from laminar import __version__
-from laminar.spark._handoff import VERSION_MISMATCH, install_advice, reduce_checked
-from laminar.spark.writer import EpochResult, ExactlyOnceWriter, exactly_once
+from laminar._sink import TransactionalSink
 from laminar.errors import ConfigError
 from laminar.readiness import (
     SinkCheck,
@@ -52,7 +51,8 @@ from laminar.readiness import (
     require_reachable,
     unreachable_message,
 )
-from laminar._sink import TransactionalSink
+from laminar.spark._handoff import VERSION_MISMATCH, install_advice, reduce_checked
+from laminar.spark.writer import EpochResult, ExactlyOnceWriter, exactly_once
 
 __all__ = [
     "ForeachBatchWriter",

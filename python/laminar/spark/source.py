@@ -1,8 +1,8 @@
 """``writeStream.format("laminar")``: the Spark-native sink, on Spark's Python Data Source API
 (``DataSourceStreamArrowWriter``), registered by `laminar.spark.register`.
 
-It is the scale-out protocol (docs/protocol.md §4, `laminar.protocol.scaleout`) with Spark's own entry
-points, not a second protocol:
+It is the scale-out protocol (docs/protocol.md §4, `laminar.protocol.scaleout`) with Spark's own
+entry points, not a second protocol:
 
 - ``write(iterator)`` runs in each task on the executors: the task is a two-phase participant
   exactly as `ScaleOutTask.write_partition` makes one (the claim, ``PREPARE TRANSACTION``, a
@@ -44,12 +44,14 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from laminar.protocol import records as _records
-from laminar.protocol.atomic import AtomicGroup, owner_decision_of
 from laminar._redact import redact_dsn
 from laminar.errors import ConfigError, LaminarError
+from laminar.kafka.sink import KafkaSink
 from laminar.metadata import ensure_schema
-from laminar.readiness import describe_process, require_reachable
+from laminar.postgres._errors import map_pg_error
+from laminar.postgres.sink import PostgresSink
+from laminar.protocol import records as _records
+from laminar.protocol.atomic import AtomicGroup, owner_decision_of
 from laminar.protocol.scaleout import (
     ParticipantResult,
     ScaleOutTask,
@@ -57,9 +59,7 @@ from laminar.protocol.scaleout import (
     participant_factory,
     roll_back_distributed,
 )
-from laminar.postgres._errors import map_pg_error
-from laminar.kafka.sink import KafkaSink
-from laminar.postgres.sink import PostgresSink
+from laminar.readiness import describe_process, require_reachable
 from laminar.spark.options import SinkOptions, parse_options
 
 __all__ = ["LaminarCommitMessage", "LaminarDataSource", "LaminarStreamWriter", "resolve_stopped"]

@@ -26,16 +26,16 @@ from typing import Any, Literal
 
 import psycopg
 
-from laminar.spark._handoff import reduce_checked
 from laminar._input import MAX_EPOCH, check_epoch, read_once
 from laminar._settings import is_deferred
-from laminar.protocol.single import write_single
+from laminar._sink import TransactionalSink
 from laminar._types import ArrowData
 from laminar.errors import AbortableError, ConfigError, InDoubtError
-from laminar.postgres._errors import map_pg_error
-from laminar._sink import TransactionalSink
 from laminar.kafka.sink import KafkaSink
+from laminar.postgres._errors import map_pg_error
 from laminar.postgres.sink import PostgresSink
+from laminar.protocol.single import write_single
+from laminar.spark._handoff import reduce_checked
 
 __all__ = ["EpochResult", "ExactlyOnceWriter", "exactly_once"]
 
@@ -389,7 +389,8 @@ def _check_atomic_group(sinks: tuple[TransactionalSink, ...]) -> None:
         if p.two_phase_part is not None:
             raise ConfigError(
                 f"PostgresSink {p.sink_id!r} is a scale-out participant (two_phase_part="
-                f"{p.two_phase_part}); atomic groups take plain sinks (see laminar.protocol.scaleout)"
+                f"{p.two_phase_part}); atomic groups take plain sinks"
+                " (see laminar.protocol.scaleout)"
             )
         first, other = postgres[0].dsn, p.dsn
         if is_deferred(first) or is_deferred(other):

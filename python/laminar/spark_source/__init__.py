@@ -1,66 +1,30 @@
-"""Compatibility path: the code lives in :mod:`laminar.spark.source` (docs/engine.md, "Package layout").
+"""Compatibility path: ``laminar.spark_source`` re-exports :mod:`laminar.spark.source`.
 
-``laminar.spark_source`` stays importable with the same public names (add, never rename). It is a package
-rather than a module file so that the old file's path is free: git pairs the old file with its
-new home as a rename, and edits made on other branches to the old file follow it there.
+The same public names (add, never rename); docs/engine.md, "Package layout". A package rather
+than a module file, so the old file's path is free and git pairs that file with its new home as a
+rename: edits made to it on other branches follow it there.
 """
 
 from laminar.spark.source import (
-    AtomicGroup,
-    ConfigError,
     FORMAT,
-    KafkaSink,
     LaminarCommitMessage,
     LaminarDataSource,
-    LaminarError,
     LaminarStreamWriter,
-    ParticipantResult,
-    PostgresSink,
-    ScaleOutTask,
-    SinkOptions,
     abort_batch,
     commit_batch,
-    describe_process,
-    dtid_for,
-    ensure_schema,
     log,
-    map_pg_error,
-    owner_decision_of,
-    parse_options,
-    participant_factory,
-    redact_dsn,
-    require_reachable,
     resolve_stopped,
-    roll_back_distributed,
     write_task,
 )
 
 __all__ = [
-    "AtomicGroup",
-    "ConfigError",
     "FORMAT",
-    "KafkaSink",
     "LaminarCommitMessage",
     "LaminarDataSource",
-    "LaminarError",
     "LaminarStreamWriter",
-    "ParticipantResult",
-    "PostgresSink",
-    "ScaleOutTask",
-    "SinkOptions",
     "abort_batch",
     "commit_batch",
-    "describe_process",
-    "dtid_for",
-    "ensure_schema",
     "log",
-    "map_pg_error",
-    "owner_decision_of",
-    "parse_options",
-    "participant_factory",
-    "redact_dsn",
-    "require_reachable",
     "resolve_stopped",
-    "roll_back_distributed",
     "write_task",
 ]

@@ -1,36 +1,26 @@
-"""Compatibility path: the code lives in :mod:`laminar.protocol.watcher` (docs/engine.md, "Package layout").
+"""Compatibility path: ``laminar.watcher`` re-exports :mod:`laminar.protocol.watcher`.
 
-``laminar.watcher`` stays importable with the same public names (add, never rename). It is a package
-rather than a module file so that the old file's path is free: git pairs the old file with its
-new home as a rename, and edits made on other branches to the old file follow it there.
+The same public names (add, never rename); docs/engine.md, "Package layout". A package rather
+than a module file, so the old file's path is free and git pairs that file with its new home as a
+rename: edits made to it on other branches follow it there.
 """
 
 from laminar.protocol.watcher import (
-    DistributedDriver,
     Item,
     KafkaSinkFactory,
     Watcher,
-    WatcherItem,
-    WatcherPassMachine,
     WatcherReport,
-    drive,
     find_decision,
     inspect,
     log,
-    participant_matches,
 )
 
 __all__ = [
-    "DistributedDriver",
     "Item",
     "KafkaSinkFactory",
     "Watcher",
-    "WatcherItem",
-    "WatcherPassMachine",
     "WatcherReport",
-    "drive",
     "find_decision",
     "inspect",
     "log",
-    "participant_matches",
 ]

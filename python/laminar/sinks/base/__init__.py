@@ -1,24 +1,14 @@
-"""Compatibility path: the code lives in :mod:`laminar._sink` (docs/engine.md, "Package layout").
+"""Compatibility path: ``laminar.sinks.base`` re-exports :mod:`laminar._sink`.
 
-``laminar.sinks.base`` stays importable with the same public names (add, never rename). It is a package
-rather than a module file so that the old file's path is free: git pairs the old file with its
-new home as a rename, and edits made on other branches to the old file follow it there.
+The same public names (add, never rename); docs/engine.md, "Package layout". A package rather
+than a module file, so the old file's path is free and git pairs that file with its new home as a
+rename: edits made to it on other branches follow it there.
 """
 
 from laminar._sink import (
-    ArrowData,
-    EpochTracker,
-    PreparedTxnState,
-    TransactionState,
     TransactionalSink,
-    TransactionalSinkMetrics,
 )
 
 __all__ = [
-    "ArrowData",
-    "EpochTracker",
-    "PreparedTxnState",
-    "TransactionState",
     "TransactionalSink",
-    "TransactionalSinkMetrics",
 ]
