@@ -27,7 +27,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg
+
 from laminar import __version__
+from laminar._redact import redact_dsn
+from laminar.cli.demo import add_arguments, run_from_args
+from laminar.protocol import admin as _admin
 
 __all__ = ["main"]
 
@@ -56,7 +61,6 @@ def _parser() -> argparse.ArgumentParser:
             "if the proof holds, 1 if it fails, 2 on an error, 130 if interrupted."
         ),
     )
-    from laminar.cli.demo import add_arguments
 
     add_arguments(demo)
 
@@ -130,8 +134,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     if args.command == "demo":
-        from laminar.cli.demo import run_from_args
-
         return run_from_args(args)
     if not args.dsn:
         print(
@@ -144,7 +146,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_dsn(args.dsn)
     except ValueError as e:
         return _fail(args, str(e), EXIT_USAGE)
-    from laminar.protocol import admin as _admin
 
     try:
         return int(_admin.run(args, extra))
@@ -164,9 +165,6 @@ def _fail(args: argparse.Namespace, message: str, code: int) -> int:
 def _check_dsn(dsn: str) -> None:
     """A ``ValueError`` (a usage error) when ``--dsn`` is not a libpq connection string or URI;
     the message shows it with its password masked (libpq's own message may quote it)."""
-    import psycopg
-
-    from laminar._redact import redact_dsn
 
     try:
         psycopg.conninfo.conninfo_to_dict(dsn)

@@ -26,6 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from confluent_kafka.admin import AdminClient
+
 from laminar.embedded._process import (
     EmbeddedServerError,
     ServerProcess,
@@ -322,7 +324,6 @@ class KafkaBroker:
 
     def admin_client(self, **config: Any) -> Any:
         """A confluent-kafka ``AdminClient`` for this broker."""
-        from confluent_kafka.admin import AdminClient
 
         return AdminClient({"bootstrap.servers": self.bootstrap_servers, **config})
 

@@ -13,6 +13,8 @@ import psycopg
 from laminar._core import ResolveMachine, next_epoch_base, participant_base
 from laminar._redact import SECRET, redact_dsn, redact_text
 from laminar.errors import FatalError, LaminarError
+from laminar.kafka.log import ClientSecurity, KafkaLogClient, UnsupportedSecurityError
+from laminar.kafka.sink import KafkaSink
 from laminar.metadata import applied_version
 from laminar.postgres._names import parse_gid
 from laminar.protocol import records as _records
@@ -87,8 +89,6 @@ class _KafkaFactory:
         self._reachability: dict[str, str] = {}
 
     def __call__(self, transactional_id: str) -> Any:
-        from laminar.kafka.sink import KafkaSink
-
         if transactional_id in self.sinks:
             return self.sinks[transactional_id]
         config = self.configs.get(transactional_id)
@@ -123,7 +123,6 @@ class _KafkaFactory:
         """Fail fast (a few seconds, once per cluster) when a registered sink's brokers do not
         answer — a decommissioned cluster must not stall `status` or `recover` behind
         librdkafka's retries."""
-        from laminar.kafka.log import ClientSecurity, KafkaLogClient, UnsupportedSecurityError
 
         known = self._reachability.get(bootstrap)
         if known is None:

@@ -1,5 +1,8 @@
 """``laminar.spark``: exactly-once streaming queries from a Spark Connect client (or classic Spark).
 
+(Just over 500 lines: the package's whole public API — start, foreach_batch, check_server,
+register — in one module, as users read it; the writer, source and options are submodules.)
+
     import laminar, laminar.spark
 
     query = laminar.spark.start(
@@ -44,6 +47,7 @@ from typing import Any
 from laminar import __version__
 from laminar._sink import TransactionalSink
 from laminar.errors import ConfigError
+from laminar.protocol.scaleout import RESULT_DDL
 from laminar.readiness import (
     SinkCheck,
     check_sinks,
@@ -154,7 +158,6 @@ class ForeachBatchWriter:
     def _scaled(self, df: Any, epoch: int, started: float) -> None:
         """Scale-out mode: the batch's partitions are written by Spark tasks (``mapInArrow``)
         and this process decides (docs/protocol.md §4); only the small result rows come back."""
-        from laminar.protocol.scaleout import RESULT_DDL
 
         def run(task: Any) -> list[Any]:
             return list(df.mapInArrow(task, RESULT_DDL).collect())
@@ -368,6 +371,7 @@ def register(spark: Any, *, check_server: bool = True, check_timeout_s: float = 
            .option("postgres.dsn.env", "ORDERS_PG_DSN").option("postgres.table", "public.orders")
            .option("checkpointLocation", ckpt).start())
     """
+    # In-function: the data source needs pyspark >= 4's datasource API, optional for foreachBatch.
     from laminar.spark.source import LaminarDataSource
 
     if check_server:

@@ -19,6 +19,7 @@ import socket
 import sys
 from typing import Any
 
+from laminar._core import __version__
 from laminar.errors import ConfigError
 
 __all__ = ["VERSION_MISMATCH", "install_advice", "reduce_checked", "restore"]
@@ -28,8 +29,6 @@ VERSION_MISMATCH = "laminar version mismatch"
 
 
 def _local_version() -> str:
-    from laminar import __version__
-
     return __version__
 
 

@@ -19,6 +19,7 @@ from laminar._settings import EnvValue, env
 from laminar.errors import ConfigError
 from laminar.kafka.sink import KafkaSink
 from laminar.postgres.sink import PostgresSink
+from laminar.protocol.atomic import default_group_id
 
 __all__ = ["SinkOptions", "parse_options"]
 
@@ -99,7 +100,6 @@ class SinkOptions:
         same sinks (so both ways in share one group's records)."""
         if self.group:
             return self.group
-        from laminar.protocol.atomic import default_group_id
 
         return default_group_id(sink_ids) + ("+scale-out" if len(sink_ids) == 1 else "")
 

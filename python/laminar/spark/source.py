@@ -37,6 +37,7 @@ from typing import Any
 
 import psycopg
 import pyarrow as pa  # type: ignore[import-untyped]
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceStreamArrowWriter,
@@ -59,6 +60,7 @@ from laminar.protocol.scaleout import (
     participant_factory,
     roll_back_distributed,
 )
+from laminar.protocol.watcher import Watcher
 from laminar.readiness import describe_process, require_reachable
 from laminar.spark.options import SinkOptions, parse_options
 
@@ -113,8 +115,6 @@ class LaminarStreamWriter(DataSourceStreamArrowWriter):
         _check_servers_once(options, where=f"the Spark driver's Python ({describe_process()})")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LaminarCommitMessage:
-        from pyspark import TaskContext
-
         ctx = TaskContext.get()
         if ctx is None:
             raise ConfigError("format('laminar') writes from Spark tasks only")
@@ -266,7 +266,6 @@ def resolve_stopped(options: Mapping[str, str]) -> Any:
     group (docs/protocol.md §4b), as the query's next start would through its replay — for a
     query that will not run again. ``options`` are the query's ``format("laminar")`` options;
     returns the `laminar.protocol.watcher.WatcherReport`."""
-    from laminar.protocol.watcher import Watcher
 
     kafka, postgres, group_id = _sinks(parse_options(options))
     dsn = parse_options(options).state_dsn().resolve("the decision database (format('laminar'))")

@@ -34,7 +34,10 @@ from laminar.errors import AbortableError, ConfigError, InDoubtError
 from laminar.kafka.sink import KafkaSink
 from laminar.postgres._errors import map_pg_error
 from laminar.postgres.sink import PostgresSink
+from laminar.protocol.atomic import AtomicGroup, claim_ownership, default_group_id, same_database
+from laminar.protocol.scaleout import ParticipantResult, ScaleOutCoordinator
 from laminar.protocol.single import write_single
+from laminar.protocol.watcher import Watcher
 from laminar.spark._handoff import reduce_checked
 
 __all__ = ["EpochResult", "ExactlyOnceWriter", "exactly_once"]
@@ -113,8 +116,6 @@ class ExactlyOnceWriter:
         self.watcher_enabled = watcher
         self.watcher_interval_s = watcher_interval_s
         if group_id is None and (len(sinks) > 1 or scale_out):
-            from laminar.protocol.atomic import default_group_id
-
             group_id = default_group_id(ids) + ("+scale-out" if len(ids) == 1 else "")
         self.group_id = group_id
         self._initialized = False
@@ -162,6 +163,7 @@ class ExactlyOnceWriter:
         epoch and the batch reaches the sinks as Arrow; an empty batch opens no transaction.
         See `laminar.spark.ForeachBatchWriter`, which this delegates to."""
         if self._foreach_batch is None:
+            # In-function: the package's API module (laminar.spark) imports this one.
             from laminar.spark import ForeachBatchWriter
 
             self._foreach_batch = ForeachBatchWriter(self)
@@ -193,7 +195,6 @@ class ExactlyOnceWriter:
         if not self.scale_out:
             raise ConfigError("write_epoch_scaled() needs exactly_once(..., scale_out=True)")
         epoch = check_epoch(epoch)
-        from laminar.protocol.scaleout import ParticipantResult
 
         def collect(task: Any) -> list[ParticipantResult]:
             return [
@@ -253,8 +254,6 @@ class ExactlyOnceWriter:
     # -- several sinks: the atomic group --------------------------------------------------------
 
     def _write_atomic(self, epoch: int, batch: ArrowData | None, run: Any = None) -> EpochResult:
-        from laminar.protocol.atomic import AtomicGroup
-
         if self._group is None:
             kafka = [s for s in self.sinks if isinstance(s, KafkaSink)]
             postgres = [s for s in self.sinks if isinstance(s, PostgresSink)]
@@ -287,7 +286,6 @@ class ExactlyOnceWriter:
                 if not group.started:
                     group.start()
                     self._epoch_base = group.epoch_base
-                    from laminar.protocol.scaleout import ScaleOutCoordinator
 
                     if self._scaled is None:
                         self._scaled = ScaleOutCoordinator(group)
@@ -317,7 +315,6 @@ class ExactlyOnceWriter:
     def _start_watcher(self) -> None:
         if not self.watcher_enabled or self._watcher is not None:
             return
-        from laminar.protocol.watcher import Watcher
 
         postgres = [s for s in self.sinks if isinstance(s, PostgresSink)]
         kafka = [s for s in self.sinks if isinstance(s, KafkaSink)]
@@ -370,7 +367,6 @@ class ExactlyOnceWriter:
 def _check_atomic_group(sinks: tuple[TransactionalSink, ...]) -> None:
     """An atomic group needs a PostgreSQL decision log; every Postgres sink shares its
     database (one decision transaction)."""
-    from laminar.protocol.atomic import same_database
 
     postgres = [s for s in sinks if isinstance(s, PostgresSink)]
     others = [s for s in sinks if not isinstance(s, (PostgresSink, KafkaSink))]
@@ -411,7 +407,6 @@ def _guard_single_postgres(
     sink: PostgresSink, owner: str | None, on_new_query: str, last: int | None
 ) -> int:
     """The checkpoint-reset guard for a lone Postgres sink: its own laminar.sinks row."""
-    from laminar.protocol.atomic import claim_ownership
 
     try:
         with psycopg.connect(sink.resolved_dsn) as conn:
