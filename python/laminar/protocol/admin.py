@@ -41,7 +41,7 @@ def run(args: argparse.Namespace, kafka_extra: dict[str, str]) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     password = str(
         psycopg.conninfo.conninfo_to_dict(args.dsn).get("password") or ""
-    )  # cli.py checked
+    )  # the cli package checked
     try:
         conn = psycopg.connect(args.dsn, connect_timeout=10)
     except psycopg.Error as e:
