@@ -20,7 +20,7 @@ import pytest
 
 import laminar.spark
 from laminar.embedded import SparkConnectServer
-from laminar.spark_source import LaminarDataSource, LaminarStreamWriter, resolve_stopped
+from laminar.spark.source import LaminarDataSource, LaminarStreamWriter, resolve_stopped
 from tests.e2e.spark_helpers import (
     assert_exactly_once,
     client,
