@@ -15,9 +15,9 @@ from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 import laminar
-from laminar.protocol.records import redo_blobs
-from laminar.kafka._redo import produce_blob
 from laminar.errors import ConfigError, DataError
+from laminar.kafka._redo import produce_blob
+from laminar.protocol.records import redo_blobs
 from laminar.sinks import _kafka_shape as shape
 from tests.integration.kafka_fill import settled_committed
 from tests.integration.kafka_helpers import make_sink

@@ -22,8 +22,6 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient
-
 from laminar.embedded._process import (
     EmbeddedServerError,
     ServerProcess,

@@ -20,7 +20,6 @@ from psycopg.pq import TransactionStatus
 
 from laminar._core import Command, Event
 from laminar._faults import crash_point
-from laminar.kafka._redo import produce_blob
 from laminar.errors import (
     AbortableError,
     FatalError,
@@ -28,6 +27,7 @@ from laminar.errors import (
     InDoubtError,
     LaminarError,
 )
+from laminar.kafka._redo import produce_blob
 from laminar.kafka.log import ClientSecurity, KafkaLogClient, KafkaLogError
 from laminar.postgres._errors import map_pg_error
 from laminar.protocol import records as _records

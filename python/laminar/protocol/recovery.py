@@ -34,8 +34,8 @@ import psycopg
 
 from laminar import _core
 from laminar._core import KafkaRecoveryMachine
-from laminar.kafka._redo import produce_blob
 from laminar.errors import FatalError, LaminarError
+from laminar.kafka._redo import produce_blob
 from laminar.protocol.driver import KafkaDriver, drive, end_txn
 from laminar.protocol.records import (
     DecisionRow,
