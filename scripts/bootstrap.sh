@@ -103,6 +103,7 @@ extension_imports() {
     "$LAMINAR_VENV/bin/python" -c 'import laminar._core' >/dev/null 2>&1
 }
 
+laminar_build_lock
 if [ "$deps_now" != "$deps_was" ]; then
     laminar_note "installing laminar (editable, dev extras; builds the Rust extension in release)"
     "$LAMINAR_VENV/bin/python" -m pip install --quiet -e ".[dev]"

@@ -34,3 +34,12 @@ laminar_header() {
 laminar_note() {
     printf '[laminar] %s\n' "$*"
 }
+
+# Hold, until the calling script exits, the lock of CARGO_TARGET_DIR's build: cargo locks the
+# directory only while it compiles, so two checkouts sharing it (CI=true) could otherwise package
+# each other's freshly built extension (maturin copies it out after cargo's lock is released).
+laminar_build_lock() {
+    mkdir -p "$CARGO_TARGET_DIR"
+    exec 7>"$CARGO_TARGET_DIR/.laminar-build.lock"
+    flock 7
+}

@@ -77,6 +77,7 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("$(rustc -vV | sed -n 's/^host: //p')")
 
 mkdir -p "$dist"
+laminar_build_lock
 built=()
 for target in "${targets[@]}"; do
     arch="${target%%-*}"
