@@ -181,7 +181,8 @@ def _read_epoch_base(
         try:
             conn = cached_connection(
                 dsn,
-                application_name="laminar task",
+                # not "laminar task": that names a task still writing (docs/spark.md)
+                application_name="laminar worker",
                 prepare=lambda c: ensure_schema(c, where=redact_dsn(dsn)),
             )
             return _epoch_base(conn, group_id, members, owner)

@@ -107,5 +107,7 @@ def test_a_dead_kept_connection_is_replaced_on_the_next_read(pg_dsn: str) -> Non
     # an unregistered group: epoch base 0, read on a new connection after the dead one failed
     assert _read_epoch_base(pg_dsn, "conn-cache-test", ["conn-cache-sink"], None, 0) == 0
     now = _conn_cache.cached_connection(pg_dsn, application_name="t cache")
+    # not "laminar task", which names a task still writing (docs/spark.md, resolve_stopped)
+    assert now.info.parameter_status("application_name") == "laminar worker"
     assert now is not kept
     assert not now.closed
