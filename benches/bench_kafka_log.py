@@ -1,4 +1,4 @@
-"""Decode rate of `laminar.kafka_log` per codec: the core (``kafka`` module, GIL released) against
+"""Decode rate of `laminar.kafka.log` per codec: the core (``kafka`` module, GIL released) against
 the pure-Python decoder it replaced (kept as tests/integration/kafka_reference.py), on the same
 record batches (1,000 records each, two headers, ~100-byte JSON values, half of them in
 committed transactions):
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from laminar._core import PartitionScan
-from laminar.kafka_log import Compression
+from laminar.kafka.log import Compression
 from tests.integration import kafka_reference
 from tests.unit.test_kafka_log import batch, marker, record
 

@@ -73,7 +73,7 @@ PG_GATES = {
 #: the floor is below what full CI runs measure and above half of it (docs/benchmarks.md).
 PRODUCING_FLOOR = 0.6
 #: The librdkafka settings of Laminar's producer that bear on throughput
-#: (laminar.sinks._kafka_config.build_producer_config), given to the raw peers too: the same
+#: (laminar.kafka._config.build_producer_config), given to the raw peers too: the same
 #: acknowledgements, idempotence and delivery reports (failures only).
 PEER_PRODUCER_CONFIG = {
     "enable.idempotence": True,

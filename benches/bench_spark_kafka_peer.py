@@ -28,7 +28,7 @@ import pytest
 
 import laminar
 import laminar.spark
-from laminar.kafka_log import read_committed
+from laminar.kafka.log import read_committed
 
 QUICK = os.environ.get("LAMINAR_BENCH_QUICK") == "1"
 EPOCH_ROWS = 2_000 if QUICK else 50_000

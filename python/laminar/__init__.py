@@ -18,7 +18,7 @@ from laminar._core import (
     iter_kafka,
 )
 from laminar._settings import EnvValue, env
-from laminar.coordinator import EpochResult, ExactlyOnceWriter, exactly_once
+from laminar._sink import TransactionalSink
 from laminar.errors import (
     AbortableError,
     AuthorizationError,
@@ -32,9 +32,9 @@ from laminar.errors import (
     LaminarError,
     RecordTooLargeError,
 )
-from laminar.sinks.base import TransactionalSink
-from laminar.sinks.kafka import KafkaSink
-from laminar.sinks.postgres import PostgresSink
+from laminar.kafka.sink import KafkaSink
+from laminar.postgres.sink import PostgresSink
+from laminar.spark.writer import EpochResult, ExactlyOnceWriter, exactly_once
 
 __all__ = [
     "AbortableError",

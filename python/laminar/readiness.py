@@ -19,9 +19,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+
 from laminar._redact import redact_dsn, redact_text
+from laminar._sink import TransactionalSink
 from laminar.errors import ConfigError, LaminarError
-from laminar.sinks.base import TransactionalSink
+from laminar.kafka._config import consumer_config, secret_values
 
 __all__ = ["SinkCheck", "check_sink", "check_sinks", "describe_process", "require_reachable"]
 
@@ -134,8 +139,6 @@ def _target_of(sink: TransactionalSink) -> str:
 
 
 def _check_postgres(sink: Any, timeout_s: float) -> str:
-    import psycopg
-
     dsn: str = sink._dsn  # resolves laminar.env settings in this process
     target = f"PostgreSQL {redact_dsn(dsn)}"
     secrets = sink._secrets()
@@ -150,11 +153,6 @@ def _check_postgres(sink: Any, timeout_s: float) -> str:
 
 
 def _check_kafka(sink: Any, timeout_s: float) -> str:
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    from laminar.sinks._kafka_config import consumer_config, secret_values
-
     bootstrap: str = sink._bootstrap_servers  # resolves laminar.env settings in this process
     user: dict[str, Any] = sink._producer_config
     topic: str = sink.topic

@@ -107,7 +107,7 @@ def pg_epoch(dsn: str, sink_id: str) -> int | None:
 
 def kafka_ids(bootstrap: str, topic: str) -> list[int]:
     """The ``id`` of every committed record of ``topic`` (JSON values), duplicates kept —
-    read with `laminar.kafka_log`, which does not trust the broker's read_committed."""
+    read with `laminar.kafka.log`, which does not trust the broker's read_committed."""
     return [int(json.loads(r.value)["id"]) for r in read_committed(bootstrap, topic)]
 
 

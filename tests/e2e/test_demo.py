@@ -22,7 +22,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from laminar.demo import TABLE, TOPIC
+from laminar.cli.demo import TABLE, TOPIC
 from laminar.embedded._process import port_accepts
 from tests.integration.kafka_fill import settled_committed as read_committed
 

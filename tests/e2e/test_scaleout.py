@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 import laminar
-from laminar.scaleout import RESULT_DDL, ScaleOutTask
+from laminar.protocol.scaleout import RESULT_DDL, ScaleOutTask
 from laminar.spark import ForeachBatchWriter
 from tests.e2e.spark_helpers import assert_exactly_once, kafka_ids, pg_ids
 

@@ -3,7 +3,7 @@
 foreachBatch worker SIGKILLed in the middle of an epoch (held at a protocol step, then killed from
 here), the query restarted: every order exactly once in each store.
 
-Kafka is counted among the topic's *committed* records with `laminar.kafka_log` (control batches
+Kafka is counted among the topic's *committed* records with `laminar.kafka.log` (control batches
 replayed, never a broker's read_committed; the session's Apache Kafka broker);
 PostgreSQL by key. All tests share the session's Spark Connect server (one client session).
 """

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 
 import laminar.spark
 from laminar.embedded import SparkConnectServer
-from laminar.spark_source import LaminarDataSource, LaminarStreamWriter, resolve_stopped
+from laminar.spark.source import LaminarDataSource, LaminarStreamWriter, resolve_stopped
 from tests.e2e.spark_helpers import (
     assert_exactly_once,
     client,
@@ -98,6 +99,10 @@ class FaultyWriter(LaminarStreamWriter):
         if kill and batchId == 1 and self._once(kill):
             _faults.rearm("scaleout.after_decision")
         super().commit(messages, batchId)
+
+
+#: Seconds with no task session before a stopped query counts as settled (see stop_and_resolve).
+QUIET_S = 10.0
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +190,19 @@ def stop_and_resolve(query: Any, targets: str, names: dict[str, str], pg_dsn: st
             ).fetchone()
         return row == (0,)
 
-    wait_for(settled, timeout=90, what="the interrupted tasks to end")
+    # docs/spark.md (stopping a query): resolve once the stopped query's tasks have ended. A
+    # worker Spark abandoned while it was still importing shows no session yet, so "ended" is
+    # no task session for QUIET_S seconds in a row, not one empty look.
+    quiet_since: list[float] = []
+
+    def quiet() -> bool:
+        if not settled():
+            quiet_since.clear()
+            return False
+        quiet_since[:] = quiet_since or [time.monotonic()]
+        return time.monotonic() - quiet_since[0] >= QUIET_S
+
+    wait_for(quiet, timeout=120, what="the interrupted tasks to end")
     os.environ[DSN_VAR] = pg_dsn
     try:
         resolve_stopped(sink_options(targets, names))

@@ -1,6 +1,6 @@
 """Spark Connect → Kafka through ``laminar.spark``: a rate source and a file source, stop and
 restart from the checkpoint, the foreachBatch worker SIGKILLed at protocol steps. Every record
-exactly once among the topic's *committed* records, read with `laminar.kafka_log` (control
+exactly once among the topic's *committed* records, read with `laminar.kafka.log` (control
 batches replayed, whatever a broker's read_committed would show; the session's Apache Kafka
 broker)."""
 

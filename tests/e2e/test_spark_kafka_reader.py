@@ -73,7 +73,7 @@ def test_spark_reads_every_record_exactly_once_after_a_crash_and_restart(
     assert_exactly_once([r["id"] for r in rows], set(range(total)), "Spark read_committed")
     assert all(r["key"] == str(r["id"]) for r in rows)
     assert Counter(r["partition"] for r in rows).keys() == {0, 1}
-    # The same records, by laminar.kafka_log's own replay of the commit markers.
+    # The same records, by laminar.kafka.log's own replay of the commit markers.
     assert sorted(kafka_ids(bootstrap, topic_name)) == sorted(r["id"] for r in rows)
     # The aborted attempt (epoch 1: one file's rows, flushed before the kill) is in the log:
     # read_uncommitted returns it, so read_committed's answer above is the broker's filtering.

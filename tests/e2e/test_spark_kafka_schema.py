@@ -3,7 +3,7 @@ DataFrame shaped the way Spark's Kafka docs show (``key``, ``value`` = ``to_json
 ``topic`` column routing to two topics, a ``headers`` column), written through
 ``foreachBatch(laminar.exactly_once(KafkaSink(...)))`` over Spark Connect, stopped and restarted
 from its checkpoint. Each record exactly once on its own topic with its exact key, value and
-headers, among the committed records replayed by `laminar.kafka_log` (docs/kafka.md, "Spark's
+headers, among the committed records replayed by `laminar.kafka.log` (docs/kafka.md, "Spark's
 Kafka-sink shape")."""
 
 from __future__ import annotations

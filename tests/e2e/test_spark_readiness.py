@@ -29,8 +29,8 @@ import pytest
 import laminar
 import laminar.spark
 from laminar import ConfigError
-from laminar._handoff import VERSION_MISMATCH
 from laminar.embedded import SparkConnectServer, free_port
+from laminar.spark._handoff import VERSION_MISMATCH
 from tests.e2e.spark_helpers import (
     assert_exactly_once,
     client,

@@ -13,7 +13,9 @@ import pytest
 from psycopg import sql
 
 from laminar.errors import AbortableError
-from laminar.sinks import _pg_steps, kafka, postgres
+from laminar.kafka import sink as kafka
+from laminar.postgres import _steps as _pg_steps
+from laminar.postgres import sink as postgres
 from tests.integration.kafka_fill import settled_committed as read_committed
 from tests.integration.pg_helpers import backend_pids, terminate, wait_for
 
@@ -96,7 +98,7 @@ def pg_rows(dsn: str, table: str) -> list[tuple[Any, ...]]:
 
 
 def kafka_rows(bootstrap: str, topic: str, sink_id: str) -> list[tuple[Any, ...]]:
-    """The sink's committed records (control batches replayed by laminar.kafka_log), as
+    """The sink's committed records (control batches replayed by laminar.kafka.log), as
     ``(id, name, amount)`` sorted by id; each key must be the id's text."""
     out = []
     for record in read_committed(bootstrap, topic):

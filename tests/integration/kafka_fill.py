@@ -10,7 +10,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from laminar.kafka_log import KafkaLogClient, LogRecord, PartitionLog
+from laminar.kafka.log import KafkaLogClient, LogRecord, PartitionLog
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 import laminar
-from laminar.kafka_log import LogRecord, read_partition
+from laminar.kafka.log import LogRecord, read_partition
 from tests.integration.kafka_fill import settled_committed as read_committed
 
 ROWS_PER_EPOCH = 50
@@ -32,7 +32,7 @@ def make_sink(bootstrap: str, topic: str, transactional_id: str, **kw: Any) -> l
 
 
 def committed(bootstrap: str, topic: str, sink_id: str | None = None) -> list[LogRecord]:
-    """Committed records (per laminar.kafka_log), optionally only this sink's."""
+    """Committed records (per laminar.kafka.log), optionally only this sink's."""
     records = read_committed(bootstrap, topic)
     if sink_id is not None:
         records = [r for r in records if r.header("laminar.sink") == sink_id.encode()]

@@ -1,4 +1,4 @@
-"""The pure-Python record batch decoder and marker replay that `laminar.kafka_log` used before
+"""The pure-Python record batch decoder and marker replay that `laminar.kafka.log` used before
 the wire protocol moved into the Rust core — kept here, in the tests only, as an independent
 reference: the flaky-read diagnosis (`test_kafka_sink`) and the decode-rate benchmark
 (`benches/bench_kafka_log.py`) compare the core with it. Extended with pyarrow's codecs for
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from laminar._core import crc32c
-from laminar.kafka_log import Compression, ControlType, KafkaLogError
+from laminar.kafka.log import Compression, ControlType, KafkaLogError
 
 
 @dataclass(frozen=True)

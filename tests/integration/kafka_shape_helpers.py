@@ -1,6 +1,6 @@
 """Spark's Kafka-sink shape in the tests: epoch tables that route rows to two (or three) topics
 with explicit partitions and user headers, and the exact check of what each topic committed
-(replayed by ``laminar.kafka_log``, never the broker's read_committed)."""
+(replayed by ``laminar.kafka.log``, never the broker's read_committed)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import laminar
-from laminar.scaleout import ParticipantResult, ScaleOutTask
+from laminar.protocol.scaleout import ParticipantResult, ScaleOutTask
 from tests.integration.atomic_helpers import epoch_table, make_group
 
 TASK_CRASH_VAR = "SCALEOUT_TASK_CRASH_AT"

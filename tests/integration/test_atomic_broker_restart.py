@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import laminar
-from laminar.sinks.kafka import KafkaSink
+from laminar.kafka.sink import KafkaSink
 from tests.integration.atomic_helpers import (
     assert_exactly_once,
     create_table,

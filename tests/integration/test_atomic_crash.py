@@ -1,10 +1,10 @@
 """The atomic recipe (docs/protocol.md §3) killed with SIGKILL at every step, then restarted:
 every row is in PostgreSQL exactly once and among Kafka's committed transactions exactly once
-(read with laminar.kafka_log, so it holds on any broker) — and, on Apache Kafka, a librdkafka
+(read with laminar.kafka.log, so it holds on any broker) — and, on Apache Kafka, a librdkafka
 read_committed consumer sees every committed record once and no record of an aborted attempt.
 
 Compatibility subset: the kill at every step also runs on Tansu (with the redo log), where only
-laminar.kafka_log can judge (Tansu's read_committed shows aborted records).
+laminar.kafka.log can judge (Tansu's read_committed shows aborted records).
 
 Each run writes epochs 0-3 like Spark (a restarted writer resumes at the batch whose
 foreachBatch did not return), killed in epoch 1 at the point's second occurrence.

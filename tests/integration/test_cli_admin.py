@@ -101,7 +101,7 @@ def test_a_prepared_gid_belongs_to_the_record_that_names_it_exactly(
     exactly. The scale-out coordinator's case — the row names the task's gid — finds its
     decision; the watcher's old prefix rule took ``…:1`` for ``…:10``, whose partition has no
     record: it is an orphan, not the ``rollback`` decision of partition 1."""
-    from laminar.watcher import find_decision, inspect
+    from laminar.protocol.watcher import find_decision, inspect
 
     dsn = clean_prepared_xacts
     create_table(dsn, table_name)

@@ -1,5 +1,5 @@
 """The per-process connection a ``format("laminar")`` task keeps for the next task of its Spark
-worker (`laminar._conn_cache`), on a real PostgreSQL: reused in one process, never across a
+worker (`laminar.spark._conn_cache`), on a real PostgreSQL: reused in one process, never across a
 fork, closed at exit, replaced when it died."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from laminar import _conn_cache
-from laminar.spark_source import _read_epoch_base
+from laminar.spark import _conn_cache
+from laminar.spark.source import _read_epoch_base
 
 
 @pytest.fixture(autouse=True)
@@ -89,7 +89,7 @@ def test_closed_at_interpreter_exit(pg_dsn: str) -> None:
         seen = {}
         # registered first, so it runs after the cache's own exit handler
         atexit.register(lambda: print("closed" if seen["conn"].closed else "open"))
-        from laminar import _conn_cache
+        from laminar.spark import _conn_cache
         seen["conn"] = _conn_cache.cached_connection(sys.argv[1], application_name="t exit")
         """
     )

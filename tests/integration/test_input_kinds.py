@@ -4,7 +4,7 @@ For each sink combination (Kafka, PostgreSQL, both atomically) and with or witho
 injected in the middle of the write (a real terminated backend for PostgreSQL), every kind of
 input — Table, RecordBatch, RecordBatchReader, chunked, sliced, dictionary-encoded, a one-shot
 PyCapsule stream, a PyCapsule array — is written as one epoch, and the stores are read back:
-PostgreSQL by SELECT, Kafka through ``laminar.kafka_log.read_committed`` (control batches
+PostgreSQL by SELECT, Kafka through ``laminar.kafka.log.read_committed`` (control batches
 replayed). Each must hold exactly the input rows: a one-shot stream is read once per epoch and
 every sink and every retry see the same rows.
 """

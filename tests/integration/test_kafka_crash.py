@@ -1,5 +1,5 @@
 """A KafkaSink writer killed with SIGKILL at each step of an epoch, then restarted: every row is
-committed exactly once — among the committed records replayed by laminar.kafka_log (so it holds
+committed exactly once — among the committed records replayed by laminar.kafka.log (so it holds
 on any broker), and as a librdkafka read_committed consumer of Apache Kafka sees them (every
 committed record once, no record of the killed attempt).
 

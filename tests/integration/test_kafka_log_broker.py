@@ -1,4 +1,4 @@
-"""laminar.kafka_log against the real brokers: the control records it sees, and committed-only
+"""laminar.kafka.log against the real brokers: the control records it sees, and committed-only
 records whatever the broker's read_committed does. Compatibility subset: every test runs on
 Apache Kafka and on Tansu, whose read_committed shows aborted records — kafka_log is what makes
 Laminar's own checks hold there."""
@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Producer
 
 from laminar.embedded._process import free_port
-from laminar.kafka_log import KafkaLogClient, KafkaLogError, read_committed, read_partition
+from laminar.kafka.log import KafkaLogClient, KafkaLogError, read_committed, read_partition
 from tests.fixtures import BrokerUnderTest, on_both_brokers
 from tests.integration.kafka_helpers import consumer_values
 

@@ -1,7 +1,7 @@
 """Kafka at production shape (issue 15), on real brokers: topics written by foreign producers
 with every codec mixed in each partition, a sink that starts without reading them, a lost marker
 found again by the bounded witness, a witness that refuses to guess past its bound, and 64
-partitions. Start-up cost is asserted by counting what `laminar.kafka_log` read
+partitions. Start-up cost is asserted by counting what `laminar.kafka.log` read
 (`KafkaSink.startup_read`); the timings are in benches/bench_kafka_startup.py.
 """
 
@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient
 
 import laminar
 from laminar.errors import FatalError
-from laminar.kafka_log import KafkaLogClient, read_partition
+from laminar.kafka.log import KafkaLogClient, read_partition
 from tests.fixtures import on_both_brokers
 from tests.integration.atomic_helpers import ROWS_PER_EPOCH as ATOMIC_ROWS
 from tests.integration.atomic_helpers import killed, run_writer

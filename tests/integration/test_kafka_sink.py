@@ -1,6 +1,6 @@
 """KafkaSink against the real broker: Apache Kafka (or ``LAMINAR_KAFKA_BOOTSTRAP``).
 
-Exactly-once is always asserted with `laminar.kafka_log`, which replays the commit/abort markers
+Exactly-once is always asserted with `laminar.kafka.log`, which replays the commit/abort markers
 itself and so holds on any broker; what a librdkafka ``read_committed`` consumer sees is
 asserted too. Compatibility subset (``@on_both_brokers``: also on Tansu, Laminar's demo broker):
 the round trip, an aborted epoch, and fencing (on init, and between prepare and commit) — the
@@ -31,7 +31,7 @@ from laminar import (
     RecordTooLargeError,
 )
 from laminar.embedded._process import free_port
-from laminar.kafka_log import KafkaLogClient
+from laminar.kafka.log import KafkaLogClient
 from tests.fixtures import BrokerUnderTest, on_both_brokers
 from tests.integration import kafka_reference
 from tests.integration.kafka_fill import settled_logs
@@ -405,7 +405,7 @@ def lost_records_report(
     nowhere = missing - reference - set(anywhere)
     marked = sorted(anywhere.items())[:3]
     return (
-        f"sink {tid}: {len(missing)} ids missing per laminar.kafka_log, e.g. "
+        f"sink {tid}: {len(missing)} ids missing per laminar.kafka.log, e.g. "
         f"{sorted(missing)[:5]}; the reference decoder finds {len(reference)} of them "
         f"committed (the reader lost them), {len(set(anywhere) - reference)} in the log but "
         f"not committed (the markers: {marked}), {len(nowhere)} nowhere in the log (the broker "

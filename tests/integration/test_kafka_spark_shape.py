@@ -2,7 +2,7 @@
 Kafka-sink shape"; docs/protocol.md §1, "Several topics"): per-row topics in one transaction,
 explicit partitions, user headers beside Laminar's, exactly once under every crash point of the
 lone sink, recovery that finds an epoch written only to a second topic, and bad rows refused with
-nothing committed. Results are the committed records replayed by ``laminar.kafka_log``.
+nothing committed. Results are the committed records replayed by ``laminar.kafka.log``.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 import laminar
-from laminar._records import redo_blobs
-from laminar._redo import produce_blob
 from laminar.errors import ConfigError, DataError
-from laminar.sinks import _kafka_shape as shape
+from laminar.kafka import _shape as shape
+from laminar.kafka._redo import produce_blob
+from laminar.protocol.records import redo_blobs
 from tests.integration.kafka_fill import settled_committed
 from tests.integration.kafka_helpers import make_sink
 from tests.integration.kafka_shape_helpers import (

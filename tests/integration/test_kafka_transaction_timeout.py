@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from laminar.cli import main
-from laminar.kafka_log import read_partition
+from laminar.kafka.log import read_partition
 from tests.integration.atomic_helpers import create_table, killed, run_writer
 from tests.integration.test_atomic_crash import EPOCHS, args, check
 

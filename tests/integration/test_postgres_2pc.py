@@ -23,7 +23,7 @@ from laminar import (
     TransactionState,
 )
 from laminar._core import CrashPoint
-from laminar.sinks._pg_steps import claim_epoch
+from laminar.postgres._steps import claim_epoch
 from tests.integration.pg_helpers import (
     REPO,
     CommitReplyDropper,

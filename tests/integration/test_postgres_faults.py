@@ -16,7 +16,8 @@ import pytest
 import laminar
 from laminar import AbortableError, InDoubtError, PostgresSink, TransactionState
 from laminar._core import CrashPoint
-from laminar.sinks import _pg_steps, postgres
+from laminar.postgres import _steps as _pg_steps
+from laminar.postgres import sink as postgres
 from tests.integration.pg_helpers import (
     CommitReplyDropper,
     backend_pids,

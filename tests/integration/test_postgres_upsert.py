@@ -18,7 +18,7 @@ from psycopg import sql
 
 import laminar
 from laminar import AuthorizationError, ConfigError, DataError, PostgresSink
-from laminar.sinks._pg_steps import claim_epoch
+from laminar.postgres._steps import claim_epoch
 from tests.integration.integrity_helpers import (
     INPUT_KINDS,
     create_rows_table,
@@ -71,7 +71,7 @@ def ddl(dsn: str, statement: str) -> None:
 
 
 def committed_kafka_rows(bootstrap: str, topic: str, sink_id: str) -> Counter[tuple[Any, ...]]:
-    """The sink's committed records (control batches replayed by laminar.kafka_log) as
+    """The sink's committed records (control batches replayed by laminar.kafka.log) as
     ``(id, name, amount)``, counted."""
     out: Counter[tuple[Any, ...]] = Counter()
     for record in read_committed(bootstrap, topic):

@@ -2,7 +2,7 @@
 tasks as two-phase participants, the coordinator's decision, recovery by the Vitess rules.
 
 Exactly-once is checked per store: PostgreSQL counts by key, Kafka's committed transactions read
-with laminar.kafka_log (aborted records filtered by the transaction index, on any broker).
+with laminar.kafka.log (aborted records filtered by the transaction index, on any broker).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 
 import laminar
 from laminar._core import CrashPoint
-from laminar.scaleout import ParticipantResult, ScaleOutTask
+from laminar.protocol.scaleout import ParticipantResult, ScaleOutTask
 from tests.integration.atomic_helpers import assert_exactly_once, make_group
 from tests.integration.kafka_fill import settled_committed as read_committed
 from tests.integration.kafka_helpers import ids_of
@@ -288,7 +288,7 @@ def test_a_completion_that_fails_after_the_decision_is_finished_before_the_next_
     """COMMIT PREPARED fails once after the decision (the connection dropped): the epoch is
     in doubt for the caller, and the writer's retry completes the decided transaction from
     its records (the recovery rules) instead of writing anything again."""
-    import laminar._distributed as distributed
+    import laminar.protocol.distributed as distributed
 
     real = distributed.commit_prepared
     failures = []

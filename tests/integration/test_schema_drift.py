@@ -17,7 +17,7 @@ import pytest
 
 import laminar
 from laminar import ConfigError, DataError
-from laminar.kafka_log import read_partition
+from laminar.kafka.log import read_partition
 from tests.integration.pg_helpers import create_table, query, sink_epoch
 
 pytestmark = pytest.mark.integration

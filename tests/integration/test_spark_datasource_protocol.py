@@ -1,4 +1,4 @@
-"""The data source's entry points without Spark (`laminar.spark_source`): tasks' ``write``
+"""The data source's entry points without Spark (`laminar.spark.source`): tasks' ``write``
 (`write_task`), the driver's ``commit`` and ``abort`` called directly against a real PostgreSQL
 and a real Apache Kafka broker — a second ``commit`` of one batch is a no-op, a replayed batch
 is skipped, ``abort`` leaves nothing prepared, only the attempt Spark commits counts, and a task
@@ -20,8 +20,8 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 
 from laminar.errors import AbortableError, ConfigError
-from laminar.spark_options import parse_options
-from laminar.spark_source import LaminarStreamWriter, resolve_stopped, write_task
+from laminar.spark.options import parse_options
+from laminar.spark.source import LaminarStreamWriter, resolve_stopped, write_task
 from tests.integration.kafka_fill import settled_committed, settled_logs
 
 VAR = "LAMINAR_TEST_DS_DSN"
@@ -152,8 +152,8 @@ def test_a_commit_killed_after_its_decision_is_completed_by_the_replay(
     args.write_bytes(pickle.dumps((s["raw"], messages)))
     child = (
         "import pickle, sys\n"
-        "from laminar.spark_options import parse_options\n"
-        "from laminar.spark_source import commit_batch\n"
+        "from laminar.spark.options import parse_options\n"
+        "from laminar.spark.source import commit_batch\n"
         "raw, messages = pickle.loads(open(sys.argv[1], 'rb').read())\n"
         "commit_batch(parse_options(raw), messages, 0)\n"
     )

@@ -33,7 +33,7 @@ def passes(caplog: pytest.LogCaptureFixture) -> list[tuple[int, int, int]]:
     found = []
     for record in caplog.records:
         m = LINE.search(record.getMessage())
-        if m and record.name == "laminar.watcher":
+        if m and record.name == "laminar.protocol.watcher":
             found.append((int(m[1]), int(m[2]), int(m[3])))
     return found
 
@@ -51,7 +51,7 @@ def test_the_watcher_thread_resolves_a_crashed_epoch_and_a_stray_participant(
     create_table(pg_dsn, table)
     tid = f"tid-{topic}"
     checkpoint = tmp_path / "checkpoint"
-    caplog.set_level(logging.INFO, logger="laminar.watcher")
+    caplog.set_level(logging.INFO, logger="laminar.protocol.watcher")
 
     writer = make_group(
         kafka_bootstrap, topic, pg_dsn, table, tid, watcher=True, watcher_interval_s=0.3
@@ -99,8 +99,8 @@ def test_the_watcher_thread_resolves_a_crashed_epoch_and_a_stray_participant(
     assert all(p == (2, 2, 0) for p in seen[:first_resolved]), seen
     assert sum(r for _, _, r in seen) == 2, seen
     assert seen[-1] == (0, 0, 0), seen
-    warnings = [r for r in caplog.records if r.name == "laminar.watcher" and "lingering=2" in
-                r.getMessage()]  # fmt: skip
+    warnings = [r for r in caplog.records if r.name == "laminar.protocol.watcher"
+                and "lingering=2" in r.getMessage()]  # fmt: skip
     assert warnings
     assert all(r.levelno == logging.WARNING for r in warnings)
     assert f"kafka:{tid}" in warnings[0].getMessage()

@@ -6,7 +6,7 @@ its tag and contents, then installs it into a fresh virtualenv whose PATH has no
 dependencies resolved by pip as a user's install would, and runs ``wheel_round_trip.py`` there:
 two epochs through ``exactly_once(KafkaSink, PostgresSink)`` and a replay. Both stores must then
 hold every row once and only once with its exact value — Kafka judged by its committed records
-(``laminar.kafka_log``). The wheel is built once per run: a repeated ``scripts/wheel.sh`` only
+(``laminar.kafka.log``). The wheel is built once per run: a repeated ``scripts/wheel.sh`` only
 repackages what cargo already built (under ``CARGO_TARGET_DIR``).
 """
 

@@ -8,7 +8,7 @@ import pytest
 
 import laminar
 from laminar import AbortableError, ConfigError, FencedError, InDoubtError, PreparedTxnState
-from laminar.sinks.base import TransactionalSink
+from laminar._sink import TransactionalSink
 
 
 class MemorySink(TransactionalSink):

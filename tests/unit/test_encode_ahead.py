@@ -1,4 +1,4 @@
-"""Encoding overlapped with sending: the bounded pipeline (`laminar.sinks._encode_ahead`) and the
+"""Encoding overlapped with sending: the bounded pipeline (`laminar.postgres._encode_ahead`) and the
 chunk-by-chunk COPY stream it drives (`laminar._core.iter_pg_copy`), byte-identical to
 `encode_pg_copy`."""
 
@@ -14,7 +14,7 @@ import pytest
 import laminar
 from laminar._core import iter_pg_copy
 from laminar.errors import DataError
-from laminar.sinks._encode_ahead import encode_ahead
+from laminar.postgres._encode_ahead import encode_ahead
 
 
 class Counted:

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from laminar.sinks import _kafka_calls as calls
+from laminar.kafka import _calls as calls
 
 
 class Blocking:

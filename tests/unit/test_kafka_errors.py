@@ -14,7 +14,7 @@ from laminar.errors import (
     InDoubtError,
     RecordTooLargeError,
 )
-from laminar.sinks._kafka_errors import ErrorContext, map_kafka_error
+from laminar.kafka._errors import ErrorContext, map_kafka_error
 
 CTX = ErrorContext("orders-sink", "b1:9092", "orders", epoch=7, secrets=("hunter2-secret",))
 

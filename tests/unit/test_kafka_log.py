@@ -1,4 +1,4 @@
-"""laminar.kafka_log on hand-made record batches: decoding (v2, every codec, control batches,
+"""laminar.kafka.log on hand-made record batches: decoding (v2, every codec, control batches,
 CRC) and the transaction filter (which records a replay of the markers keeps as committed).
 
 The batches are built here by an encoder written independently of the reader, from the Kafka
@@ -16,7 +16,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 
 from laminar._core import crc32c
-from laminar.kafka_log import (
+from laminar.kafka.log import (
     Compression,
     ControlType,
     KafkaLogError,
@@ -333,7 +333,7 @@ def test_records_before_the_start_offset_are_left_out() -> None:
 
 
 def test_scram_sha_256_follows_rfc_7677() -> None:
-    from laminar._kafka_conn import scram_exchange
+    from laminar.kafka.conn import scram_exchange
 
     nonce = "rOprNGfwEbeRWgbNEkqO"
     server = f"{nonce}%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"

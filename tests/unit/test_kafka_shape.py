@@ -8,7 +8,7 @@ import pytest
 
 from laminar._core import encode_kafka, is_spark_kafka_shape
 from laminar.errors import ConfigError, DataError
-from laminar.sinks import _kafka_shape as shape
+from laminar.kafka import _shape as shape
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 SINK = [("laminar.sink", b"s"), ("laminar.epoch", b"3")]
@@ -117,12 +117,12 @@ def test_the_identity_is_kept_within_the_brokers_default_metadata_limit() -> Non
 
 
 def test_routed_records_survive_the_redo_blob_exactly() -> None:
-    """What the redo log stores of a Spark-shaped batch (`laminar._records.redo_blobs`) is what
-    the redo produces again (`_kafka_shape.redo_rows`): each row's topic, partition and user
-    headers, then the redo epoch's own Laminar headers."""
+    """What the redo log stores of a Spark-shaped batch (`laminar.protocol.records.redo_blobs`)
+    is what the redo produces again (`_kafka_shape.redo_rows`): each row's topic, partition and
+    user headers, then the redo epoch's own Laminar headers."""
     from laminar._core import decode_redo, decode_redo_records
-    from laminar._records import redo_blobs
     from laminar.errors import InvalidStateEncoding
+    from laminar.protocol.records import redo_blobs
 
     data = table(
         key=pa.array(["a", None, "c", "d"]),

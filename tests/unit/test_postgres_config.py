@@ -9,7 +9,7 @@ import pytest
 
 import laminar
 from laminar import ConfigError, PostgresSink, TransactionalSink, TransactionState
-from laminar.sinks._pg_names import TableName
+from laminar.postgres._names import TableName
 
 DSN = "postgresql://app:S3cr3t-pw@db.example:5432/shop"
 

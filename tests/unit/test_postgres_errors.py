@@ -14,7 +14,7 @@ from laminar.errors import (
     FatalError,
     LaminarError,
 )
-from laminar.sinks._pg_errors import error_class_for, is_connection_failure, map_pg_error
+from laminar.postgres._errors import error_class_for, is_connection_failure, map_pg_error
 
 
 def server_error(sqlstate: str, message: str = "boom") -> psycopg.Error:

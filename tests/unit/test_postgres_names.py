@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from laminar import ConfigError
-from laminar.sinks._pg_names import (
+from laminar.postgres._names import (
     GID_MAX_BYTES,
     TableName,
     gid_prefix,

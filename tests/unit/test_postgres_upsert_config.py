@@ -8,8 +8,8 @@ import pickle
 import pytest
 
 from laminar import ConfigError, PostgresSink
-from laminar.sinks._pg_table import ColumnInfo, TableInfo, UniqueIndex
-from laminar.sinks._pg_upsert import resolve_key
+from laminar.postgres._table import ColumnInfo, TableInfo, UniqueIndex
+from laminar.postgres._upsert import resolve_key
 
 DSN = "postgresql://app:S3cr3t-pw@db.example:5432/shop"
 

@@ -16,7 +16,7 @@ from laminar._core import (
     plan_epoch,
     watcher_action,
 )
-from laminar.recovery import refusal_error
+from laminar.protocol.recovery import refusal_error
 
 
 def test_completion_prefers_endtxn_then_redo_then_replay() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 import laminar
 from laminar import ConfigError
-from laminar.scaleout import (
+from laminar.protocol.scaleout import (
     RESULT_DDL,
     RESULT_SCHEMA,
     ParticipantResult,

@@ -1,4 +1,4 @@
-"""``format("laminar")``'s options (`laminar.spark_options`): Spark-style keys, secrets only by
+"""``format("laminar")``'s options (`laminar.spark.options`): Spark-style keys, secrets only by
 environment variable name, a `ConfigError` naming the option and the fix for anything else."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from laminar._settings import EnvValue
 from laminar.errors import ConfigError
-from laminar.spark_options import parse_options
+from laminar.spark.options import parse_options
 
 PG = {"postgres.dsn.env": "ORDERS_PG_DSN", "postgres.table": "public.orders"}
 KAFKA = {"kafka.bootstrap.servers": "broker:9092", "kafka.topic": "orders"}

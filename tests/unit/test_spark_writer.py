@@ -15,9 +15,8 @@ import pytest
 import laminar
 import laminar.spark
 from laminar import ConfigError, PreparedTxnState
-from laminar._handoff import VERSION_MISMATCH, restore
+from laminar._sink import TransactionalSink
 from laminar.readiness import SinkCheck, check_sink
-from laminar.sinks.base import TransactionalSink
 from laminar.spark import (
     ForeachBatchWriter,
     ServerReport,
@@ -26,6 +25,7 @@ from laminar.spark import (
     _writer_from,
     query_owner,
 )
+from laminar.spark._handoff import VERSION_MISMATCH, restore
 
 
 class MemorySink(TransactionalSink):
@@ -216,7 +216,7 @@ def test_a_writer_unpickled_by_another_laminar_version_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     data = pickle.dumps(laminar.exactly_once(MemorySink()))
-    monkeypatch.setattr("laminar._handoff._local_version", lambda: "0.0.0+other")
+    monkeypatch.setattr("laminar.spark._handoff._local_version", lambda: "0.0.0+other")
     with pytest.raises(ConfigError) as info:
         pickle.loads(data)
     text = str(info.value)

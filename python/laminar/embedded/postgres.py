@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
+import psycopg
+from psycopg import sql
+
 from laminar.embedded._process import (
     EmbeddedServerError,
     ServerProcess,
@@ -244,8 +247,6 @@ class EphemeralPostgres(EmbeddedServer):
 
     def create_database(self, name: str) -> str:
         """Create another database on the cluster and return its DSN."""
-        import psycopg
-        from psycopg import sql
 
         with psycopg.connect(self.dsn_for("postgres"), autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -346,8 +347,6 @@ class EphemeralPostgres(EmbeddedServer):
             ) from None
 
     def _accepts_connections(self) -> bool:
-        import psycopg
-
         try:
             with psycopg.connect(self.dsn_for("postgres"), connect_timeout=2) as conn:
                 conn.execute("SELECT 1")

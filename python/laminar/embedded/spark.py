@@ -20,6 +20,7 @@ from laminar.embedded._process import (
     wait_until,
 )
 from laminar.embedded._server import EmbeddedServer
+from laminar.embedded.kafka import laminar_cache_dir
 
 __all__ = ["SPARK_KAFKA_VERSION", "SparkConnectServer", "find_spark_home", "find_spark_kafka_jars"]
 
@@ -47,6 +48,7 @@ def find_spark_home() -> Path:
         home = Path(env)
     else:
         try:
+            # In-function: pyspark is optional; absent, $SPARK_HOME must name Spark.
             import pyspark
         except ImportError as e:
             raise EmbeddedServerError(
@@ -69,7 +71,6 @@ def find_spark_kafka_jars() -> list[Path]:
     resolves them into ``<cache>/spark-sql-kafka-<SPARK_KAFKA_VERSION>/jars``, or
     ``$LAMINAR_SPARK_KAFKA_JARS`` (a directory). Nothing is fetched here: Spark's ``--packages``
     (Ivy) is never used."""
-    from laminar.embedded.kafka import laminar_cache_dir
 
     env = os.environ.get("LAMINAR_SPARK_KAFKA_JARS")
     directory = (
@@ -281,6 +282,7 @@ class SparkConnectServer(EmbeddedServer):
         return env
 
     def _answers_query(self) -> bool:
+        # In-function: pyspark is optional (only a started server needs it).
         from pyspark.sql import SparkSession
 
         try:

@@ -1,6 +1,11 @@
-"""Laminar's transactional sinks."""
+"""Laminar's transactional sinks: compatibility path for ``laminar.sinks.KafkaSink`` and friends.
 
-from laminar.sinks.base import TransactionalSink
-from laminar.sinks.postgres import PostgresSink
+The sinks live in :mod:`laminar.kafka` and :mod:`laminar.postgres`, their shared base in
+:mod:`laminar._sink` (docs/engine.md, "Package layout").
+"""
 
-__all__ = ["PostgresSink", "TransactionalSink"]
+from laminar._sink import TransactionalSink
+from laminar.kafka.sink import KafkaSink
+from laminar.postgres.sink import PostgresSink
+
+__all__ = ["KafkaSink", "PostgresSink", "TransactionalSink"]

@@ -1,0 +1,392 @@
+"""One connection to one Kafka broker, for `laminar.kafka.log`: sockets, TLS and SASL here; every
+request frame is encoded, and every answer decoded, by the core (``laminar._core``, module
+``kafka``, on the ``kafka-protocol`` crate).
+
+On connect: TCP, TLS (``security.protocol=ssl``/``sasl_ssl``), ApiVersions (the version of each
+request is the highest both sides speak), then SASL PLAIN or SCRAM-SHA-256/512 (RFC 5802, over
+SaslHandshake v1 + SaslAuthenticate) for ``sasl_plaintext``/``sasl_ssl``. Other SASL mechanisms
+raise `UnsupportedSecurityError` and callers fall back (docs/protocol.md §8).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import socket
+import ssl
+import struct
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from laminar import _core
+from laminar.errors import LaminarError
+
+__all__ = [
+    "ClientSecurity",
+    "Connection",
+    "EndTxnError",
+    "KafkaLogError",
+    "UnsupportedSecurityError",
+    "error_name",
+    "parse_bootstrap",
+    "scram_exchange",
+]
+
+# API keys (Kafka protocol numbering).
+FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH = 1, 2, 3, 8, 9
+FIND_COORDINATOR, SASL_HANDSHAKE, API_VERSIONS, END_TXN, SASL_AUTHENTICATE = 10, 17, 18, 26, 36
+
+
+class KafkaLogError(LaminarError):
+    """The log could not be read: unreachable broker, a broker error, or data this reader does
+    not decode (an unsupported message format, a corrupt batch)."""
+
+
+class UnsupportedSecurityError(KafkaLogError):
+    """The connection needs a security setting this client does not speak (a SASL mechanism
+    other than PLAIN and SCRAM-SHA-256/512): the caller falls back to another way."""
+
+
+class EndTxnError(KafkaLogError):
+    """The broker refused ``EndTxn`` (or the FindCoordinator before it): ``code`` is the Kafka
+    error code, ``name`` its name.
+
+    ``definitive`` errors mean the prepared transaction cannot be completed this way any more
+    (the producer was fenced or its epoch bumped, the transaction was already aborted or timed
+    out); the others (coordinator moving, loading, concurrent transactions) are worth retrying.
+    """
+
+    def __init__(self, message: str, *, code: int, name: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.name = name
+
+    @property
+    def definitive(self) -> bool:
+        """Whether retrying cannot help."""
+        return self.code not in RETRIABLE_TXN_CODES
+
+
+# Error codes this client explains (Kafka protocol numbering).
+_ERRORS = {
+    1: "OFFSET_OUT_OF_RANGE",
+    3: "UNKNOWN_TOPIC_OR_PARTITION",
+    5: "LEADER_NOT_AVAILABLE",
+    6: "NOT_LEADER_OR_FOLLOWER",
+    7: "REQUEST_TIMED_OUT",
+    14: "COORDINATOR_LOAD_IN_PROGRESS",
+    15: "COORDINATOR_NOT_AVAILABLE",
+    16: "NOT_COORDINATOR",
+    25: "UNKNOWN_MEMBER_ID",
+    29: "TOPIC_AUTHORIZATION_FAILED",
+    30: "GROUP_AUTHORIZATION_FAILED",
+    33: "UNSUPPORTED_SASL_MECHANISM",
+    35: "UNSUPPORTED_VERSION",
+    47: "INVALID_PRODUCER_EPOCH",
+    48: "INVALID_TXN_STATE",
+    49: "INVALID_PRODUCER_ID_MAPPING",
+    51: "CONCURRENT_TRANSACTIONS",
+    53: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+    58: "SASL_AUTHENTICATION_FAILED",
+    90: "PRODUCER_FENCED",
+}
+#: EndTxn/FindCoordinator errors worth retrying (the coordinator moves, loads, or is busy).
+RETRIABLE_TXN_CODES = frozenset({7, 14, 15, 16, 51})
+#: Group coordinator errors worth retrying (OffsetFetch/OffsetCommit).
+RETRIABLE_GROUP_CODES = frozenset({7, 14, 15, 16})
+
+_SCRAM = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+
+
+def error_name(code: int) -> str:
+    """Kafka's name of an error code."""
+    return _ERRORS.get(code, f"error code {code}")
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """How to connect: TLS and SASL settings, read from a librdkafka-style configuration."""
+
+    protocol: str = "plaintext"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    ca_location: str | None = None
+    certificate_location: str | None = None
+    key_location: str | None = None
+    key_password: str | None = field(default=None, repr=False)
+    verify_certificate: bool = True
+    check_hostname: bool = True
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | None) -> ClientSecurity:
+        """The settings of a producer/consumer configuration (``security.protocol``,
+        ``sasl.mechanism(s)``, ``sasl.username``/``password``, ``ssl.ca.location``,
+        ``ssl.certificate.location``, ``ssl.key.location``, ``ssl.key.password``,
+        ``enable.ssl.certificate.verification``, ``ssl.endpoint.identification.algorithm``)."""
+        config = dict(config or {})
+
+        def text(key: str) -> str | None:
+            value = config.get(key)
+            return None if value is None else str(value)
+
+        protocol = (text("security.protocol") or "plaintext").lower()
+        if protocol not in ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl"):
+            raise UnsupportedSecurityError(f"security.protocol={protocol!r} is not supported here")
+        mechanism = text("sasl.mechanism") or text("sasl.mechanisms")
+        verify = str(config.get("enable.ssl.certificate.verification", "true")).lower()
+        algorithm = (text("ssl.endpoint.identification.algorithm") or "https").lower()
+        return cls(
+            protocol=protocol,
+            sasl_mechanism=mechanism.upper() if mechanism else None,
+            sasl_username=text("sasl.username"),
+            sasl_password=text("sasl.password"),
+            ca_location=text("ssl.ca.location"),
+            certificate_location=text("ssl.certificate.location"),
+            key_location=text("ssl.key.location"),
+            key_password=text("ssl.key.password"),
+            verify_certificate=verify not in ("false", "0", "no"),
+            check_hostname=algorithm == "https",
+        )
+
+    @property
+    def uses_tls(self) -> bool:
+        """Whether connections are wrapped in TLS."""
+        return self.protocol in ("ssl", "sasl_ssl")
+
+    @property
+    def uses_sasl(self) -> bool:
+        """Whether connections authenticate with SASL."""
+        return self.protocol in ("sasl_plaintext", "sasl_ssl")
+
+    def check(self) -> None:
+        """Raise `UnsupportedSecurityError` if this client cannot connect with these settings."""
+        mechanism = self.sasl_mechanism or "GSSAPI"
+        if self.uses_sasl and mechanism != "PLAIN" and mechanism not in _SCRAM:
+            raise UnsupportedSecurityError(
+                f"SASL mechanism {mechanism} is not supported by laminar's wire client (PLAIN, "
+                "SCRAM-SHA-256 and SCRAM-SHA-512 are)"
+            )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A TLS client context from the ``ssl.*`` settings."""
+        context = ssl.create_default_context(cafile=self.ca_location)
+        if not self.verify_certificate:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        else:
+            context.check_hostname = self.check_hostname
+        if self.certificate_location:
+            context.load_cert_chain(
+                self.certificate_location, self.key_location, password=self.key_password
+            )
+        return context
+
+
+class Connection:
+    """One blocking connection to a broker; requests are sent and answered one at a time.
+
+    ``call(api_key, encode, decode)``: ``encode(version, correlation_id)`` returns the frame the
+    core encoded, ``decode(answer, version, correlation_id)`` what the core decoded from it.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        timeout: float,
+        client_id: str,
+        security: ClientSecurity | None = None,
+    ) -> None:
+        self.address = f"{host}:{port}"
+        self.timeout = timeout
+        self.client_id = client_id
+        self.requests = 0
+        self._correlation = 0
+        self._versions: dict[int, tuple[int, int]] = {}
+        security = security or ClientSecurity()
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as e:
+            raise KafkaLogError(f"could not connect to the broker at {self.address}: {e}") from e
+        if security.uses_tls:
+            try:
+                sock = security.ssl_context().wrap_socket(sock, server_hostname=host)
+            except (OSError, ssl.SSLError) as e:
+                sock.close()
+                raise KafkaLogError(f"TLS handshake with {self.address} failed: {e}") from e
+        self._sock = sock
+        try:
+            self._negotiate()
+            if security.uses_sasl:
+                self._authenticate(security)
+        except BaseException:
+            sock.close()
+            raise
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def version(self, api_key: int) -> int:
+        """The version of ``api_key`` this connection uses (`KafkaLogError` if none)."""
+        offered = self._versions.get(api_key)
+        if offered is None:
+            chosen = None if self._versions else _core.kafka_api_version(api_key)
+        else:
+            chosen = _core.kafka_api_version(api_key, *offered)
+        if chosen is None:
+            raise KafkaLogError(
+                f"broker {self.address} offers no version of request {api_key} that laminar "
+                f"speaks (it offers {offered or 'none'})"
+            )
+        return chosen
+
+    def offers(self, api_key: int, version: int) -> bool:
+        """Whether the broker offers ``version`` of ``api_key``."""
+        low, high = self._versions.get(api_key, (0, -1))
+        return low <= version <= high
+
+    def call(
+        self,
+        api_key: int,
+        encode: Callable[[int, int], bytes],
+        decode: Callable[[bytes, int, int], Any],
+        *,
+        version: int | None = None,
+    ) -> Any:
+        """One request and its answer, decoded."""
+        chosen = self.version(api_key) if version is None else version
+        self._correlation += 1
+        correlation = self._correlation
+        frame = encode(chosen, correlation)
+        self.requests += 1
+        try:
+            self._sock.sendall(frame)
+            (size,) = struct.unpack(">i", self._recv(4))
+            answer = self._recv(size)
+        except OSError as e:
+            raise KafkaLogError(f"broker {self.address} did not answer: {e}") from e
+        return decode(answer, chosen, correlation)
+
+    def _recv(self, n: int) -> bytes:
+        buffer = bytearray(n)
+        view = memoryview(buffer)
+        got = 0
+        while got < n:
+            count = self._sock.recv_into(view[got:], min(n - got, 1 << 22))
+            if not count:
+                raise ConnectionError("connection closed by the broker")
+            got += count
+        return bytes(buffer)
+
+    def close(self) -> None:
+        """Close the socket."""
+        self._sock.close()
+
+    # -- connecting ---------------------------------------------------------------------------
+
+    def _negotiate(self) -> None:
+        cid = self.client_id
+        code, ranges = self.call(
+            API_VERSIONS,
+            lambda v, c: _core.encode_api_versions(c, cid),
+            lambda data, v, c: _core.decode_api_versions(data, c),
+            version=0,
+        )
+        if code != 0:
+            raise KafkaLogError(f"broker {self.address} refused ApiVersions: {error_name(code)}")
+        self._versions = {key: (low, high) for key, low, high in ranges}
+
+    def _authenticate(self, security: ClientSecurity) -> None:
+        security.check()
+        mechanism = security.sasl_mechanism or "PLAIN"
+        cid = self.client_id
+        code, enabled = self.call(
+            SASL_HANDSHAKE,
+            lambda v, c: _core.encode_sasl_handshake(mechanism, v, c, cid),
+            _core.decode_sasl_handshake,
+        )
+        if code != 0:
+            raise KafkaLogError(
+                f"broker {self.address} refused SASL mechanism {mechanism} "
+                f"({error_name(code)}; it enables {', '.join(enabled) or 'none'})"
+            )
+        user = security.sasl_username or ""
+        password = security.sasl_password or ""
+        if mechanism == "PLAIN":
+            self._sasl_step(b"\0" + user.encode() + b"\0" + password.encode(), mechanism)
+            return
+        self._scram(mechanism, user, password)
+
+    def _sasl_step(self, message: bytes, mechanism: str) -> bytes:
+        cid = self.client_id
+        code, detail, answer = self.call(
+            SASL_AUTHENTICATE,
+            lambda v, c: _core.encode_sasl_authenticate(message, v, c, cid),
+            _core.decode_sasl_authenticate,
+        )
+        if code != 0:
+            raise KafkaLogError(
+                f"SASL {mechanism} authentication with {self.address} failed "
+                f"({error_name(code)}: {detail or 'no detail'}); check sasl.username and "
+                "sasl.password"
+            )
+        return bytes(answer)
+
+    def _scram(self, mechanism: str, user: str, password: str) -> None:
+        nonce = base64.b64encode(os.urandom(24)).decode()
+        try:
+            scram_exchange(
+                mechanism, user, password, lambda m: self._sasl_step(m, mechanism), nonce
+            )
+        except ValueError as e:
+            raise KafkaLogError(f"SASL {mechanism} with {self.address}: {e}") from e
+
+
+def scram_exchange(
+    mechanism: str, user: str, password: str, step: Callable[[bytes], bytes], nonce: str
+) -> None:
+    """RFC 5802's client side (SCRAM-SHA-256/512, no channel binding): client-first, then the
+    client-final message with the proof; ``step`` sends one message and returns the server's
+    answer. `ValueError` when the server's nonce or signature does not verify."""
+    digest = _SCRAM[mechanism]
+    name = user.replace("=", "=3D").replace(",", "=2C")
+    first_bare = f"n={name},r={nonce}"
+    server_first = step(f"n,,{first_bare}".encode()).decode()
+    fields = dict(item.split("=", 1) for item in server_first.split(","))
+    if not fields.get("r", "").startswith(nonce):
+        raise ValueError("the server's nonce does not extend the client's")
+    salted = hashlib.pbkdf2_hmac(
+        digest, password.encode(), base64.b64decode(fields["s"]), int(fields["i"])
+    )
+    client_key = hmac.new(salted, b"Client Key", digest).digest()
+    stored_key = hashlib.new(digest, client_key).digest()
+    final_bare = f"c=biws,r={fields['r']}"
+    auth = f"{first_bare},{server_first},{final_bare}".encode()
+    signature = hmac.new(stored_key, auth, digest).digest()
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    server_final = step(f"{final_bare},p={base64.b64encode(proof).decode()}".encode()).decode()
+    server_key = hmac.new(salted, b"Server Key", digest).digest()
+    expected = base64.b64encode(hmac.new(server_key, auth, digest).digest()).decode()
+    if server_final != f"v={expected}":
+        raise ValueError("the server's signature does not verify")
+
+
+def parse_bootstrap(bootstrap_servers: str) -> list[tuple[str, int]]:
+    """``host:port`` pairs of a ``bootstrap.servers`` list (``PROTOCOL://`` prefixes allowed)."""
+    out: list[tuple[str, int]] = []
+    for item in bootstrap_servers.split(","):
+        item = item.strip()
+        if "://" in item:
+            item = item.split("://", 1)[1]
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not port.isdigit():
+            raise KafkaLogError(f"bootstrap.servers entry {item!r} is not host:port")
+        out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise KafkaLogError("bootstrap.servers is empty")
+    return out

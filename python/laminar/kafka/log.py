@@ -1,0 +1,597 @@
+"""Read what a Kafka topic really committed, without trusting the broker's ``read_committed``.
+
+A small Kafka client whose wire protocol lives in the Rust core (``laminar._core``, module
+``kafka``, on the ``kafka-protocol`` crate): the core encodes every request, decodes every
+answer and every fetched record batch (message format v2, codecs none, gzip, snappy, lz4 and
+zstd, mixed freely), and replays the **control batches** (transaction commit and abort markers)
+to keep only the records of committed transactions, plus non-transactional records; Python
+opens the sockets (`laminar.kafka.conn`: plaintext, TLS, SASL PLAIN and SCRAM) and moves the
+bytes. Decoding runs with the GIL released. Every record comes back with its partition, offset,
+headers and producer id/epoch.
+
+Why: a broker's ``read_committed`` isolation is the thing under test. Tansu 0.6.0, for one, writes
+the commit/abort markers into the log but does not filter aborted records for ``read_committed``
+consumers. Laminar's tests, its demo, ``laminar status`` and the Kafka sink's start-up (the
+identity and the witness, docs/protocol.md §1) use this module::
+
+    from laminar.kafka.log import read_committed
+
+    for record in read_committed("127.0.0.1:9092", "orders"):
+        print(record.partition, record.offset, record.header("laminar.epoch"), record.value)
+
+How markers resolve transactions (per partition, in offset order; the core's ``kafka::replay``):
+a producer's transactional records stay *pending* until a control batch of the same producer id
+arrives. A marker written with producer epoch ``E`` resolves the pending records of epoch ``E``
+if there are any (the classic protocol), else those of epoch ``E - 1`` (a coordinator that bumps
+the epoch when it ends a transaction: KIP-890's transactions v2, or the abort written when a
+newer producer fenced an older one). Pending records of an even older epoch belonged to a
+producer that was fenced and never ended its transaction: they are not committed. Records still
+pending at the end of the log belong to open transactions and are not committed either.
+
+The same client completes a prepared transaction at the protocol level (docs/protocol.md §3):
+`KafkaLogClient.end_txn` sends FindCoordinator(transactional id) then EndTxn(transactional id,
+producer id, producer epoch, commit) — what KIP-939's ``completeTransaction`` does — so that
+recovery can commit a flushed transaction whose producer died, before any new producer's
+``init_transactions`` aborts it.
+
+Connections use the same configuration dict as the producer (`ClientSecurity.from_config`).
+SASL mechanisms other than PLAIN and SCRAM-SHA-256/512 raise `UnsupportedSecurityError`, and
+callers fall back (docs/protocol.md §8). Record headers come back as an ordered map: a name given
+twice keeps its last value (`LogRecord.header` returns the last one either way).
+
+(Past 500 lines: one client class — metadata, reads, the witness, group offsets, EndTxn — whose
+requests share one connection and retry handling; the records side is `laminar.kafka.records`.)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from laminar import _core
+from laminar._core import LogRecord, PartitionScan
+from laminar.kafka.conn import END_TXN as _END_TXN
+from laminar.kafka.conn import (
+    FETCH,
+    FIND_COORDINATOR,
+    LIST_OFFSETS,
+    METADATA,
+    OFFSET_COMMIT,
+    OFFSET_FETCH,
+    RETRIABLE_GROUP_CODES,
+    ClientSecurity,
+    Connection,
+    EndTxnError,
+    KafkaLogError,
+    UnsupportedSecurityError,
+    error_name,
+    parse_bootstrap,
+)
+from laminar.kafka.records import (
+    Compression,
+    ControlType,
+    PartitionLog,
+    ReadStats,
+    RecordBatch,
+    WitnessResult,
+    batch_of,
+    committed_records,
+    decode_record_batches,
+)
+
+__all__ = [
+    "ClientSecurity",
+    "Compression",
+    "ControlType",
+    "EndTxnError",
+    "KafkaLogClient",
+    "KafkaLogError",
+    "LogRecord",
+    "PartitionLog",
+    "ReadStats",
+    "RecordBatch",
+    "UnsupportedSecurityError",
+    "WitnessResult",
+    "committed_records",
+    "decode_record_batches",
+    "read_committed",
+    "read_partition",
+]
+
+_EARLIEST, _LATEST = -2, -1
+_COORDINATOR_GROUP, _COORDINATOR_TRANSACTION = 0, 1
+#: How far a later epoch's records may be timestamped before an earlier epoch's (writer clocks
+#: on different hosts after a restart): the witness's time bound keeps this margin.
+WITNESS_CLOCK_SKEW_MS = 300_000
+
+
+# -- the client ------------------------------------------------------------------------------------
+
+
+class KafkaLogClient:
+    """A small Kafka client that reads partitions record batch by record batch.
+
+    Use as a context manager (it keeps one connection per broker)::
+
+        with KafkaLogClient("127.0.0.1:9092") as client:
+            log = client.read_partition("orders", 0)
+
+    ``stats`` counts what it read (requests, fetches, bytes, batches, records).
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        timeout: float = 10.0,
+        client_id: str = "laminar-kafka-log",
+        fetch_max_bytes: int = 4 << 20,
+        security: ClientSecurity | None = None,
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.timeout = timeout
+        self.client_id = client_id
+        self.fetch_max_bytes = fetch_max_bytes
+        #: How long a fetch may wait for data at the end of the log (a read ends with one fetch
+        #: there). Tansu 0.6 answers a fetch with ``max_wait_ms=0`` with no partition at all.
+        self.fetch_max_wait_ms = 10
+        self.security = security or ClientSecurity()
+        self.security.check()
+        self.stats = ReadStats()
+        self._bootstrap = parse_bootstrap(bootstrap_servers)
+        self._connections: dict[int, Connection] = {}
+        self._brokers: dict[int, tuple[str, int]] = {}
+        self._any: Connection | None = None
+
+    # -- connections ------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Connect to one of the bootstrap brokers (`KafkaLogError` if none answers)."""
+        self._bootstrap_connection()
+
+    def _open(self, host: str, port: int) -> Connection:
+        return Connection(host, port, self.timeout, self.client_id, self.security)
+
+    def _bootstrap_connection(self) -> Connection:
+        if self._any is None:
+            errors = []
+            for host, port in self._bootstrap:
+                try:
+                    self._any = self._open(host, port)
+                    break
+                except UnsupportedSecurityError:
+                    raise
+                except KafkaLogError as e:
+                    errors.append(str(e))
+            else:
+                raise KafkaLogError(
+                    f"no broker of bootstrap.servers={self.bootstrap_servers} answered within "
+                    f"{self.timeout:g} s: " + "; ".join(errors)
+                )
+        return self._any
+
+    def _broker(self, node_id: int) -> Connection:
+        conn = self._connections.get(node_id)
+        if conn is None:
+            if node_id not in self._brokers:
+                raise KafkaLogError(f"broker {node_id} is not in the cluster metadata")
+            conn = self._open(*self._brokers[node_id])
+            self._connections[node_id] = conn
+        return conn
+
+    def _call(
+        self,
+        conn: Connection,
+        api_key: int,
+        encode: Callable[[int, int], bytes],
+        decode: Callable[[bytes, int, int], Any],
+        *,
+        version: int | None = None,
+    ) -> Any:
+        self.stats.requests += 1
+        return conn.call(api_key, encode, decode, version=version)
+
+    def close(self) -> None:
+        """Close every connection."""
+        for conn in self._connections.values():
+            conn.close()
+        self._connections.clear()
+        if self._any is not None:
+            self._any.close()
+            self._any = None
+
+    def __enter__(self) -> KafkaLogClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- metadata and offsets ---------------------------------------------------------------
+
+    def partition_leaders(self, topic: str) -> dict[int, int]:
+        """``{partition: leader broker id}`` of ``topic`` (never creates it)."""
+        cid = self.client_id
+        brokers, error, partitions = self._call(
+            self._bootstrap_connection(),
+            METADATA,
+            lambda v, c: _core.encode_metadata(topic, v, c, cid),
+            lambda d, v, c: _core.decode_metadata(d, v, c, topic),
+        )
+        for node_id, host, port in brokers:
+            self._brokers[node_id] = (host, port)
+        if error == 3:
+            raise KafkaLogError(f"topic {topic!r} does not exist on {self.bootstrap_servers}")
+        if error != 0:
+            raise KafkaLogError(f"topic {topic!r}: {error_name(error)}")
+        leaders: dict[int, int] = {}
+        for index, leader, p_error in partitions:
+            if p_error != 0:
+                raise KafkaLogError(f"topic {topic!r} partition {index}: {error_name(p_error)}")
+            leaders[index] = leader
+        if not leaders:
+            raise KafkaLogError(f"topic {topic!r} has no partitions on {self.bootstrap_servers}")
+        return leaders
+
+    def list_offsets(
+        self, topic: str, timestamp: int, partitions: Sequence[int] | None = None
+    ) -> dict[int, int]:
+        """``{partition: offset}`` at ``timestamp`` (-2 earliest, -1 latest = high watermark,
+        else the first offset whose timestamp is at or after it, -1 if none): one request per
+        leader."""
+        leaders = self.partition_leaders(topic)
+        chosen = list(leaders) if partitions is None else list(partitions)
+        by_leader: dict[int, list[int]] = {}
+        for p in chosen:
+            if p not in leaders:
+                raise KafkaLogError(f"topic {topic!r} has no partition {p}")
+            by_leader.setdefault(leaders[p], []).append(p)
+        cid = self.client_id
+        out: dict[int, int] = {}
+        for leader, parts in by_leader.items():
+            answer = self._call(
+                self._broker(leader),
+                LIST_OFFSETS,
+                lambda v, c, parts=parts: _core.encode_list_offsets(  # type: ignore[misc]
+                    topic, parts, timestamp, v, c, cid
+                ),
+                lambda d, v, c: _core.decode_list_offsets(d, v, c, topic),
+            )
+            for index, error, offset in answer:
+                if error != 0:
+                    raise KafkaLogError(
+                        f"{topic}[{index}]: ListOffsets failed: {error_name(error)}"
+                    )
+                out[index] = offset
+        missing = [p for p in chosen if p not in out]
+        if missing:
+            raise KafkaLogError(f"{topic}{missing}: no ListOffsets answer")
+        return out
+
+    def list_offset(self, topic: str, partition: int, leader: int, timestamp: int) -> int:
+        """The earliest (-2) or latest (-1, high watermark) offset of one partition."""
+        del leader  # the leader is looked up again (kept for callers of the earlier signature)
+        return self.list_offsets(topic, timestamp, [partition])[partition]
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        """``(log start offset, high watermark)`` of one partition."""
+        return self.partition_watermarks(topic, [partition])[partition]
+
+    def partition_watermarks(
+        self, topic: str, partitions: Sequence[int] | None = None
+    ) -> dict[int, tuple[int, int]]:
+        """``{partition: (log start offset, high watermark)}``: two requests per leader."""
+        low = self.list_offsets(topic, _EARLIEST, partitions)
+        high = self.list_offsets(topic, _LATEST, partitions)
+        return {p: (low[p], high[p]) for p in sorted(low)}
+
+    # -- fetching ---------------------------------------------------------------------------
+
+    def fetch(self, topic: str, partition: int, leader: int, offset: int) -> tuple[bytes, int]:
+        """One Fetch (READ_UNCOMMITTED) from ``offset``: ``(raw record batches, high
+        watermark)``."""
+        cid, size, wait = self.client_id, self.fetch_max_bytes, self.fetch_max_wait_ms
+        error, high_watermark, records = self._call(
+            self._broker(leader),
+            FETCH,
+            lambda v, c: _core.encode_fetch(topic, partition, offset, size, wait, v, c, cid),
+            lambda d, v, c: _core.decode_fetch(d, v, c, topic, partition),
+        )
+        if error != 0:
+            raise KafkaLogError(
+                f"{topic}[{partition}] offset {offset}: Fetch failed: {error_name(error)}"
+            )
+        return bytes(records), high_watermark
+
+    def _scan(
+        self, scan: PartitionScan, topic: str, partition: int, leader: int
+    ) -> Iterator[tuple]:  # type: ignore[type-arg]
+        """Runs a scan to its end: fetch after fetch, each answer fed to the core."""
+        conn = self._broker(leader)
+        cid, size, wait = self.client_id, self.fetch_max_bytes, self.fetch_max_wait_ms
+        try:
+            while (offset := scan.next_offset()) is not None:
+                error, _high, batches = self._call(
+                    conn,
+                    FETCH,
+                    lambda v, c: scan.fetch_request(v, c, cid, size, wait),
+                    scan.feed,
+                )
+                if error != 0:
+                    raise KafkaLogError(
+                        f"{topic}[{partition}] offset {offset}: Fetch failed: {error_name(error)}"
+                    )
+                yield from batches
+        finally:
+            self.stats.add(scan.stats)
+
+    def _bounds(
+        self, topic: str, partition: int, start: int | None, end: int | None
+    ) -> tuple[int, int, int]:
+        """``(leader, start, high watermark)`` for a read of one partition."""
+        leaders = self.partition_leaders(topic)
+        if partition not in leaders:
+            raise KafkaLogError(f"topic {topic!r} has no partition {partition}")
+        low, high = self.partition_watermarks(topic, [partition])[partition]
+        return leaders[partition], low if start is None else start, high
+
+    def iter_batches(
+        self, topic: str, partition: int, start: int | None = None, end: int | None = None
+    ) -> Iterator[RecordBatch]:
+        """Every record batch of the partition from ``start`` (default: the log start) up to
+        ``end`` (default: the end of the log), control batches included.
+
+        Without ``end`` the read follows the log past the high watermark that ListOffsets
+        reports until a fetch returns nothing new: some brokers (Tansu with S3 storage) report a
+        high watermark behind records they already serve. Records of transactions still open
+        there are left out by `committed_records`, so reading further never shows uncommitted
+        data.
+        """
+        leader, first, high = self._bounds(topic, partition, start, end)
+        scan = PartitionScan(topic, partition, first, end, high, replay=False)
+        for row in self._scan(scan, topic, partition, leader):
+            yield batch_of(topic, partition, row)
+        scan.finish()
+
+    def read_partition(
+        self, topic: str, partition: int, start: int | None = None, end: int | None = None
+    ) -> PartitionLog:
+        """One partition's records between ``start`` and ``end``, transactions resolved (the
+        whole read decoded and replayed by the core)."""
+        leader, first, high = self._bounds(topic, partition, start, end)
+        scan = PartitionScan(topic, partition, first, end, high, replay=True)
+        for _ in self._scan(scan, topic, partition, leader):
+            pass
+        committed, aborted, open_, commits, aborts, last = scan.finish()
+        log = PartitionLog(
+            topic, partition, first, last, committed, aborted, open_, commits, aborts
+        )
+        if end is not None:
+            log.end_offset = max(log.end_offset, end)
+        return log
+
+    def read_topic(
+        self, topic: str, partitions: Sequence[int] | None = None
+    ) -> dict[int, PartitionLog]:
+        """Every partition (or the given ones) of ``topic``, transactions resolved."""
+        chosen = list(self.partition_leaders(topic)) if partitions is None else list(partitions)
+        return {p: self.read_partition(topic, p) for p in chosen}
+
+    # -- the sink's witness (docs/protocol.md §1, step 5) --------------------------------------
+
+    def witness(
+        self, topic: str, sink_id: str, *, max_records: int, first_window: int = 1_024
+    ) -> WitnessResult:
+        """The highest ``laminar.epoch`` among the committed records whose ``laminar.sink`` is
+        ``sink_id``: each partition read backwards from its end in windows (``first_window``
+        records, four times larger each time) up to ``max_records`` records (-1: no limit). A
+        partition that reaches the limit without a record of the sink is settled by time when
+        another partition found one: a later epoch's records are timestamped after that
+        epoch's records (less `WITNESS_CLOCK_SKEW_MS`), so ListOffsets at that time says
+        whether the read covered
+        them. Otherwise it stays ``undecided``."""
+        before = ReadStats(**vars(self.stats))
+        leaders = self.partition_leaders(topic)
+        marks = self.partition_watermarks(topic)
+        found: dict[int, tuple[int, int]] = {}
+        limited: dict[int, int] = {}
+        for p, (low, high) in marks.items():
+            window, start = first_window, high
+            while start > low:
+                start = max(low, high - window)
+                if max_records >= 0:
+                    start = max(start, high - max_records)
+                scan = PartitionScan(topic, p, start, None, high, replay=False, sink_id=sink_id)
+                for _ in self._scan(scan, topic, p, leaders[p]):
+                    pass
+                hit = scan.finish()
+                if hit is not None:
+                    found[p] = hit
+                    break
+                if start > low and max_records >= 0 and high - start >= max_records:
+                    limited[p] = start
+                    break
+                window *= 4
+        best = max(found.values()) if found else None
+        if limited and best is not None:
+            since = self.list_offsets(topic, best[1] - WITNESS_CLOCK_SKEW_MS, list(limited))
+            for p, start in list(limited.items()):
+                if since[p] < 0 or since[p] >= start:
+                    del limited[p]
+        read = ReadStats(**{k: v - getattr(before, k) for k, v in vars(self.stats).items()})
+        return WitnessResult(
+            epoch=None if best is None else best[0],
+            undecided=tuple(sorted(limited)),
+            partitions=len(marks),
+            nonempty=sum(1 for low, high in marks.values() if high > low),
+            read=read,
+        )
+
+    # -- consumer group offsets (the sink's identity) ---------------------------------------
+
+    def _coordinator(self, key: str, key_type: int) -> Connection:
+        """A connection to the group (``key_type=0``) or transaction (1) coordinator of
+        ``key``; refusals raise `EndTxnError` with the code."""
+        cid = self.client_id
+        error, message, node_id, host, port = self._call(
+            self._bootstrap_connection(),
+            FIND_COORDINATOR,
+            lambda v, c: _core.encode_find_coordinator(key, key_type, v, c, cid),
+            _core.decode_find_coordinator,
+        )
+        if error != 0:
+            raise EndTxnError(
+                f"FindCoordinator({key!r}) failed: {error_name(error)}"
+                + (f" ({message})" if message else ""),
+                code=error,
+                name=error_name(error),
+            )
+        conn_key = (-1000 if key_type else -2000) - node_id  # apart from partition leaders
+        conn = self._connections.get(conn_key)
+        if conn is None or conn.address != f"{host}:{port}":
+            conn = self._open(host, port)
+            self._connections[conn_key] = conn
+        return conn
+
+    def find_coordinator(self, transactional_id: str) -> Connection:
+        """A connection to the transaction coordinator of ``transactional_id``."""
+        return self._coordinator(transactional_id, _COORDINATOR_TRANSACTION)
+
+    def _group_call(
+        self,
+        group: str,
+        what: str,
+        api_key: int,
+        encode: Callable[[int, int], bytes],
+        decode: Callable[[bytes, int, int], Any],
+    ) -> Any:
+        """A group coordinator request, retried while the coordinator moves or loads."""
+        deadline = time.monotonic() + self.timeout
+        delay = 0.05
+        while True:
+            try:
+                conn = self._coordinator(group, _COORDINATOR_GROUP)
+                answer = self._call(conn, api_key, encode, decode)
+                code = answer[0] if isinstance(answer, tuple) else answer
+            except EndTxnError as e:
+                code, answer = e.code, None
+            if code not in RETRIABLE_GROUP_CODES or time.monotonic() + delay > deadline:
+                if code != 0:
+                    raise KafkaLogError(f"{what} of group {group!r} failed: {error_name(code)}")
+                return answer
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def committed_offset(
+        self, group: str, topic: str, partition: int
+    ) -> tuple[int, str | None] | None:
+        """``group``'s committed ``(offset, metadata)`` on ``topic[partition]``, ``None`` if it
+        has none (OffsetFetch)."""
+        cid = self.client_id
+        _code, offset, metadata = self._group_call(
+            group,
+            "OffsetFetch",
+            OFFSET_FETCH,
+            lambda v, c: _core.encode_offset_fetch(group, topic, partition, v, c, cid),
+            lambda d, v, c: _core.decode_offset_fetch(d, v, c, topic, partition),
+        )
+        return None if offset < 0 else (offset, metadata)
+
+    def commit_offset(
+        self, group: str, topic: str, partition: int, offset: int, metadata: str, retention_ms: int
+    ) -> bool:
+        """Commits ``offset`` for ``group`` (no members) on ``topic[partition]`` with an explicit
+        ``retention_ms`` (OffsetCommit v2-v4). True if the broker took a version that carries
+        the retention; False if it only offers later versions (the broker's
+        ``offsets.retention.minutes`` then applies)."""
+        cid = self.client_id
+        conn = self._coordinator(group, _COORDINATOR_GROUP)
+        retained = next((v for v in (4, 3, 2) if conn.offers(OFFSET_COMMIT, v)), None)
+        code = self._call(
+            conn,
+            OFFSET_COMMIT,
+            lambda v, c: _core.encode_offset_commit(
+                group, topic, partition, offset, metadata, retention_ms, v, c, cid
+            ),
+            lambda d, v, c: _core.decode_offset_commit(d, v, c, topic, partition),
+            version=retained,
+        )
+        if code != 0:
+            raise KafkaLogError(f"OffsetCommit of group {group!r} failed: {error_name(code)}")
+        return retained is not None
+
+    # -- transactions -----------------------------------------------------------------------
+
+    def end_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        *,
+        commit: bool,
+        retry_for_s: float = 10.0,
+    ) -> None:
+        """Complete the transaction of ``transactional_id`` opened by producer ``producer_id`` /
+        ``producer_epoch``: commit (``commit=True``) or abort it (EndTxn).
+
+        Retriable answers (coordinator moving or loading, concurrent transactions) are retried
+        for up to ``retry_for_s``; any other refusal raises `EndTxnError` (``definitive``: the
+        transaction cannot be completed this way). A broker that does not answer raises
+        `KafkaLogError`.
+        """
+        deadline = time.monotonic() + retry_for_s
+        delay = 0.05
+        cid = self.client_id
+        while True:
+            try:
+                conn = self.find_coordinator(transactional_id)
+                error = self._call(
+                    conn,
+                    _END_TXN,
+                    lambda v, c: _core.encode_end_txn(
+                        transactional_id, producer_id, producer_epoch, commit, v, c, cid
+                    ),
+                    _core.decode_end_txn,
+                )
+                if error == 0:
+                    return
+                raise EndTxnError(
+                    f"EndTxn({transactional_id!r}, producer {producer_id}/{producer_epoch}, "
+                    f"{'commit' if commit else 'abort'}) refused: {error_name(error)}",
+                    code=error,
+                    name=error_name(error),
+                )
+            except EndTxnError as e:
+                if e.definitive or time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+def read_partition(
+    bootstrap_servers: str,
+    topic: str,
+    partition: int,
+    *,
+    start: int | None = None,
+    timeout: float = 10.0,
+    security: ClientSecurity | None = None,
+) -> PartitionLog:
+    """One partition's records up to the end of its log, transactions resolved."""
+    with KafkaLogClient(bootstrap_servers, timeout=timeout, security=security) as client:
+        return client.read_partition(topic, partition, start)
+
+
+def read_committed(
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    partitions: Sequence[int] | None = None,
+    timeout: float = 10.0,
+    security: ClientSecurity | None = None,
+) -> list[LogRecord]:
+    """The records of committed transactions (and non-transactional records) in every partition
+    of ``topic``, up to the end of each partition's log, ordered by partition then offset."""
+    with KafkaLogClient(bootstrap_servers, timeout=timeout, security=security) as client:
+        logs = client.read_topic(topic, partitions)
+    return [record for p in sorted(logs) for record in logs[p].committed]

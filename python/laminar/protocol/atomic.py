@@ -1,0 +1,481 @@
+"""The atomic group: Kafka and PostgreSQL sinks written together, one decision per epoch
+(docs/protocol.md §3, the KIP-939 dual-write recipe with PostgreSQL as the decision log).
+
+The recipe is the core's `AtomicGroupMachine` (docs/engine.md §2, "The atomic group, step by
+step"): start-up (register, the owner guard, fencing, Kafka recovery), each epoch's steps 1-8
+with their crash points (``atomic.after_lock`` … ``atomic.after_kafka_commit``), the in-process
+completion of a Kafka commit that failed after the decision, and the writer's retries.
+`AtomicGroup` is its driver: it performs each command — a psycopg statement on the decision
+connection (`laminar.protocol.records`), a call on a sink — and reports the result; it decides
+nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import astuple
+from typing import Any
+
+import psycopg
+import pyarrow as pa  # type: ignore[import-untyped]
+from psycopg.conninfo import conninfo_to_dict
+
+from laminar._core import AtomicGroupMachine, Command, Event, owner_decision
+from laminar._input import materialize
+from laminar._redact import redact_config, redact_dsn
+from laminar._types import ArrowData
+from laminar.errors import AbortableError, ConfigError, FatalError, InDoubtError, LaminarError
+from laminar.kafka.sink import KafkaSink
+from laminar.metadata import register_sink
+from laminar.postgres._errors import map_pg_error
+from laminar.postgres.sink import PostgresSink
+from laminar.protocol import records as _records
+from laminar.protocol.distributed import DistributedDriver, participant_factory
+from laminar.protocol.driver import drive
+
+__all__ = [
+    "AtomicGroup",
+    "claim_ownership",
+    "default_group_id",
+    "owner_decision_of",
+    "same_database",
+]
+
+log = logging.getLogger("laminar.atomic")
+
+#: ``laminar.sinks.kind`` of an atomic group's row.
+GROUP_KIND = "atomic_group"
+
+
+def default_group_id(sink_ids: Sequence[str]) -> str:
+    """A stable id for the group of these sinks: their ids sorted and joined with ``+`` (hashed
+    past 200 characters)."""
+    joined = "+".join(sorted(sink_ids))
+    if len(joined) <= 200:
+        return joined
+    digest = hashlib.sha256(joined.encode()).hexdigest()[:16]
+    return f"{joined[:180]}~{digest}"
+
+
+def _conninfo_key(dsn: str) -> tuple[tuple[str, str], ...]:
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return (("dsn", dsn),)
+    ignored = {"password", "application_name", "connect_timeout", "passfile"}
+    return tuple(sorted((k, str(v)) for k, v in params.items() if k not in ignored))
+
+
+def same_database(a: str, b: str) -> bool:
+    """Whether two DSNs name the same database (same connection parameters, passwords and
+    client-side settings aside)."""
+    return _conninfo_key(a) == _conninfo_key(b)
+
+
+def owner_decision_of(
+    conn: psycopg.Connection[Any],
+    registry_id: str,
+    member_ids: Sequence[str],
+    owner: str | None,
+    last_committed: dict[str, int | None],
+    *,
+    restart: bool,
+) -> tuple[str, int, str | None] | None:
+    """The core's `owner_decision` (docs/protocol.md §5) over the registry's rows, read in the
+    current transaction (the registry row locked): ``(action, epoch_base, replaced)``, a
+    `ConfigError` for a foreign owner without ``restart``; None if ``registry_id`` has no row."""
+    found = _records.read_ownership(conn, registry_id, member_ids)
+    if found is None:
+        return None
+    current, base, member_owners = found
+    return owner_decision(
+        registry_id,
+        list(member_ids),
+        owner=current,
+        epoch_base=base,
+        member_owners=member_owners,
+        last_committed=[last_committed.get(m) for m in member_ids],
+        mine=owner,
+        restart=restart,
+    )
+
+
+def claim_ownership(
+    conn: psycopg.Connection[Any],
+    registry_id: str,
+    member_ids: Sequence[str],
+    owner: str | None,
+    on_new_query: str,
+    last_committed: dict[str, int | None],
+) -> int:
+    """The checkpoint-reset guard (docs/protocol.md §5) in the current transaction, for a lone
+    PostgreSQL sink's writer (the atomic group's machine runs it in its start-up); returns the
+    epoch base (Spark batch id + base = the epoch written).
+
+    The decision is the core's `owner_decision`: a different owner is a `ConfigError` naming
+    both — unless ``on_new_query="restart"``, which makes the new query the owner and moves the
+    epoch base past every committed epoch.
+    """
+    decided = owner_decision_of(
+        conn, registry_id, member_ids, owner, last_committed, restart=on_new_query == "restart"
+    )
+    if decided is None:
+        raise ConfigError(f"{registry_id!r} is not registered in laminar.sinks")
+    action, base, replaced = decided
+    if action == "claim" and owner is not None:
+        if replaced is not None:
+            log.warning(
+                "sinks %s: query %r replaces query %r (on_new_query='restart'); epochs now "
+                "start at %d",
+                sorted(member_ids),
+                owner,
+                replaced,
+                base,
+            )
+        _records.set_owner(conn, [registry_id, *member_ids], owner, base)
+    return base
+
+
+class AtomicGroup(DistributedDriver):
+    """The live side of an atomic writer in the process that writes (never pickled): the
+    driver of the group's `AtomicGroupMachine` (module docstring).
+
+    ``retries``/``retry_backoff_s`` are the writer's: the machine retries an epoch whose
+    failure may pass. With ``scale_out`` the machine runs the scale-out coordinator
+    (docs/protocol.md §4): `write_scaled` writes an epoch through tasks
+    (`laminar.protocol.scaleout`), and the writer retries it (``retries=0`` here).
+    """
+
+    def __init__(
+        self,
+        group_id: str,
+        kafka: Sequence[KafkaSink],
+        postgres: Sequence[PostgresSink],
+        *,
+        owner: str | None,
+        on_new_query: str,
+        redo: str,
+        retries: int = 0,
+        retry_backoff_s: float = 0.5,
+        scale_out: bool = False,
+        state_dsn: str | None = None,
+    ) -> None:
+        super().__init__(
+            {k.sink_id: k for k in kafka},
+            self._connect,
+            log,
+            kafka_sink=participant_factory(kafka),
+        )
+        self.scale_out = scale_out
+        #: ``tasks(epoch)``: the results of a scale-out epoch's tasks (set by `write_scaled`).
+        self._tasks: Callable[[int], Sequence[Any]] | None = None
+        self.group_id = group_id
+        self.kafka = list(kafka)
+        self.postgres = list(postgres)
+        self.postgres_by_id = {p.sink_id: p for p in self.postgres}
+        self.sinks: list[Any] = [*self.postgres, *self.kafka]
+        self.owner = owner
+        self.on_new_query = on_new_query
+        self.redo = redo
+        #: The decision database: ``state_dsn`` (a Kafka-only scale-out group of the data
+        #: source, `laminar.spark.source`), else the first PostgreSQL sink's.
+        self.dsn = state_dsn or self.postgres[0].resolved_dsn
+        self.conn: psycopg.Connection[Any] | None = None
+        self._retries = retries
+        self._backoff_ms = round(retry_backoff_s * 1000)
+        self.machine = self._new_machine()
+        #: Each sink's last committed epoch as the machine knows it, read after each run (the
+        #: scale-out writer moves it on for the epochs it writes itself).
+        self.last: dict[str, int | None] = {}
+        #: The last epoch's commit latency (steps 1-8 of its last attempt), in milliseconds.
+        self.last_commit_ms: float | None = None
+        self._batch: pa.Table | pa.RecordBatch | None = None
+        self._kept: dict[str, list[Any]] = {}
+        self._locked_at: float | None = None
+
+    # -- what the writer reads ------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        """Whether the start-up ran (a failed epoch that cannot read its progress back starts
+        the group again)."""
+        return self.machine.started
+
+    @property
+    def generation(self) -> int:
+        """The group's generation: this coordinator's fencing token (docs/protocol.md §6)."""
+        return self.machine.generation
+
+    @property
+    def epoch_base(self) -> int:
+        """What is added to Spark's batch id to give the epoch written."""
+        return self.machine.epoch_base
+
+    @property
+    def awaiting(self) -> dict[str, int]:
+        """Kafka sinks whose decided epoch only Spark's replay can complete."""
+        return dict(self.machine.awaiting)
+
+    @property
+    def attempts(self) -> int:
+        """The attempts of the last `write_epoch`."""
+        return self.machine.attempts
+
+    # -- runs -----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Register, check the owner, fence the previous coordinator, recover."""
+        self._run(self.machine.start)
+
+    def write_epoch(self, batch_id: int, batch: ArrowData) -> bool:
+        """Write Spark batch ``batch_id`` (epoch ``epoch_base + batch_id``) atomically to every
+        sink that needs it, with the writer's retries; False if all had it. A stream is read
+        once, here, so that every sink and every attempt write the same rows."""
+        self._batch = materialize(batch)
+        self._locked_at = None
+        try:
+            self._run(lambda: self.machine.write_epoch(batch_id))
+        finally:
+            self._batch = None
+            self._kept.clear()
+        if self.machine.committed and self._locked_at is not None:
+            self.last_commit_ms = (time.perf_counter() - self._locked_at) * 1000
+        return self.machine.committed
+
+    def write_scaled(self, epoch: int, tasks: Callable[[int], Sequence[Any]]) -> bool:
+        r"""Scale-out: write ``epoch`` (the epoch base included) through ``tasks(epoch)``, which
+        runs the partitions' tasks and returns their
+        `laminar.protocol.scaleout.ParticipantResult`\ s;
+        False if it was committed before or every partition was empty."""
+        if not self.scale_out:
+            raise FatalError(f"{self.what()} is not a scale-out group")
+        if not self.started:
+            self.start()
+        return self._scaled(lambda: self.machine.write_epoch(epoch - self.epoch_base), tasks)
+
+    def commit_collected(self, batch_id: int, tasks: Callable[[int], Sequence[Any]]) -> bool:
+        r"""Scale-out: decide and complete Spark batch ``batch_id`` whose tasks ran already and
+        created the epoch's record (the data source's driver-side ``commit``, docs/spark.md);
+        ``tasks(epoch)`` returns the `laminar.protocol.scaleout.ParticipantResult`\ s they sent. The
+        group starts inside the same run, its watcher pass sparing that record. False if the
+        epoch was committed before (a repeated commit) or every partition was empty."""
+        if not self.scale_out:
+            raise FatalError(f"{self.what()} is not a scale-out group")
+        return self._scaled(lambda: self.machine.commit_collected(batch_id), tasks)
+
+    def _scaled(self, begin: Callable[[], None], tasks: Callable[[int], Sequence[Any]]) -> bool:
+        self._tasks = tasks
+        self._locked_at = None
+        try:
+            self._run(begin)
+        finally:
+            self._tasks = None
+        if self.machine.committed and self._locked_at is not None:
+            self.last_commit_ms = (time.perf_counter() - self._locked_at) * 1000
+        return self.machine.committed
+
+    def _run(self, begin: Callable[[], None]) -> None:
+        begin()
+        try:
+            drive(self.machine, self.perform)
+        finally:
+            self.last = {s.sink_id: self.machine.last_committed(s.sink_id) for s in self.sinks}
+
+    def what(self) -> str:
+        return f"atomic group {self.group_id!r}"
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = self.conn
+        if conn is not None and not conn.closed and not conn.broken:
+            return conn
+        try:
+            conn = psycopg.connect(self.dsn, application_name=f"laminar group {self.group_id}"[:63])
+        except psycopg.Error as e:
+            raise map_pg_error(
+                e, f"connecting to the decision database ({redact_dsn(self.dsn)})"
+            ) from e
+        self.conn = conn
+        return conn
+
+    def _refresh_postgres(self, conn: psycopg.Connection[Any]) -> None:
+        """Read the PostgreSQL sinks' last committed epochs into `last` (the scale-out
+        writer)."""
+        self.last.update(_records.read_sink_epochs(conn, [p.sink_id for p in self.postgres]))
+        conn.commit()
+
+    # -- the commands (docs/engine.md §3) -------------------------------------------------------
+
+    def _perform(self, c: Command) -> Event:
+        kind = c.kind
+        if kind == "init_sink" and c.sink_id in self.postgres_by_id:
+            self.postgres_by_id[c.sink_id].init_transactions()
+            return Event.ack()
+        if kind == "sleep":
+            self._locked_at = None  # a retry: its commit is measured anew
+        if kind == "sink_prepare":
+            return Event.prepared(str(self.kafka_by_id[c.sink_id or ""].prepare_transaction()))
+        if kind == "sink_write":
+            sink = self.kafka_by_id[c.sink_id or ""]
+            kept = self._kept.setdefault(sink.sink_id, []) if c.keep else None
+            sink.write(self._data(), records_out=kept)
+            return Event.ack()
+        if kind in ("lock_table", "write_rows"):
+            return self._postgres(c, self.postgres_by_id[c.sink_id or ""])
+        if kind == "run_tasks":
+            return self._run_tasks(c)
+        decision = _DECISION_COMMANDS.get(kind)
+        if decision is not None:
+            return decision(self, self._connect(), c)
+        return super()._perform(c)
+
+    def _postgres(self, c: Command, sink: PostgresSink) -> Event:
+        data, conn = self._data(), self._connect()
+        if c.kind == "lock_table":
+            # the table locked until the decision, its definition checked and the COPY planned:
+            # an incompatible change is a ConfigError before any byte is sent anywhere
+            sink.check_in_transaction(conn, data.schema)
+            return Event.ack()
+        assert c.epoch is not None
+        return Event.claimed(
+            sink.write_in_transaction(conn, c.epoch, data, checked=True) is not None
+        )
+
+    def _run_tasks(self, c: Command) -> Event:
+        assert c.epoch is not None
+        if self._tasks is None:
+            raise FatalError(f"{self.what()}: tasks to run with no epoch written (a driver bug)")
+        try:
+            results = list(self._tasks(c.epoch))
+        except LaminarError:
+            raise
+        except Exception as err:
+            # a Spark job that failed: nothing is decided, the epoch is rolled back and retried
+            raise AbortableError(
+                f"scale-out epoch {c.epoch} of group {self.group_id!r} failed before its "
+                f"decision and was rolled back: {err}",
+                epoch=c.epoch,
+            ) from err
+        return Event.task_results([astuple(r) for r in results])
+
+    def _data(self) -> pa.Table | pa.RecordBatch:
+        if self._batch is None:
+            raise FatalError(f"{self.what()}: a write command with no batch (a driver bug)")
+        return self._batch
+
+    def _register(self, conn: psycopg.Connection[Any], c: Command) -> Event:
+        config = {"sinks": [s.sink_id for s in self.sinks], "redo": self.redo}
+        register_sink(conn, self.group_id, GROUP_KIND, config)
+        for k in self.kafka:
+            register_sink(conn, k.sink_id, k.kind, _kafka_registry_config(k))
+        conn.commit()
+        return Event.ack()
+
+    def _read_ownership(self, conn: psycopg.Connection[Any], c: Command) -> Event:
+        assert c.registry_id is not None
+        found = _records.read_ownership(conn, c.registry_id, c.sink_ids or [])
+        if found is None:
+            raise ConfigError(f"{c.registry_id!r} is not registered in laminar.sinks")
+        return Event.ownership(*found)
+
+    def _set_owner(self, conn: psycopg.Connection[Any], c: Command) -> Event:
+        assert c.owner is not None
+        assert c.epoch_base is not None
+        _records.set_owner(conn, c.sink_ids or [], c.owner, c.epoch_base)
+        conn.commit()
+        return Event.ack()
+
+    def _bump_generation(self, conn: psycopg.Connection[Any], c: Command) -> Event:
+        generation = _records.bump_generation(conn, self.group_id)
+        conn.commit()
+        return Event.generation(generation)
+
+    def _lock_group(self, conn: psycopg.Connection[Any], c: Command) -> Event:
+        if self._locked_at is None:
+            self._locked_at = time.perf_counter()
+        return Event.generation(_records.lock_group(conn, self.group_id, self.last_commit_ms))
+
+    def _replace_redo(self, conn: psycopg.Connection[Any], c: Command) -> Event:
+        assert c.transactional_id is not None
+        assert c.epoch is not None
+        kept = self._kept.get(c.transactional_id, []) if c.keep else None
+        _records.replace_redo(conn, c.transactional_id, c.epoch, kept)
+        return Event.ack()
+
+    def _record_decision(self, conn: psycopg.Connection[Any], c: Command) -> Event:
+        assert c.transactional_id is not None
+        assert c.epoch is not None
+        assert c.prepared_state is not None
+        assert c.group_id is not None
+        _records.record_decision(
+            conn, c.transactional_id, c.epoch, c.previous_epoch, c.prepared_state, c.group_id
+        )
+        return Event.ack()
+
+    def _commit_decision(self, conn: psycopg.Connection[Any], c: Command) -> Event:
+        try:
+            conn.commit()
+        except psycopg.Error as e:
+            if conn.broken or conn.closed:
+                # the answer is lost, not the decision: the machine reads it back
+                raise InDoubtError(
+                    f"{self.what()}: the connection was lost during the decision of epoch "
+                    f"{c.epoch}; its outcome is read back",
+                    epoch=c.epoch,
+                ) from e
+            raise
+        return Event.ack()
+
+    def close(self) -> None:
+        """Close the decision connection and every sink."""
+        for s in self.sinks:
+            with contextlib.suppress(LaminarError):
+                s.close()
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+        self.machine = self._new_machine()  # closed: the next use starts again
+
+    def _new_machine(self) -> AtomicGroupMachine:
+        return AtomicGroupMachine(
+            self.group_id,
+            [p.sink_id for p in self.postgres],
+            [k.sink_id for k in self.kafka],
+            redo_log=self.redo == "log",
+            owner=self.owner,
+            restart_on_new_query=self.on_new_query == "restart",
+            retries=self._retries,
+            retry_backoff_ms=self._backoff_ms,
+            scale_out=self.scale_out,
+        )
+
+
+_Handler = Callable[[AtomicGroup, psycopg.Connection[Any], Command], Event]
+
+#: The group's own commands on the decision connection (the rest: `KafkaDriver`).
+_DECISION_COMMANDS: dict[str, _Handler] = {
+    "register_group": AtomicGroup._register,
+    "read_ownership": AtomicGroup._read_ownership,
+    "set_owner": AtomicGroup._set_owner,
+    "bump_generation": AtomicGroup._bump_generation,
+    "lock_group": AtomicGroup._lock_group,
+    "replace_redo": AtomicGroup._replace_redo,
+    "record_decision": AtomicGroup._record_decision,
+    "commit_decision": AtomicGroup._commit_decision,
+}
+
+
+def _kafka_registry_config(sink: KafkaSink) -> dict[str, Any]:
+    """What `laminar status`/`recover` need to reach the sink again: no secrets (masked)."""
+    return {
+        "bootstrap_servers": sink._bootstrap_servers,
+        "topic": sink.topic,
+        "key": sink.key,
+        "value_format": sink.value_format,
+        "producer_config": json.loads(json.dumps(redact_config(sink.producer_config), default=str)),
+    }

@@ -1,0 +1,296 @@
+"""The driver loop of docs/engine.md §1, and the commands every Kafka-facing protocol shares.
+
+A protocol machine of the core (`laminar._core`) answers "what next?" with a `Command`; the
+driver performs it — one statement, one client call — and reports the result as an `Event`.
+The driver decides nothing: :func:`drive` is the whole loop, and :class:`KafkaDriver` performs
+the commands of the Kafka sinks, the decision records and the clock that the atomic group and
+Kafka recovery (the writer's start-up, the watcher, ``laminar recover``) have in common.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from laminar._core import Command, Event
+from laminar._faults import crash_point
+from laminar.errors import (
+    AbortableError,
+    FatalError,
+    FencedError,
+    InDoubtError,
+    LaminarError,
+)
+from laminar.kafka._redo import produce_blob
+from laminar.kafka.log import ClientSecurity, KafkaLogClient, KafkaLogError
+from laminar.postgres._errors import map_pg_error
+from laminar.protocol import records as _records
+
+__all__ = [
+    "KafkaDriver",
+    "Machine",
+    "drive",
+    "end_txn",
+    "failed_event",
+    "now_ms",
+    "perform_driver_side",
+]
+
+
+class Machine(Protocol):
+    """What `drive` needs of a machine (every ``*Machine`` of `laminar._core`)."""
+
+    def poll(self) -> Command | None: ...
+    def handle(self, event: Event) -> None: ...
+    @property
+    def end(self) -> str | None: ...
+    @property
+    def failure(self) -> tuple[str, str] | None: ...
+    def raise_refusal(self) -> None: ...
+
+
+def now_ms() -> int:
+    """The driver's monotonic clock, as the machines take it."""
+    return time.monotonic_ns() // 1_000_000
+
+
+def failed_event(err: LaminarError) -> Event:
+    """The ``failed`` event for an error a command raised (docs/engine.md §1, ``kind_of``)."""
+    if isinstance(err, AbortableError):
+        return Event.failed("abortable", str(err), retriable=err.retriable)
+    if isinstance(err, InDoubtError):
+        return Event.failed("in_doubt", str(err))
+    if isinstance(err, FencedError):
+        return Event.failed("fenced", str(err))
+    return Event.failed("fatal", str(err))
+
+
+def drive(machine: Machine, perform: Callable[[Command], Event]) -> None:
+    """Run ``machine`` to its end, performing each command (docs/engine.md §1).
+
+    Raises the refusal the machine ended on (through the core's one error bridge), or the
+    error of the command it failed on — the very exception ``perform`` raised. An exception
+    that is no `LaminarError` (a bug, an interrupt) is reported as a fatal failure so the
+    machine undoes what it opened, then re-raised as it was.
+    """
+    caught: dict[str, BaseException] = {}
+    while (command := machine.poll()) is not None:
+        try:
+            event = perform(command)
+        except LaminarError as e:
+            caught[str(e)] = e
+            event = failed_event(e)
+        except Exception as e:
+            message = f"{type(e).__name__}: {e}"
+            caught[message] = e
+            event = Event.failed("fatal", message)
+        machine.handle(event)
+    if machine.end == "refused":
+        machine.raise_refusal()
+    failure = machine.failure
+    if machine.end == "failed" and failure is not None:
+        _, message = failure
+        error = caught.get(message)
+        if error is not None:
+            raise error
+        # a failure the machine found itself (an answer it did not expect): a driver bug
+        raise FatalError(f"protocol driver: {message}")
+
+
+def end_txn(
+    bootstrap_servers: str,
+    producer_config: dict[str, Any],
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    *,
+    timeout_s: float = 10.0,
+) -> str | None:
+    """``EndTxn(commit)`` for a prepared transaction; None if the broker accepted it, else why
+    not (the caller reads the marker either way: it is the only proof)."""
+    try:
+        security = ClientSecurity.from_config(producer_config)
+        with KafkaLogClient(bootstrap_servers, timeout=timeout_s, security=security) as client:
+            client.end_txn(
+                transactional_id, producer_id, producer_epoch, commit=True, retry_for_s=timeout_s
+            )
+    except KafkaLogError as e:
+        return str(e)
+    return None
+
+
+def perform_driver_side(c: Command, log: logging.Logger) -> Event | None:
+    """The commands every driver performs alike — ``reached`` (a crash point), ``log``,
+    ``sleep`` — or None for any other."""
+    if c.kind == "reached":
+        assert c.point is not None
+        crash_point(c.point)
+    elif c.kind == "log":
+        log.log(logging.WARNING if c.level == "warning" else logging.INFO, "%s", c.message)
+    elif c.kind == "sleep":
+        time.sleep((c.ms or 0) / 1000)
+    else:
+        return None
+    return Event.ack()
+
+
+def _idle(conn: psycopg.Connection[Any]) -> bool:
+    return conn.info.transaction_status == TransactionStatus.IDLE
+
+
+class KafkaDriver:
+    """Performs the commands shared by the protocols over Kafka sinks and the decision records.
+
+    ``kafka`` maps a transactional id to its sink (`laminar.kafka.sink.KafkaSink` or a
+    scale-out participant); ``connect()`` returns the open decision connection (a new one when
+    the last one broke). Subclasses add their own commands in `perform` and fall back here.
+    """
+
+    def __init__(
+        self,
+        kafka: Mapping[str, Any],
+        connect: Callable[[], psycopg.Connection[Any]],
+        log: logging.Logger,
+        *,
+        init: Callable[[Any], None] | None = None,
+    ) -> None:
+        self.kafka_by_id = dict(kafka)
+        #: How ``init_sink`` opens a sink's new producer (default: ``init_transactions()``).
+        self.init = init
+        self.connect = connect
+        self.log = log
+        #: The blobs of the last ``read_redo``, for ``produce_redo``.
+        self.blobs: list[bytes] = []
+
+    def perform(self, command: Command) -> Event:
+        """Perform ``command``; psycopg errors become `laminar.errors` (`map_pg_error`)."""
+        try:
+            return self._perform(command)
+        except psycopg.Error as e:
+            raise map_pg_error(
+                e, f"{command.kind.replace('_', ' ')} ({self.what()})", epoch=command.epoch
+            ) from e
+
+    def what(self) -> str:
+        """What the driver runs, for error messages."""
+        return "Kafka recovery"
+
+    def kafka_sink(self, sink_id: str) -> Any:
+        """The sink a Kafka command names (None: the driver has no configuration for it)."""
+        return self.kafka_by_id.get(sink_id)
+
+    def _perform(self, c: Command) -> Event:
+        kind = c.kind
+        done = perform_driver_side(c, self.log)
+        if done is not None:
+            return done
+        if kind in ("commit", "rollback"):
+            return self._end_transaction(commit=kind == "commit")
+        if kind in _KAFKA_COMMANDS:
+            sink = self.kafka_sink(c.sink_id or c.transactional_id or "")
+            if sink is None:
+                return Event.missing()
+            return self._kafka(c, sink)
+        return self._records(c)
+
+    def _end_transaction(self, *, commit: bool) -> Event:
+        conn = self.connect()
+        with contextlib.suppress(psycopg.Error):
+            conn.commit() if commit else conn.rollback()
+        return Event.ack()
+
+    def _kafka(self, c: Command, sink: Any) -> Event:
+        kind, epoch = c.kind, c.epoch
+        if kind == "init_sink":
+            if self.init is not None:
+                self.init(sink)
+            else:
+                sink.init_transactions()
+        elif kind == "known_epoch":
+            return Event.marker(sink.tracker.last_committed_epoch, now_ms())
+        elif kind == "read_marker":
+            return Event.marker(sink.last_committed_epoch(), now_ms())
+        elif kind == "sink_begin":
+            assert epoch is not None
+            return Event.began(bool(sink.begin_transaction(epoch)))
+        elif kind == "sink_commit":
+            assert epoch is not None
+            sink.commit_transaction(epoch)
+        elif kind == "sink_abort":
+            # best effort: an abort that fails is cleaned up by the next fencing
+            if sink.transaction_state.name in ("Active", "Prepared"):
+                try:
+                    sink.abort_transaction(epoch)
+                except LaminarError as err:
+                    self.log.warning("sink %s: abort of epoch %s failed: %s", c.sink_id, epoch, err)
+        elif kind == "produce_redo":
+            assert c.blob is not None
+            produce_blob(sink, self.blobs[c.blob])
+        elif kind == "end_txn":
+            assert c.transactional_id is not None
+            why = end_txn(
+                sink._bootstrap_servers,
+                sink._producer_config,
+                c.transactional_id,
+                int(c.producer_id or 0),
+                int(c.producer_epoch or 0),
+            )
+            return Event.end_txn(why)
+        return Event.ack()
+
+    def _records(self, c: Command) -> Event:
+        conn = self.connect()
+        kind = c.kind
+        idle = _idle(conn)
+        if kind == "read_sink_epochs":
+            event = Event.progress(_records.read_sink_epochs(conn, c.sink_ids or []))
+        elif kind == "read_decisions":
+            rows = _records.read_decisions(conn, c.sink_ids, group_id=c.group_id)
+            for row in rows:
+                sink = self.kafka_by_id.get(row.transactional_id)
+                if sink is not None:
+                    # a decision row proves the sink has written: lost marker and identity
+                    # groups must not make it look new (docs/protocol.md §1)
+                    sink.recorded_history = (
+                        f"laminar.txn_state records its decided epoch {row.epoch}"
+                    )
+            event = Event.decisions([r.event_row() for r in rows])
+        elif kind == "redo_exists":
+            assert c.transactional_id is not None
+            assert c.epoch is not None
+            event = Event.found(_records.redo_exists(conn, c.transactional_id, c.epoch))
+        elif kind == "read_redo":
+            assert c.transactional_id is not None
+            assert c.epoch is not None
+            self.blobs = _records.read_redo(conn, c.transactional_id, c.epoch)
+            event = Event.redo_read(len(self.blobs))
+        elif kind == "delete_redo":
+            assert c.transactional_id is not None
+            assert c.up_to is not None
+            _records.delete_redo(conn, c.transactional_id, c.up_to)
+            event = Event.ack()
+        else:
+            raise FatalError(f"protocol driver: {self.what()} cannot perform {kind!r}")
+        if idle:
+            conn.commit()  # a read or delete on its own: no transaction left open
+        return event
+
+
+_KAFKA_COMMANDS = frozenset(
+    {
+        "init_sink",
+        "known_epoch",
+        "read_marker",
+        "sink_begin",
+        "sink_commit",
+        "sink_abort",
+        "produce_redo",
+        "end_txn",
+    }
+)

@@ -1,0 +1,14 @@
+"""Compatibility path: ``laminar.sinks.base`` re-exports :mod:`laminar._sink`.
+
+The same public names (add, never rename); docs/engine.md, "Package layout". A package rather
+than a module file, so the old file's path is free and git pairs that file with its new home as a
+rename: edits made to it on other branches follow it there.
+"""
+
+from laminar._sink import (
+    TransactionalSink,
+)
+
+__all__ = [
+    "TransactionalSink",
+]

@@ -1,0 +1,200 @@
+"""The options of ``writeStream.format("laminar")`` (docs/spark.md, "The data source"): parsed
+and checked where Spark first hands them over (``DataSource.__init__``), in Spark's own option
+style — ``kafka.*`` like Spark's Kafka sink, ``postgres.*`` for the table, ``laminar.*`` for the
+group.
+
+Secrets never travel as options (Spark shows them in plans, logs and the UI): a DSN or a
+password-looking option is a `ConfigError` that names the ``….env`` form to use instead, whose
+value is the *name* of an environment variable read on the server (`laminar.env`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from laminar._redact import is_secret_key
+from laminar._settings import EnvValue, env
+from laminar.errors import ConfigError
+from laminar.kafka.sink import KafkaSink
+from laminar.postgres.sink import PostgresSink
+from laminar.protocol.atomic import default_group_id
+
+__all__ = ["SinkOptions", "parse_options"]
+
+#: Options read by laminar itself (the rest of ``kafka.*`` goes to the producer's config).
+KNOWN = {
+    "kafka.bootstrap.servers": "the brokers, e.g. broker:9092",
+    "kafka.topic": "the topic (alias: topic)",
+    "topic": "the topic (alias of kafka.topic)",
+    "kafka.transactional.id": "the Kafka sink's id (default laminar-<topic>)",
+    "kafka.key.column": "the column written as the record key (default: none)",
+    "kafka.value.format": "json (default: the row as a JSON object) or raw",
+    "postgres.dsn.env": "the name of the environment variable holding the DSN on the server",
+    "postgres.table": "the table, e.g. public.orders",
+    "postgres.sink.id": "the PostgreSQL sink's id (default: the qualified table name)",
+    "laminar.group": "the group id (alias: group); default from the sink ids",
+    "group": "the group id (alias of laminar.group)",
+    "laminar.state.dsn.env": "the decision database's DSN variable (needed without PostgreSQL)",
+    "laminar.check.servers": "true (default) or false: check the servers once per process",
+}
+#: Options Spark itself passes along (never refused).
+_SPARK_OWN = {"checkpointlocation", "path", "queryname"}
+#: Options that would carry a DSN, refused for their ``.env`` form.
+_DSN_KEYS = {"postgres.dsn", "postgres.url", "url", "dsn", "laminar.state.dsn"}
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """The checked options of one ``format("laminar")`` query (picklable: no secret inside,
+    only environment variable names)."""
+
+    bootstrap_servers: str | None = None
+    topic: str | None = None
+    transactional_id: str | None = None
+    key_column: str | None = None
+    value_format: str = "json"
+    producer_config: dict[str, Any] = field(default_factory=dict)
+    postgres_dsn_env: str | None = None
+    postgres_table: str | None = None
+    postgres_sink_id: str | None = None
+    state_dsn_env: str | None = None
+    group: str | None = None
+    check_servers: bool = True
+
+    def kafka_sinks(self) -> list[KafkaSink]:
+        """The Kafka sink (none without a topic)."""
+        if self.topic is None or self.bootstrap_servers is None:
+            return []
+        return [
+            KafkaSink(
+                self.bootstrap_servers,
+                self.topic,
+                self.transactional_id or f"laminar-{self.topic}",
+                key=self.key_column,
+                value_format=self.value_format,
+                producer_config=dict(self.producer_config) or None,
+            )
+        ]
+
+    def postgres_sinks(self) -> list[PostgresSink]:
+        """The PostgreSQL sink (none without a table)."""
+        if self.postgres_table is None or self.postgres_dsn_env is None:
+            return []
+        return [
+            PostgresSink(
+                env(self.postgres_dsn_env), self.postgres_table, sink_id=self.postgres_sink_id
+            )
+        ]
+
+    def state_dsn(self) -> EnvValue:
+        """Where the decisions are recorded: ``laminar.state.dsn.env``, else the PostgreSQL
+        sink's database."""
+        name = self.state_dsn_env or self.postgres_dsn_env
+        assert name is not None  # parse_options requires one
+        return env(name)
+
+    def group_id(self, sink_ids: list[str]) -> str:
+        """``laminar.group``, else the id `laminar.exactly_once(..., scale_out=True)` gives the
+        same sinks (so both ways in share one group's records)."""
+        if self.group:
+            return self.group
+
+        return default_group_id(sink_ids) + ("+scale-out" if len(sink_ids) == 1 else "")
+
+
+def _flag(key: str, value: str) -> bool:
+    word = value.strip().lower()
+    if word in ("true", "1", "yes"):
+        return True
+    if word in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"option {key!r} takes true or false, not {value!r}")
+
+
+def _env_name(key: str, value: str) -> str:
+    name = value.strip()
+    if not name.replace("_", "").isalnum() or name[0].isdigit():
+        raise ConfigError(
+            f"option {key!r} takes the *name* of an environment variable on the Spark server "
+            f"(letters, digits, '_'), e.g. ORDERS_PG_DSN; got a value that is not a name"
+        )
+    return name
+
+
+def parse_options(options: Mapping[str, Any]) -> SinkOptions:
+    """Check ``format("laminar")``'s options (keys case-insensitive, as Spark passes them);
+    `ConfigError` naming the option and the fix."""
+    opts = {str(k).lower(): str(v) for k, v in options.items()}
+    found: dict[str, Any] = {}
+    producer: dict[str, Any] = {}
+    for key, value in opts.items():
+        if key in _DSN_KEYS:
+            fix = "laminar.state.dsn.env" if key.startswith("laminar.") else "postgres.dsn.env"
+            raise ConfigError(
+                f"option {key!r} would put a DSN (and its password) where Spark logs and shows "
+                f"options; use option('{fix}', '<VARIABLE>') with the name of an environment "
+                "variable set on the Spark server that holds the DSN"
+            )
+        if key.endswith(".env") and key.startswith("kafka.") and key not in KNOWN:
+            producer[key[len("kafka.") : -len(".env")]] = env(_env_name(key, value))
+            continue
+        if is_secret_key(key) and not key.endswith(".env"):
+            raise ConfigError(
+                f"option {key!r} looks like a secret, and Spark logs and shows options; use "
+                f"option('{key}.env', '<VARIABLE>') with the name of an environment variable "
+                "set on the Spark server instead"
+            )
+        if key in KNOWN:
+            found[key] = value
+        elif key.startswith("kafka."):
+            producer[key[len("kafka.") :]] = value
+        elif key.startswith(("postgres.", "laminar.")):
+            raise ConfigError(
+                f"unknown option {key!r}; format('laminar') knows: {', '.join(sorted(KNOWN))}"
+            )
+        elif key not in _SPARK_OWN:
+            continue  # Spark's own and other sources' options pass by, as with Spark's sinks
+    topic = found.get("kafka.topic") or found.get("topic")
+    bootstrap = found.get("kafka.bootstrap.servers")
+    if (topic is None) != (bootstrap is None):
+        missing = "kafka.topic" if topic is None else "kafka.bootstrap.servers"
+        raise ConfigError(f"a Kafka target needs option {missing!r} too")
+    table = found.get("postgres.table")
+    dsn_env = found.get("postgres.dsn.env")
+    if (table is None) != (dsn_env is None):
+        missing = "postgres.table" if table is None else "postgres.dsn.env"
+        raise ConfigError(f"a PostgreSQL target needs option {missing!r} too")
+    if topic is None and table is None:
+        raise ConfigError(
+            "format('laminar') needs a target: options kafka.bootstrap.servers + kafka.topic, "
+            "and/or postgres.dsn.env + postgres.table"
+        )
+    state_env = found.get("laminar.state.dsn.env")
+    if table is None and state_env is None:
+        raise ConfigError(
+            "a Kafka-only format('laminar') needs option 'laminar.state.dsn.env' (the name of "
+            "the environment variable holding the DSN of the PostgreSQL database that records "
+            "the decisions)"
+        )
+    value_format = found.get("kafka.value.format", "json")
+    if value_format not in ("json", "raw"):
+        raise ConfigError(f"option 'kafka.value.format' takes json or raw, not {value_format!r}")
+    parsed = SinkOptions(
+        bootstrap_servers=bootstrap,
+        topic=topic,
+        transactional_id=found.get("kafka.transactional.id"),
+        key_column=found.get("kafka.key.column"),
+        value_format=value_format,
+        producer_config=producer,
+        postgres_dsn_env=None if dsn_env is None else _env_name("postgres.dsn.env", dsn_env),
+        postgres_table=table,
+        postgres_sink_id=found.get("postgres.sink.id"),
+        state_dsn_env=None if state_env is None else _env_name("laminar.state.dsn.env", state_env),
+        group=found.get("laminar.group") or found.get("group"),
+        check_servers=_flag("laminar.check.servers", found.get("laminar.check.servers", "true")),
+    )
+    parsed.kafka_sinks()  # the sinks' own checks (topic name, producer settings), now
+    parsed.postgres_sinks()
+    return parsed

@@ -1,0 +1,314 @@
+"""``writeStream.format("laminar")``: the Spark-native sink, on Spark's Python Data Source API
+(``DataSourceStreamArrowWriter``), registered by `laminar.spark.register`.
+
+It is the scale-out protocol (docs/protocol.md §4, `laminar.protocol.scaleout`) with Spark's own
+entry points, not a second protocol:
+
+- ``write(iterator)`` runs in each task on the executors: the task is a two-phase participant
+  exactly as `ScaleOutTask.write_partition` makes one (the claim, ``PREPARE TRANSACTION``, a
+  Kafka transaction per task under ``<tid>.p<partition>``), writing Spark's Arrow record batches
+  one at a time (a slice in memory, never the partition). Tasks run before any driver-side
+  step, so the claim first creates the epoch's ``dt_state`` row if it is missing; a task of an
+  epoch already committed (a replayed batch) writes nothing. It returns a `LaminarCommitMessage`
+  (the participants' results: small, no rows).
+- ``commit(messages, batch_id)`` runs on the driver, in a Python process of its own per call:
+  the group's scale-out machine decides and completes the epoch from the results the tasks
+  sent (`AtomicGroup.commit_collected`: the core's ``AtomicGroupMachine.commit_collected``),
+  after the group's start-up (registry row, the owner guard, a new generation fencing older
+  coordinators; its watcher pass spares this epoch's record). A second ``commit`` of the same
+  batch finds the epoch committed and does nothing; a ``commit`` after one that died between
+  decision and completion completes it; a failed vote rolls the epoch back.
+- ``abort(messages, batch_id)`` rolls the epoch's participants back through the core's
+  roll-back-and-conclude (`roll_back_distributed`: never a decided one).
+
+The epoch is Spark's batch id (``streaming.sql.batchId``, a task's local property) plus the
+group's epoch base; the owner is ``spark:<query id>`` (``sql.streaming.queryId``), the same
+owner `laminar.spark.start` records, so the checkpoint-reset guard (docs/protocol.md §5) holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pyarrow as pa  # type: ignore[import-untyped]
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamWriter,
+    WriterCommitMessage,
+)
+
+from laminar import _trace
+from laminar._redact import redact_dsn
+from laminar.errors import ConfigError, LaminarError
+from laminar.kafka.sink import KafkaSink
+from laminar.metadata import ensure_schema
+from laminar.postgres._errors import map_pg_error
+from laminar.postgres.sink import PostgresSink
+from laminar.protocol import records as _records
+from laminar.protocol.atomic import AtomicGroup, owner_decision_of
+from laminar.protocol.scaleout import (
+    ParticipantResult,
+    ScaleOutTask,
+    dtid_for,
+    participant_factory,
+    roll_back_distributed,
+)
+from laminar.protocol.watcher import Watcher
+from laminar.readiness import describe_process, require_reachable
+from laminar.spark._conn_cache import cached_connection, discard
+from laminar.spark.options import SinkOptions, parse_options
+
+__all__ = ["LaminarCommitMessage", "LaminarDataSource", "LaminarStreamWriter", "resolve_stopped"]
+
+log = logging.getLogger("laminar.spark.source")
+
+#: What ``format(...)`` names.
+FORMAT = "laminar"
+
+_trace.mark("imported laminar.spark.source")
+
+#: Processes (Spark Python workers) that checked the servers of a configuration already.
+_checked: set[str] = set()
+
+
+@dataclass
+class LaminarCommitMessage(WriterCommitMessage):
+    """What one task attempt sends to the driver: its participants' results (no rows)."""
+
+    epoch: int
+    part: int
+    #: ``spark:<query id>``, the owner the task checked (None outside a streaming query).
+    owner: str | None
+    results: list[ParticipantResult]
+
+
+class LaminarDataSource(DataSource):
+    """``format("laminar")``: options are checked here, where Spark first hands them over
+    (`laminar.spark.options`)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        _trace.mark("data source created")
+        self.sink_options = parse_options(options)
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+        if overwrite:
+            raise ConfigError(
+                "format('laminar') appends each micro-batch exactly once; use outputMode "
+                "'append' or 'update' (not 'complete', which asks to overwrite)"
+            )
+        return LaminarStreamWriter(self.sink_options)
+
+
+class LaminarStreamWriter(DataSourceStreamArrowWriter):
+    """The tasks' ``write`` and the driver's ``commit``/``abort`` (module docstring)."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+        _check_servers_once(options, where=f"the Spark driver's Python ({describe_process()})")
+        _trace.mark("stream writer created")
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> LaminarCommitMessage:
+        ctx = TaskContext.get()
+        if ctx is None:
+            raise ConfigError("format('laminar') writes from Spark tasks only")
+        _trace.mark("write called", part=ctx.partitionId())
+        batch = ctx.getLocalProperty("streaming.sql.batchId")
+        if batch is None:
+            raise ConfigError("format('laminar') is a streaming sink: use df.writeStream")
+        query_id = ctx.getLocalProperty("sql.streaming.queryId")
+        attempt = f"{ctx.attemptNumber()}-{uuid.uuid4().hex[:12]}"
+        return write_task(
+            self.options,
+            int(batch),
+            None if query_id is None else f"spark:{query_id}",
+            ctx.partitionId(),
+            iterator,
+            attempt=attempt,
+        )
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        commit_batch(self.options, messages, batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        abort_batch(self.options, messages, batchId)
+
+
+def _check_servers_once(options: SinkOptions, *, where: str) -> None:
+    key = repr(options)  # environment variable names, no secrets
+    if not options.check_servers or key in _checked:
+        return
+    sinks: list[Any] = [*options.postgres_sinks(), *options.kafka_sinks()]
+    require_reachable(sinks, where=where)
+    _checked.add(key)
+
+
+def _sinks(options: SinkOptions) -> tuple[list[KafkaSink], list[PostgresSink], str]:
+    kafka, postgres = options.kafka_sinks(), options.postgres_sinks()
+    group_id = options.group_id([s.sink_id for s in [*postgres, *kafka]])
+    return kafka, postgres, group_id
+
+
+def _epoch_base(
+    conn: psycopg.Connection[Any], group_id: str, members: Sequence[str], owner: str | None
+) -> int:
+    """The group's epoch base, after the owner guard (docs/protocol.md §5; a task never claims):
+    0 before the group's first commit registers it."""
+    last = dict(_records.read_sink_epochs(conn, list(members)))
+    decided = owner_decision_of(conn, group_id, members, owner, last, restart=False)
+    return 0 if decided is None else decided[1]
+
+
+def _read_epoch_base(
+    dsn: str, group_id: str, members: Sequence[str], owner: str | None, part: int
+) -> int:
+    """`_epoch_base` on the worker's kept connection (`laminar.spark._conn_cache`: Spark reuses the
+    worker for its next task). A kept connection can have died since its last task (a server
+    restart shows only on use): on an error it is dropped and the read tried once more on a
+    new connection, which also runs the schema check again."""
+    for last_try in (False, True):
+        try:
+            conn = cached_connection(
+                dsn,
+                # not "laminar task": that names a task still writing (docs/spark.md)
+                application_name="laminar worker",
+                prepare=lambda c: ensure_schema(c, where=redact_dsn(dsn)),
+            )
+            return _epoch_base(conn, group_id, members, owner)
+        except psycopg.Error as e:
+            discard(dsn)
+            if last_try:
+                raise map_pg_error(e, f"format('laminar') task {part}: reading {group_id!r}") from e
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def write_task(
+    options: SinkOptions,
+    batch_id: int,
+    owner: str | None,
+    part: int,
+    batches: Iterator[pa.RecordBatch],
+    *,
+    attempt: str,
+) -> LaminarCommitMessage:
+    """One task attempt: partition ``part`` of Spark batch ``batch_id`` as prepared participants
+    (`ScaleOutTask.write_partition` with ``create_record``: the core's task machine skips an
+    epoch committed already — a replayed batch — and creates the epoch's record if missing)."""
+    kafka, postgres, group_id = _sinks(options)
+    dsn = options.state_dsn().resolve("the decision database (format('laminar'))")
+    _check_servers_once(options, where=f"a Spark task's Python ({describe_process()})")
+    members = [s.sink_id for s in [*postgres, *kafka]]
+    epoch = batch_id + _read_epoch_base(dsn, group_id, members, owner, part)
+    _trace.mark("epoch base read", part=part)
+    task = ScaleOutTask(group_id, epoch, postgres, kafka, state_dsn=dsn)
+    results = task.write_partition(part, batches, attempt=attempt, create_record=True)
+    _trace.mark("task done", part=part, rows=sum(r.records for r in results))
+    return LaminarCommitMessage(epoch, part, owner, results)
+
+
+def _messages(messages: Sequence[Any]) -> list[LaminarCommitMessage]:
+    return [m for m in messages if isinstance(m, LaminarCommitMessage)]
+
+
+def commit_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int) -> bool:
+    """The driver's ``commit``: decide and complete the epoch of ``batch_id`` through the
+    group's scale-out machine (`AtomicGroup.commit_collected`: start-up with the owner guard
+    and a new generation, then the vote, the decision and the completion of what the tasks
+    prepared). A repeated commit finds the epoch committed and does nothing; a commit after one
+    that died between decision and completion completes it; a failed vote rolls the epoch's
+    participants back. False if nothing was committed by this call."""
+    _trace.mark("commit called", batch=batch_id)
+    kafka, postgres, group_id = _sinks(options)
+    got = _messages(messages)
+    dsn = options.state_dsn().resolve("the decision database (format('laminar'))")
+    owners = {m.owner for m in got if m.owner is not None}
+    group = AtomicGroup(
+        group_id,
+        kafka,
+        postgres,
+        owner=owners.pop() if len(owners) == 1 else None,
+        on_new_query="fail",
+        redo="replay",
+        scale_out=True,
+        state_dsn=dsn,
+    )
+
+    def results(epoch: int) -> list[ParticipantResult]:
+        if any(m.epoch != epoch for m in got):
+            raise ConfigError(
+                f"group {group_id!r}: the tasks of batch {batch_id} wrote epoch(s) "
+                f"{sorted({m.epoch for m in got})} but the group's epoch base makes it {epoch} "
+                "(was the group reset while the batch ran?); restart the query"
+            )
+        return [r for m in got for r in m.results]
+
+    try:
+        done = group.commit_collected(batch_id, results)
+    finally:
+        group.close()
+    _trace.mark("commit done", batch=batch_id)
+    log.info("%s: batch %d %s", group_id, batch_id, "committed" if done else "had nothing to do")
+    return done
+
+
+def abort_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int) -> None:
+    """The driver's ``abort``: roll back what the batch's tasks prepared, through the core's
+    roll-back-and-conclude (`roll_back_distributed`: never a decided epoch)."""
+    kafka, _, group_id = _sinks(options)
+    got = _messages(messages)
+    dsn = options.state_dsn().resolve("the decision database (format('laminar'))")
+    lookup = participant_factory(kafka)
+    try:
+        with psycopg.connect(dsn, application_name=f"laminar abort {group_id}"[:63]) as conn:
+            epochs = {m.epoch for m in got}
+            if not epochs:
+                found = _records.read_ownership(conn, group_id, [])
+                epochs = {batch_id + (0 if found is None else found[1])}
+            conn.commit()
+            for epoch in sorted(epochs):
+                why = f"Spark aborted batch {batch_id}"
+                with contextlib.suppress(LaminarError):
+                    roll_back_distributed(conn, dtid_for(group_id, epoch), lookup, why=why)
+    except psycopg.Error as e:
+        raise map_pg_error(e, f"aborting batch {batch_id} of group {group_id!r}") from e
+    finally:
+        for sink in getattr(lookup, "built", {}).values():
+            with contextlib.suppress(LaminarError):
+                sink.close()
+
+
+def resolve_stopped(options: Mapping[str, str]) -> Any:
+    """Resolve what a query stopped in the middle of a batch left prepared (the tasks Spark
+    interrupted may still prepare after the batch was abandoned): the watcher's rules for this
+    group (docs/protocol.md §4b), as the query's next start would through its replay — for a
+    query that will not run again. ``options`` are the query's ``format("laminar")`` options;
+    returns the `laminar.protocol.watcher.WatcherReport`."""
+
+    kafka, postgres, group_id = _sinks(parse_options(options))
+    dsn = parse_options(options).state_dsn().resolve("the decision database (format('laminar'))")
+    lookup = participant_factory(kafka)
+    watcher = Watcher(
+        dsn,
+        group_id=group_id,
+        kafka_sink=lookup,
+        sink_ids=[p.sink_id for p in postgres],
+        resolve_after_s=0.0,
+    )
+    try:
+        return watcher.run_once()
+    finally:
+        for sink in getattr(lookup, "built", {}).values():
+            with contextlib.suppress(LaminarError):
+                sink.close()
