@@ -31,6 +31,7 @@ from typing import Any
 import psycopg
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from laminar import _trace
 from laminar._core import (
     Command,
     Event,
@@ -261,6 +262,7 @@ class _TaskDriver(DistributedDriver):
 
     def _perform(self, c: Command) -> Event:
         kind = c.kind
+        _trace.mark(kind, part=self.part)  # each step's start (docs/benchmarks.md)
         if kind == "lock_partition":
             assert c.key is not None
             conn = self._connect()

@@ -45,6 +45,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from laminar import _trace
 from laminar._redact import redact_dsn
 from laminar.errors import ConfigError, LaminarError
 from laminar.kafka.sink import KafkaSink
@@ -62,6 +63,7 @@ from laminar.protocol.scaleout import (
 )
 from laminar.protocol.watcher import Watcher
 from laminar.readiness import describe_process, require_reachable
+from laminar.spark._conn_cache import cached_connection, discard
 from laminar.spark.options import SinkOptions, parse_options
 
 __all__ = ["LaminarCommitMessage", "LaminarDataSource", "LaminarStreamWriter", "resolve_stopped"]
@@ -70,6 +72,8 @@ log = logging.getLogger("laminar.spark.source")
 
 #: What ``format(...)`` names.
 FORMAT = "laminar"
+
+_trace.mark("imported laminar.spark.source")
 
 #: Processes (Spark Python workers) that checked the servers of a configuration already.
 _checked: set[str] = set()
@@ -96,6 +100,7 @@ class LaminarDataSource(DataSource):
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
+        _trace.mark("data source created")
         self.sink_options = parse_options(options)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
@@ -113,11 +118,13 @@ class LaminarStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
         _check_servers_once(options, where=f"the Spark driver's Python ({describe_process()})")
+        _trace.mark("stream writer created")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LaminarCommitMessage:
         ctx = TaskContext.get()
         if ctx is None:
             raise ConfigError("format('laminar') writes from Spark tasks only")
+        _trace.mark("write called", part=ctx.partitionId())
         batch = ctx.getLocalProperty("streaming.sql.batchId")
         if batch is None:
             raise ConfigError("format('laminar') is a streaming sink: use df.writeStream")
@@ -164,6 +171,29 @@ def _epoch_base(
     return 0 if decided is None else decided[1]
 
 
+def _read_epoch_base(
+    dsn: str, group_id: str, members: Sequence[str], owner: str | None, part: int
+) -> int:
+    """`_epoch_base` on the worker's kept connection (`laminar.spark._conn_cache`: Spark reuses the
+    worker for its next task). A kept connection can have died since its last task (a server
+    restart shows only on use): on an error it is dropped and the read tried once more on a
+    new connection, which also runs the schema check again."""
+    for last_try in (False, True):
+        try:
+            conn = cached_connection(
+                dsn,
+                # not "laminar task": that names a task still writing (docs/spark.md)
+                application_name="laminar worker",
+                prepare=lambda c: ensure_schema(c, where=redact_dsn(dsn)),
+            )
+            return _epoch_base(conn, group_id, members, owner)
+        except psycopg.Error as e:
+            discard(dsn)
+            if last_try:
+                raise map_pg_error(e, f"format('laminar') task {part}: reading {group_id!r}") from e
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def write_task(
     options: SinkOptions,
     batch_id: int,
@@ -180,14 +210,11 @@ def write_task(
     dsn = options.state_dsn().resolve("the decision database (format('laminar'))")
     _check_servers_once(options, where=f"a Spark task's Python ({describe_process()})")
     members = [s.sink_id for s in [*postgres, *kafka]]
-    try:
-        with psycopg.connect(dsn, autocommit=True, application_name="laminar task") as conn:
-            ensure_schema(conn, where=redact_dsn(dsn))
-            epoch = batch_id + _epoch_base(conn, group_id, members, owner)
-    except psycopg.Error as e:
-        raise map_pg_error(e, f"format('laminar') task {part}: reading {group_id!r}") from e
+    epoch = batch_id + _read_epoch_base(dsn, group_id, members, owner, part)
+    _trace.mark("epoch base read", part=part)
     task = ScaleOutTask(group_id, epoch, postgres, kafka, state_dsn=dsn)
     results = task.write_partition(part, batches, attempt=attempt, create_record=True)
+    _trace.mark("task done", part=part, rows=sum(r.records for r in results))
     return LaminarCommitMessage(epoch, part, owner, results)
 
 
@@ -202,6 +229,7 @@ def commit_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int) -
     prepared). A repeated commit finds the epoch committed and does nothing; a commit after one
     that died between decision and completion completes it; a failed vote rolls the epoch's
     participants back. False if nothing was committed by this call."""
+    _trace.mark("commit called", batch=batch_id)
     kafka, postgres, group_id = _sinks(options)
     got = _messages(messages)
     dsn = options.state_dsn().resolve("the decision database (format('laminar'))")
@@ -230,6 +258,7 @@ def commit_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int) -
         done = group.commit_collected(batch_id, results)
     finally:
         group.close()
+    _trace.mark("commit done", batch=batch_id)
     log.info("%s: batch %d %s", group_id, batch_id, "committed" if done else "had nothing to do")
     return done
 

@@ -1,0 +1,121 @@
+"""One autocommit PostgreSQL connection per process and DSN, kept for the next
+``format("laminar")`` task that the same Spark Python worker runs (docs/benchmarks.md, "Where a
+task's time goes"; Spark reuses its Python workers between tasks, ``spark.python.worker.reuse``).
+
+Only the task's read of the group's epoch base uses it (`laminar.spark.source.write_task`): an
+autocommit connection that holds no lock and no transaction between uses, and whose schema
+check (`laminar.metadata.ensure_schema`) is then done once per process. The task's control
+connection (its partition's session lock) and the participants' connections are never cached:
+they belong to one attempt and the protocol's machines (docs/protocol.md §4).
+
+- A connection is handed out again only if it is open, not broken and idle; otherwise it is
+  closed and a new one made.
+- Fork-safe: a child process never uses, and never closes, a connection its parent opened
+  (closing it would end the parent's session on the shared socket); after a fork the child
+  starts with an empty cache and keeps the inherited objects alive, untouched.
+- Closed at the interpreter's exit (``atexit``). A worker that ends with ``os._exit`` (Spark's
+  forked workers) skips it; the server then sees the socket close, as for a killed process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+__all__ = ["cached_connection", "clear", "discard"]
+
+#: Connections of this process by DSN.
+_cache: dict[str, psycopg.Connection[Any]] = {}
+#: Inherited through a fork: kept referenced so the child never finalizes (closes) them.
+_inherited: list[psycopg.Connection[Any]] = []
+_owner = os.getpid()
+_lock = threading.Lock()
+
+
+def _usable(conn: psycopg.Connection[Any]) -> bool:
+    return (
+        not conn.closed
+        and not conn.broken
+        and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    )
+
+
+def cached_connection(
+    dsn: str,
+    *,
+    application_name: str,
+    prepare: Callable[[psycopg.Connection[Any]], object] | None = None,
+) -> psycopg.Connection[Any]:
+    """This process's autocommit connection to ``dsn`` (a new one if there is none usable).
+    ``prepare(conn)`` runs once per connection, when it is made (the schema check). The
+    caller must leave it idle (autocommit: no transaction stays open) and must not close it;
+    on an error it calls `discard`. Raises what ``psycopg.connect`` and ``prepare`` raise."""
+    with _lock:
+        _after_fork_check()
+        found = _cache.pop(dsn, None)
+        if found is not None and _usable(found):
+            _cache[dsn] = found
+            return found
+        if found is not None:
+            _close(found)
+    conn = psycopg.connect(dsn, autocommit=True, application_name=application_name)
+    try:
+        if prepare is not None:
+            prepare(conn)
+    except BaseException:
+        _close(conn)
+        raise
+    with _lock:
+        _cache[dsn] = conn
+    return conn
+
+
+def discard(dsn: str) -> None:
+    """Close and forget this process's connection to ``dsn`` (after an error on it)."""
+    with _lock:
+        _after_fork_check()
+        found = _cache.pop(dsn, None)
+    if found is not None:
+        _close(found)
+
+
+def clear() -> None:
+    """Close every connection this process made (at exit; tests)."""
+    with _lock:
+        _after_fork_check()
+        found = list(_cache.values())
+        _cache.clear()
+    for conn in found:
+        _close(conn)
+
+
+def _close(conn: psycopg.Connection[Any]) -> None:
+    with contextlib.suppress(psycopg.Error):
+        conn.close()
+
+
+def _after_fork_check() -> None:
+    """In a child of the process that filled the cache: keep the parent's connections alive
+    and unused, start empty (module docstring). Called with ``_lock`` held."""
+    global _owner
+    if os.getpid() != _owner:
+        _inherited.extend(_cache.values())
+        _cache.clear()
+        _owner = os.getpid()
+
+
+def _in_child() -> None:
+    # the lock may have been held by another thread at the fork: a fresh one in the child
+    global _lock
+    _lock = threading.Lock()
+    _after_fork_check()
+
+
+os.register_at_fork(after_in_child=_in_child)
+atexit.register(clear)

@@ -1,0 +1,113 @@
+"""The per-process connection a ``format("laminar")`` task keeps for the next task of its Spark
+worker (`laminar.spark._conn_cache`), on a real PostgreSQL: reused in one process, never across a
+fork, closed at exit, replaced when it died."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from laminar.spark import _conn_cache
+from laminar.spark.source import _read_epoch_base
+
+
+@pytest.fixture(autouse=True)
+def empty_cache() -> Iterator[None]:
+    _conn_cache.clear()
+    yield
+    _conn_cache.clear()
+
+
+def backend_pid(conn: psycopg.Connection[Any]) -> int:
+    return int(conn.info.backend_pid)
+
+
+def test_reused_in_one_process_and_prepared_once(pg_dsn: str) -> None:
+    prepared: list[int] = []
+
+    def prepare(conn: psycopg.Connection[Any]) -> None:
+        prepared.append(backend_pid(conn))
+
+    first = _conn_cache.cached_connection(pg_dsn, application_name="t cache", prepare=prepare)
+    again = _conn_cache.cached_connection(pg_dsn, application_name="t cache", prepare=prepare)
+    assert again is first
+    assert prepared == [backend_pid(first)]
+    assert first.autocommit
+
+
+def test_not_handed_out_in_a_transaction_or_closed(pg_dsn: str) -> None:
+    first = _conn_cache.cached_connection(pg_dsn, application_name="t cache")
+    first.autocommit = False
+    first.execute("SELECT 1")  # a transaction left open: not idle
+    second = _conn_cache.cached_connection(pg_dsn, application_name="t cache")
+    assert second is not first
+    assert first.closed
+    second.close()
+    third = _conn_cache.cached_connection(pg_dsn, application_name="t cache")
+    assert third is not second
+    assert not third.closed
+
+
+def test_a_fork_child_gets_its_own_and_leaves_the_parents_open(pg_dsn: str) -> None:
+    parent = _conn_cache.cached_connection(pg_dsn, application_name="t cache")
+    mine = backend_pid(parent)
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        code = 1
+        try:
+            conn = _conn_cache.cached_connection(pg_dsn, application_name="t cache child")
+            theirs = backend_pid(conn)
+            _conn_cache.clear()  # closes the child's own, never the parent's
+            os.write(write, f"{theirs} {conn is parent}".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    _, status = os.waitpid(child, 0)
+    reply = os.read(read, 100).decode().split()
+    os.close(read)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert reply[1] == "False"
+    assert int(reply[0]) != mine
+    # the parent's session survived the child (and its clear)
+    assert parent.execute("SELECT pg_backend_pid()").fetchone() == (mine,)
+    assert _conn_cache.cached_connection(pg_dsn, application_name="t cache") is parent
+
+
+def test_closed_at_interpreter_exit(pg_dsn: str) -> None:
+    script = textwrap.dedent(
+        """
+        import atexit, sys
+        seen = {}
+        # registered first, so it runs after the cache's own exit handler
+        atexit.register(lambda: print("closed" if seen["conn"].closed else "open"))
+        from laminar.spark import _conn_cache
+        seen["conn"] = _conn_cache.cached_connection(sys.argv[1], application_name="t exit")
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, pg_dsn], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "closed"
+
+
+def test_a_dead_kept_connection_is_replaced_on_the_next_read(pg_dsn: str) -> None:
+    kept = _conn_cache.cached_connection(pg_dsn, application_name="t cache")
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (backend_pid(kept),))
+    # an unregistered group: epoch base 0, read on a new connection after the dead one failed
+    assert _read_epoch_base(pg_dsn, "conn-cache-test", ["conn-cache-sink"], None, 0) == 0
+    now = _conn_cache.cached_connection(pg_dsn, application_name="t cache")
+    # not "laminar task", which names a task still writing (docs/spark.md, resolve_stopped)
+    assert now.info.parameter_status("application_name") == "laminar worker"
+    assert now is not kept
+    assert not now.closed
