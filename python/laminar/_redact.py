@@ -7,14 +7,18 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
-__all__ = ["SECRET", "is_secret_key", "redact_config", "redact_dsn", "redact_text"]
+from psycopg.conninfo import conninfo_to_dict
+
+from laminar.errors import ConfigError
+
+__all__ = ["SECRET", "is_secret_key", "parse_dsn", "redact_config", "redact_dsn", "redact_text"]
 
 #: What a redacted value is replaced with.
 SECRET = "***"  # noqa: S105 (the mask, not a password)
 
 _SECRET_KEY = re.compile(
     r"(password|passwd|secret|token|credential|sasl\.jaas|sasl\.oauthbearer\.config|"
-    r"ssl\.key\.pem|ssl\.keystore\.password|private)",
+    r"ssl\.key\.pem|ssl\.keystore\.password|ssl\.keystore\.key|private)",
     re.IGNORECASE,
 )
 # postgresql://user:password@host/db  (password up to the last '@' before the host part)
@@ -30,6 +34,31 @@ _KV_PASSWORD = re.compile(r"\b(?:password|sslpassword)\s*=\s*")
 _QUOTED_DSN_BEFORE = re.compile(
     r"""(?P<quote>['"])(?:\s*[A-Za-z_][\w.-]*\s*=\s*(?:'(?:[^'\\]|\\.)*'|(?:\\.|[^\s\\'"])+))*\s*$"""
 )
+
+
+# libpq's parse errors quote the rest of the connection string, password included, e.g.
+# ``missing "=" after "postgresql//app:pw@db" in connection info string``
+_LIBPQ_QUOTED = re.compile(
+    r'(?P<lead>(?:missing "=" after|invalid connection option|invalid URI query parameter:?|'
+    r"unexpected spaces found in|invalid percent-encoded token:?|"
+    r'end of string reached when looking for matching "\]" in IPv6 host address in URI:?) )'
+    r'"(?:[^"\\]|\\.)*"',
+)
+
+
+def parse_dsn(dsn: object, what: str) -> dict[str, str]:
+    """The parameters of a libpq connection string or URI, or a `ConfigError` naming ``what``
+    and the fix that never quotes the text: libpq's own message does, password included."""
+    if not isinstance(dsn, str) or not dsn.strip():
+        raise ConfigError(f"{what} needs a libpq connection string or URI, got an empty value")
+    try:
+        return {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v is not None}
+    except Exception:  # psycopg.ProgrammingError; the message quotes the DSN
+        raise ConfigError(
+            f"{what} is a malformed dsn: it is not a libpq connection string or URI (its text is "
+            "not shown: it may hold a password); give e.g. 'postgresql://user@host:5432/db' or "
+            "'host=... dbname=... user=...'"
+        ) from None
 
 
 def is_secret_key(key: str) -> bool:
@@ -102,7 +131,7 @@ def _value_end(text: str, start: int, closer: str | None) -> int:
 
 def redact_text(text: str, secrets: list[str] | tuple[str, ...] = ()) -> str:
     """Redact DSN passwords in free text, plus any known secret values given explicitly."""
-    out = redact_dsn(text)
+    out = _LIBPQ_QUOTED.sub(lambda m: f'{m["lead"]}"{SECRET}"', redact_dsn(text))
     for value in secrets:
         if value and len(value) >= 3:
             out = out.replace(value, SECRET)

@@ -7,9 +7,11 @@ import signal
 import subprocess
 import sys
 
+import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
-from laminar._redact import redact_config, redact_dsn, redact_text
+from laminar._redact import is_secret_key, parse_dsn, redact_config, redact_dsn, redact_text
 from laminar.errors import ConfigError
 
 
@@ -61,6 +63,49 @@ def test_known_secret_values_are_redacted_from_text() -> None:
     assert redact_text(text, ["hunter2"]) == (
         "failed: connection to postgresql://u:***@h/d refused; token *** rejected"
     )
+
+
+MALFORMED = [
+    "postgresql//app:S3CRETxyz@db/orders",  # a missing ':' after the scheme
+    "app:S3CRETxyz@db/orders",  # no scheme at all
+    "host=db password=S3CRETxyz junk",
+    "postgresql://app:S3CRETxyz@db/orders?bogus=1",
+    "host=db password='S3CRETxyz",  # unterminated quote
+]
+
+
+@pytest.mark.parametrize("dsn", MALFORMED)
+def test_a_malformed_dsn_is_refused_without_quoting_it(dsn: str) -> None:
+    """libpq's parse errors quote the rest of the string, password included: the refusal
+    names the option and the fix but never the text (hostile pass, stop 21)."""
+    with pytest.raises(ConfigError) as info:
+        parse_dsn(dsn, "PostgresSink 'orders': dsn")
+    message = str(info.value)
+    assert "S3CRETxyz" not in message
+    assert "malformed dsn" in message
+    assert "postgresql://user@host:5432/db" in message
+
+
+@pytest.mark.parametrize("dsn", MALFORMED)
+def test_libpq_parse_errors_are_redacted_in_free_text(dsn: str) -> None:
+    with pytest.raises(psycopg.ProgrammingError) as info:
+        conninfo_to_dict(dsn)
+    assert "S3CRETxyz" not in redact_text(str(info.value))
+
+
+def test_parse_dsn_returns_the_parameters() -> None:
+    assert parse_dsn("postgresql://u:pw@h:5433/d", "x") == {
+        "user": "u",
+        "password": "pw",
+        "host": "h",
+        "port": "5433",
+        "dbname": "d",
+    }
+
+
+def test_a_java_pem_private_key_option_is_a_secret() -> None:
+    assert is_secret_key("ssl.keystore.key")
+    assert is_secret_key("kafka.ssl.keystore.key")
 
 
 def _run_with_crash(spec: str) -> subprocess.CompletedProcess[str]:

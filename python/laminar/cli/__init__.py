@@ -27,11 +27,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import psycopg
-
 from laminar import __version__
-from laminar._redact import redact_dsn
+from laminar._redact import parse_dsn
 from laminar.cli.demo import add_arguments, run_from_args
+from laminar.errors import ConfigError
 from laminar.protocol import admin as _admin
 
 __all__ = ["main"]
@@ -167,12 +166,9 @@ def _check_dsn(dsn: str) -> None:
     the message shows it with its password masked (libpq's own message may quote it)."""
 
     try:
-        psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.Error:
-        raise ValueError(
-            f"--dsn {redact_dsn(dsn)!r} is not a libpq connection string or URI; give e.g. "
-            "'postgresql://user@host:5432/db' or 'host=... dbname=... user=...'"
-        ) from None
+        parse_dsn(dsn, "--dsn")
+    except ConfigError as e:
+        raise ValueError(e.message) from None
 
 
 def _key_values(items: list[str]) -> dict[str, str]:

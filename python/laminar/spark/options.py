@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from laminar._redact import is_secret_key
+from laminar._redact import is_secret_key, parse_dsn
 from laminar._settings import EnvValue, env
 from laminar.errors import ConfigError
 from laminar.kafka.sink import KafkaSink
@@ -94,6 +94,14 @@ class SinkOptions:
         name = self.state_dsn_env or self.postgres_dsn_env
         assert name is not None  # parse_options requires one
         return env(name)
+
+    def resolved_state_dsn(self) -> str:
+        """`state_dsn` read where the task runs, checked to be a connection string (a
+        `ConfigError` naming the option, never quoting the value)."""
+        option = "laminar.state.dsn.env" if self.state_dsn_env else "postgres.dsn.env"
+        dsn = self.state_dsn().resolve("the decision database (format('laminar'))")
+        parse_dsn(dsn, f"format('laminar'): the value of {option}'s variable")
+        return dsn
 
     def group_id(self, sink_ids: list[str]) -> str:
         """``laminar.group``, else the id `laminar.exactly_once(..., scale_out=True)` gives the

@@ -207,7 +207,7 @@ def write_task(
     (`ScaleOutTask.write_partition` with ``create_record``: the core's task machine skips an
     epoch committed already — a replayed batch — and creates the epoch's record if missing)."""
     kafka, postgres, group_id = _sinks(options)
-    dsn = options.state_dsn().resolve("the decision database (format('laminar'))")
+    dsn = options.resolved_state_dsn()
     _check_servers_once(options, where=f"a Spark task's Python ({describe_process()})")
     members = [s.sink_id for s in [*postgres, *kafka]]
     epoch = batch_id + _read_epoch_base(dsn, group_id, members, owner, part)
@@ -232,7 +232,7 @@ def commit_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int) -
     _trace.mark("commit called", batch=batch_id)
     kafka, postgres, group_id = _sinks(options)
     got = _messages(messages)
-    dsn = options.state_dsn().resolve("the decision database (format('laminar'))")
+    dsn = options.resolved_state_dsn()
     owners = {m.owner for m in got if m.owner is not None}
     group = AtomicGroup(
         group_id,
@@ -268,7 +268,7 @@ def abort_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int) ->
     roll-back-and-conclude (`roll_back_distributed`: never a decided epoch)."""
     kafka, _, group_id = _sinks(options)
     got = _messages(messages)
-    dsn = options.state_dsn().resolve("the decision database (format('laminar'))")
+    dsn = options.resolved_state_dsn()
     lookup = participant_factory(kafka)
     try:
         with psycopg.connect(dsn, application_name=f"laminar abort {group_id}"[:63]) as conn:
@@ -297,7 +297,7 @@ def resolve_stopped(options: Mapping[str, str]) -> Any:
     returns the `laminar.protocol.watcher.WatcherReport`."""
 
     kafka, postgres, group_id = _sinks(parse_options(options))
-    dsn = parse_options(options).state_dsn().resolve("the decision database (format('laminar'))")
+    dsn = parse_options(options).resolved_state_dsn()
     lookup = participant_factory(kafka)
     watcher = Watcher(
         dsn,
