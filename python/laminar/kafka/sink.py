@@ -46,7 +46,15 @@ from typing import Any, ClassVar
 import pyarrow as pa  # type: ignore[import-untyped]
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from laminar._core import PreparedTxnState, check_kafka_schema, encode_kafka, epoch_committed
+from laminar._core import (
+    Command,
+    Event,
+    KafkaInDoubtMachine,
+    PreparedTxnState,
+    check_kafka_schema,
+    encode_kafka,
+    epoch_committed,
+)
 from laminar._faults import crash_point
 from laminar._input import check_epoch, materialize
 from laminar._redact import redact_config, redact_text
@@ -89,6 +97,7 @@ from laminar.kafka.log import (
     ReadStats,
     UnsupportedSecurityError,
 )
+from laminar.protocol.driver import drive, now_ms, perform_driver_side
 
 __all__ = ["HEADER_EPOCH", "HEADER_SINK", "KafkaSink", "StartupRead"]
 
@@ -1382,65 +1391,42 @@ class KafkaSink(TransactionalSink):
     # -- in-doubt resolution ------------------------------------------------------------------
 
     def _resolve_failed(self, rt: _Runtime, epoch: int | None) -> int | None:
+        """Drive the core's `KafkaInDoubtMachine` (docs/protocol.md §1): retry a commit that is
+        still in flight (librdkafka allows it), else re-initialise the producer, and let the
+        marker decide; this method only performs its commands and records the outcome."""
         assert epoch is not None
-        unanswered: LaminarError | None = None
-        if rt.failed_operation == "commit" and rt.producer is not None:
-            # librdkafka: a commit that timed out may be retried to learn its outcome.
-            try:
-                self._retrying(rt, "commit_transaction", epoch, self._commit_timeout_s)
-            except FencedError as err:
-                rt.fenced = err
-            except AbortableError:
-                self._abort_producer_quietly(rt)
-                self.tracker.resolve(False, epoch=epoch)
-                return self._after_resolution(rt, epoch)
-            except LaminarError as err:
-                unanswered = err
-            else:
-                self.tracker.resolve(True, epoch=epoch)
-                return self._after_resolution(rt, epoch)
-        last = self._read_marker(rt)
-        committed = epoch_committed(last, epoch)
-        if rt.fenced is not None or unanswered is not None:
-            # The brokers answer (the marker was just read) but not this producer's commit:
-            # brokers that drop a fenced producer's requests instead of answering
-            # PRODUCER_FENCED (Tansu) do exactly this. Re-initialising would fence the instance
-            # that took over, so stop here; a restarted writer settles the epoch at its init.
-            if committed:
-                self.tracker.resolve(True, epoch=epoch)
-                self._set_last_committed(last)
-            if rt.fenced is None:
-                rt.fenced = FencedError(
-                    f"the commit of epoch {epoch} got no answer twice ({unanswered}) while the "
-                    f"brokers answer other requests (the marker says epoch {last} is the last "
-                    "committed): another instance has most likely taken over this "
-                    "transactional id; this one stops. If no other writer runs, restart it: "
-                    "init_transactions settles the epoch",
-                    sink_id=self.sink_id,
-                    epoch=epoch,
-                )
-            raise rt.fenced
-        # No commit in flight (an abort failed, or the producer is gone): a new producer fences
-        # the old one and the broker aborts or completes its transaction; the marker is final.
-        self._reinit_producer(rt)
-        last = self._read_marker(rt)
-        self.tracker.resolve(epoch_committed(last, epoch), epoch=epoch)
-        return self._after_resolution(rt, epoch, last)
+        commit_in_flight = rt.failed_operation == "commit" and rt.producer is not None
+        machine = KafkaInDoubtMachine(self.sink_id, epoch, commit_in_flight)
 
-    def _after_resolution(self, rt: _Runtime, epoch: int, last: int | None = None) -> int | None:
-        rt.failed_operation = None
-        if last is None:
-            last = self._read_marker(rt)
-        if last is not None and last > epoch:
-            rt.fenced = FencedError(
-                f"another instance committed epoch {last} while this one's epoch {epoch} was in "
-                "doubt: another writer uses this transactional id; stop this one",
-                sink_id=self.sink_id,
-                epoch=epoch,
-            )
-            self._set_last_committed(last)
-            raise rt.fenced
-        self._set_last_committed(last)
+        def perform(c: Command) -> Event:
+            if (event := perform_driver_side(c, log)) is not None:
+                return event
+            if c.kind == "retry_commit":
+                self._retrying(rt, "commit_transaction", epoch, self._commit_timeout_s)
+            elif c.kind == "abort_producer":
+                self._abort_producer_quietly(rt)
+            elif c.kind == "reinit_producer":
+                self._reinit_producer(rt)
+            elif c.kind == "read_marker":
+                return Event.marker(self._read_marker(rt), now_ms())
+            else:
+                raise FatalError(f"in-doubt resolution: unexpected command {c.kind!r}")
+            return Event.ack()
+
+        try:
+            drive(machine, perform)
+        except FencedError as err:
+            # fenced, or refused: the brokers answer but not this producer's commit (Tansu drops
+            # a fenced producer's requests), or another instance committed past this epoch
+            rt.fenced = err
+            raise
+        finally:
+            committed = machine.committed
+            if committed is not None and self.tracker.state.name == "Failed":
+                self.tracker.resolve(committed, epoch=epoch)
+            if machine.end == "ok" or (machine.end == "refused" and committed is not None):
+                rt.failed_operation = None
+            self._set_last_committed(machine.marker)
         return self.tracker.last_committed_epoch
 
     def _settle_after_reinit(self, last: int | None) -> None:

@@ -43,7 +43,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from laminar._core import PreparedTxnState, epoch_committed
+from laminar._core import Command, Event, PostgresInDoubtMachine, PreparedTxnState, epoch_committed
 from laminar._faults import crash_point
 from laminar._input import check_epoch, materialize
 from laminar._redact import redact_dsn, redact_text
@@ -87,6 +87,7 @@ from laminar.postgres._steps import (
 )
 from laminar.postgres._steps import commit_prepared as _commit_prepared
 from laminar.postgres._steps import rollback_prepared as _rollback_prepared
+from laminar.protocol.driver import drive, perform_driver_side
 
 __all__ = ["PostgresSink", "PreparedTransaction"]
 
@@ -870,37 +871,36 @@ class PostgresSink(TransactionalSink):
             return last
         epoch = state.epoch
         assert epoch is not None
-        decision = self._pending_decision or "commit"
+        # the core's PostgresInDoubtMachine decides (docs/protocol.md §1): finish the pending gid
+        # with the decision that was being sent, then laminar.sink_epochs says; this performs
         gid = self._prepared_gid
+        commit = (self._pending_decision or "commit") == "commit"
+        machine = PostgresInDoubtMachine(self.sink_id, epoch, gid, commit=commit)
         try:
             with self._idle_connection() as conn:
-                if gid is not None:
-                    done = (
-                        _commit_prepared(conn, gid)
-                        if decision == "commit"
-                        else _rollback_prepared(conn, gid)
-                    )
-                    if done:
-                        log.warning(
-                            "sink %s: completed %s of prepared transaction %s in recovery",
-                            self.sink_id,
-                            decision,
-                            gid,
+
+                def perform(c: Command) -> Event:
+                    if (event := perform_driver_side(c, log)) is not None:
+                        return event
+                    if c.kind in ("commit_prepared", "rollback_prepared"):
+                        assert c.gid is not None
+                        finish = (
+                            _commit_prepared if c.kind == "commit_prepared" else _rollback_prepared
                         )
-                last = committed_epoch(conn, self.sink_id)
+                        return Event.found(finish(conn, c.gid))
+                    if c.kind == "read_sink_epochs":
+                        return Event.progress([(self.sink_id, committed_epoch(conn, self.sink_id))])
+                    raise FatalError(f"in-doubt resolution: unexpected command {c.kind!r}")
+
+                drive(machine, perform)
         except psycopg.Error as e:
             raise self._err(e, f"recovering epoch {epoch}", epoch) from e
-        committed = epoch_committed(last, epoch)
+        committed, last = machine.committed, machine.last
+        assert committed is not None  # the machine ended ok: it read laminar.sink_epochs
         self.tracker.resolve(committed)
         self.tracker.last_committed_epoch = last
         self._pending_decision = None
         self._prepared_gid = None
-        log.warning(
-            "sink %s: in-doubt epoch %d resolved from laminar.sink_epochs: %s",
-            self.sink_id,
-            epoch,
-            "committed" if committed else "not committed",
-        )
         return last
 
     def close(self) -> None:
