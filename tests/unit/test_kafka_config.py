@@ -183,7 +183,7 @@ def test_the_sink_pickles_as_configuration_without_a_client() -> None:
 
 def test_lifecycle_calls_out_of_order_are_illegal_without_touching_the_network() -> None:
     sink = laminar.KafkaSink("127.0.0.1:1", "t", "tid")
-    sink._rt = __import__("laminar.kafka.sink", fromlist=["_Runtime"])._Runtime()
+    sink._rt = __import__("laminar.kafka._runtime", fromlist=["_Runtime"])._Runtime()
     sink._rt.producer = object()  # never used: the state check comes first
     with pytest.raises(IllegalStateError, match="begin_transaction"):
         sink.write(None)

@@ -1,0 +1,233 @@
+"""`KafkaSink`'s configuration: the constructor's checks, the settings read in the writing
+process (``laminar.env``), the public properties, and the one error mapping (`_error`,
+docs/errors.md) every other piece of the sink uses."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError
+
+from laminar._redact import redact_config, redact_text
+from laminar._settings import Setting, is_deferred, resolve, resolve_mapping
+from laminar._sink import TransactionalSink
+from laminar.errors import (
+    ConfigError,
+    FencedError,
+    LaminarError,
+)
+from laminar.kafka._config import (
+    marker_group,
+    secret_values,
+    validate_producer_config,
+)
+from laminar.kafka._errors import (
+    ErrorContext,
+    map_kafka_error,
+)
+from laminar.kafka._runtime import _Runtime
+
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+#: Printable ASCII only: a NUL or non-ASCII transactional id passes librdkafka's checks but fails
+#: every transactional request, as a retriable error, forever.
+_TRANSACTIONAL_ID = re.compile(r"[\x20-\x7e]+")
+
+
+class _SinkBase(TransactionalSink):
+    """What every piece of `KafkaSink` reads: its settings, its runtime and its errors."""
+
+    def __init__(
+        self,
+        bootstrap_servers: Setting,
+        topic: str,
+        transactional_id: str,
+        key: str | None = None,
+        value_format: str | None = None,
+        producer_config: Mapping[str, Any] | None = None,
+        *,
+        value_column: str | None = None,
+        transaction_timeout_ms: int | None = None,
+        commit_timeout_s: float = 30.0,
+        init_timeout_s: float = 30.0,
+        flush_timeout_s: float = 120.0,
+        retries: int = 3,
+    ) -> None:
+        if not is_deferred(bootstrap_servers) and (
+            not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip()
+        ):
+            raise ConfigError("KafkaSink needs bootstrap_servers, e.g. 'broker1:9092,broker2:9092'")
+        if not isinstance(topic, str) or not _TOPIC_NAME.fullmatch(topic) or topic in (".", ".."):
+            raise ConfigError(
+                f"KafkaSink topic {topic!r} is not a valid Kafka topic name (1-249 characters "
+                "of a-z A-Z 0-9 . _ -, and not '.' or '..')"
+            )
+        if not isinstance(transactional_id, str) or not transactional_id.strip():
+            raise ConfigError(
+                "KafkaSink needs a transactional_id: a name that stays the same across restarts "
+                "(e.g. 'orders-sink'), unique per writer"
+            )
+        if not _TRANSACTIONAL_ID.fullmatch(transactional_id):
+            raise ConfigError(
+                f"KafkaSink transactional_id {transactional_id!r} has a character outside "
+                "printable ASCII (letters, digits, punctuation, space): brokers and clients do "
+                "not agree on other characters, and every epoch would fail. Choose an ASCII name "
+                "(e.g. 'orders-sink')"
+            )
+        if value_format not in (None, "json", "raw", "spark"):
+            raise ConfigError(
+                f"value_format must be 'json', 'raw' or 'spark', not {value_format!r}"
+            )
+        if value_format == "spark" and key is not None:
+            raise ConfigError(
+                "value_format='spark' reads the 'key' column by name; drop key= (or rename the "
+                "column to 'key')"
+            )
+        if key is not None and not isinstance(key, str):
+            raise ConfigError(f"key must be a column name or None, not {type(key).__name__}")
+        if value_column is not None and value_format != "raw":
+            raise ConfigError("value_column is only used with value_format='raw'")
+        for name, value in (
+            ("commit_timeout_s", commit_timeout_s),
+            ("init_timeout_s", init_timeout_s),
+            ("flush_timeout_s", flush_timeout_s),
+        ):
+            if not value > 0:
+                raise ConfigError(f"{name} must be > 0, got {value!r}")
+        if retries < 0:
+            raise ConfigError(f"retries must be >= 0, got {retries}")
+        if transaction_timeout_ms is not None and transaction_timeout_ms <= 0:
+            raise ConfigError(f"transaction_timeout_ms must be > 0, got {transaction_timeout_ms}")
+        # Settings given as laminar.env(...) are checked once read, in the writing process.
+        config = validate_producer_config(
+            _known(producer_config),
+            bootstrap_servers=str(bootstrap_servers),
+            transactional_id=transactional_id,
+            transaction_timeout_ms=transaction_timeout_ms,
+        )
+        if producer_config is not None:
+            for name in producer_config:
+                if not isinstance(name, str):
+                    raise ConfigError(f"producer_config keys must be strings, got {name!r}")
+            config = dict(producer_config)
+        super().__init__(transactional_id)
+        self._bootstrap_setting: Setting = bootstrap_servers
+        self._resolved: tuple[str, dict[str, Any]] | None = None
+        self._topic = topic
+        self._key = key
+        self._value_format = value_format
+        self._value_column = value_column
+        self._producer_setting = config
+        self._transaction_timeout_ms = transaction_timeout_ms
+        self._commit_timeout_s = float(commit_timeout_s)
+        self._init_timeout_s = float(init_timeout_s)
+        self._flush_timeout_s = float(flush_timeout_s)
+        self._retries = int(retries)
+        self._rt: _Runtime | None = None
+
+    # -- configuration ------------------------------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> Setting:
+        """The cluster's ``bootstrap.servers`` (or the ``laminar.env`` it is read from)."""
+        return self._bootstrap_setting
+
+    @property
+    def _bootstrap_servers(self) -> str:
+        return self._resolve_settings()[0]
+
+    @property
+    def _producer_config(self) -> dict[str, Any]:
+        return self._resolve_settings()[1]
+
+    def _resolve_settings(self) -> tuple[str, dict[str, Any]]:
+        """``bootstrap_servers`` and ``producer_config`` in this process: ``laminar.env``
+        settings are read here (the writing process), then checked like direct ones."""
+        if self._resolved is None:
+            what = f"KafkaSink {self.sink_id!r}:"
+            bootstrap = resolve(self._bootstrap_setting, f"{what} bootstrap_servers")
+            config = resolve_mapping(self._producer_setting, f"{what} producer_config")
+            if not bootstrap.strip():
+                raise ConfigError(f"{what} bootstrap_servers is empty")
+            config = validate_producer_config(
+                config,
+                bootstrap_servers=bootstrap,
+                transactional_id=self.sink_id,
+                transaction_timeout_ms=self._transaction_timeout_ms,
+            )
+            self._resolved = (bootstrap, config)
+        return self._resolved
+
+    @property
+    def topic(self) -> str:
+        """The topic the records go to."""
+        return self._topic
+
+    @property
+    def transactional_id(self) -> str:
+        """The producer's ``transactional.id`` (the sink id)."""
+        return self.sink_id
+
+    @property
+    def key(self) -> str | None:
+        """The key column, if any."""
+        return self._key
+
+    @property
+    def value_format(self) -> str:
+        """``"json"``, ``"raw"`` or ``"spark"``. Not given: ``"json"``, except that a batch of
+        exactly Spark's Kafka-sink shape is written as ``"spark"`` (docs/kafka.md)."""
+        return self._value_format or "json"
+
+    @property
+    def marker_group(self) -> str:
+        """The consumer group whose committed offset on (topic, 0) is the last committed epoch."""
+        return marker_group(self.sink_id)
+
+    @property
+    def producer_config(self) -> dict[str, Any]:
+        """The user's producer settings, secrets masked (``***``)."""
+        return redact_config(self._producer_setting)
+
+    def __repr__(self) -> str:
+        return (
+            f"KafkaSink(bootstrap_servers={self._bootstrap_setting!r}, topic={self._topic!r}, "
+            f"transactional_id={self.sink_id!r}, key={self._key!r}, "
+            f"value_format={self._value_format!r}, producer_config={self.producer_config!r})"
+        )
+
+    # -- errors -------------------------------------------------------------------------------
+
+    def _context(self, epoch: int | None) -> ErrorContext:
+        return ErrorContext(
+            sink_id=self.sink_id,
+            bootstrap_servers=self._bootstrap_servers,
+            topic=self._topic,
+            epoch=epoch,
+            secrets=secret_values(self._producer_config),
+        )
+
+    def _error(
+        self,
+        error: BaseException | KafkaError,
+        operation: str,
+        epoch: int | None,
+        rt: _Runtime,
+        *,
+        hint: str | None = None,
+    ) -> LaminarError:
+        mapped = map_kafka_error(error, operation, self._context(epoch), hint=hint)
+        if isinstance(mapped, FencedError):
+            rt.fenced = mapped
+        return mapped
+
+    def _scrub(self, text: str) -> str:
+        return redact_text(text, secret_values(self._producer_config))
+
+
+def _known(config: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The settings whose values are known now (``laminar.env`` ones are checked later)."""
+    if config is None or not isinstance(config, Mapping):
+        return config
+    return {key: value for key, value in config.items() if not is_deferred(value)}

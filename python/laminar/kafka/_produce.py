@@ -1,0 +1,205 @@
+"""`KafkaSink`'s produce path: records into the open transaction (positional ``produce`` where
+confluent-kafka allows it, waiting for room when the local queue is full), the epoch markers
+and the flush that prepares it, and the errors that name the failing row."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from itertools import repeat
+from typing import Any
+
+import pyarrow as pa  # type: ignore[import-untyped]
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from laminar._faults import crash_point
+from laminar.errors import (
+    AbortableError,
+    LaminarError,
+    RecordTooLargeError,
+)
+from laminar.kafka import _shape as shape
+from laminar.kafka._clients import _Clients
+from laminar.kafka._config import (
+    DEFAULT_MESSAGE_MAX_BYTES,
+)
+from laminar.kafka._errors import (
+    as_kafka_error,
+)
+from laminar.kafka._runtime import _Runtime
+
+#: Rows per slice encoded at once. Not overlapped with the produce loop (as the COPY path is):
+#: the loop holds the GIL, and a worker building the next slice's `bytes` made the write path
+#: 1.4x slower, not faster (docs/serialization.md, "Performance").
+_CHUNK_ROWS = 65_536
+
+
+class _Producing(_Clients):
+    """Producing an epoch's records and finishing its writes."""
+
+    # -- producing ----------------------------------------------------------------------------
+
+    def _produce(
+        self,
+        rt: _Runtime,
+        values: list[bytes | None],
+        keys: list[bytes | None] | None,
+        epoch: int,
+        first_row: int,
+        first_chunk: bool,
+        routed: Any = None,
+    ) -> None:
+        """Produces the rows (``routed``: Spark's shape, each row to its own topic, partition
+        and headers); the crash point ``kafka.mid_produce`` halfway through the first chunk."""
+        ranges = (
+            [(0, len(values) // 2), (len(values) // 2, len(values))]
+            if first_chunk
+            else [(0, len(values))]
+        )
+        for i, (start, stop) in enumerate(ranges):
+            if i:
+                crash_point("kafka.mid_produce")
+            if routed is None:
+                self._produce_range(rt, values, keys, epoch, first_row, start, stop)
+                continue
+            try:
+                shape.produce_routed(
+                    rt.producer.produce,
+                    routed,
+                    rt.headers,
+                    start,
+                    stop,
+                    lambda: self._wait_for_room(rt, epoch),
+                )
+            except KafkaException as e:
+                raise self._produce_error(e, epoch, first_row + start, None, None, rt) from e
+
+    def _produce_range(
+        self,
+        rt: _Runtime,
+        values: list[bytes | None],
+        keys: list[bytes | None] | None,
+        epoch: int,
+        first_row: int,
+        start: int,
+        stop: int,
+    ) -> None:
+        if start != 0 or stop != len(values):
+            values = values[start:stop]
+            keys = keys[start:stop] if keys is not None else None
+        pairs = zip(keys, values, strict=True) if keys is not None else zip(repeat(None), values)
+        producer = rt.producer
+        produce = producer.produce
+        topic = self._topic
+        headers = rt.headers
+        key: bytes | None = None
+        value: bytes | None = None
+        try:
+            if rt.positional_produce:
+                # produce(topic, value, key, partition, callback, on_delivery, timestamp,
+                # headers) positionally: about a third faster than keywords in confluent-kafka.
+                try:
+                    for key, value in pairs:
+                        try:
+                            produce(topic, value, key, -1, None, None, 0, headers)
+                        except BufferError:
+                            self._wait_for_room(rt, epoch)
+                            produce(topic, value, key, -1, None, None, 0, headers)
+                    return
+                except TypeError:
+                    if len(producer) or value is not values[0]:
+                        raise
+                    rt.positional_produce = False  # another confluent-kafka argument order
+                    pairs = (
+                        zip(keys, values, strict=True)
+                        if keys is not None
+                        else zip(repeat(None), values)
+                    )
+            for key, value in pairs:
+                try:
+                    produce(topic, value, key, headers=headers)
+                except BufferError:
+                    self._wait_for_room(rt, epoch)
+                    produce(topic, value, key, headers=headers)
+        except KafkaException as e:
+            row = first_row + start + next((i for i, v in enumerate(values) if v is value), 0)
+            raise self._produce_error(e, epoch, row, key, value, rt) from e
+
+    def _wait_for_room(self, rt: _Runtime, epoch: int) -> None:
+        """The local queue is full: serve callbacks until the broker acknowledged some."""
+        deadline = time.monotonic() + self._flush_timeout_s
+        queued = len(rt.producer)
+        while time.monotonic() < deadline:
+            rt.producer.poll(0.005)
+            if len(rt.producer) < queued:
+                return
+        raise AbortableError(
+            f"the producer's queue stayed full for {self._flush_timeout_s:g} s: the brokers at "
+            f"{self._bootstrap_servers} do not acknowledge records (see flush_timeout_s)",
+            sink_id=self.sink_id,
+            epoch=epoch,
+        )
+
+    def _produce_error(
+        self,
+        e: KafkaException,
+        epoch: int,
+        row: int,
+        key: bytes | None,
+        value: bytes | None,
+        rt: _Runtime,
+    ) -> LaminarError:
+        kafka_error = as_kafka_error(e)
+        if kafka_error is not None and kafka_error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+            size = len(value or b"") + len(key or b"")
+            limit = self._producer_config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES)
+            return RecordTooLargeError(
+                f"row {row} (key {_show_key(key)}) is a record of {size:,} bytes, larger than "
+                f"message.max.bytes={limit}; raise message.max.bytes in producer_config (and the "
+                "topic's max.message.bytes on the broker) or write smaller rows",
+                sink_id=self.sink_id,
+                epoch=epoch,
+            )
+        return self._error(e, "produce", epoch, rt, hint=f"row {row} (key {_show_key(key)})")
+
+    def _finish_writes(self, rt: _Runtime, epoch: int) -> None:
+        """Epoch marker, then flush: after this every record is acknowledged by the brokers."""
+        offsets = [TopicPartition(t, 0, epoch) for t in [self._topic, *sorted(rt.epoch_topics)]]
+        self._retrying(rt, "send_offsets_to_transaction", epoch, self._commit_timeout_s, offsets)
+        crash_point("kafka.after_markers")
+        remaining = rt.producer.flush(self._flush_timeout_s)
+        if rt.delivery_errors:
+            error, key, size = rt.delivery_errors[0]
+            hint = (
+                f"{rt.delivery_failures} record(s) failed; the first has key {_show_key(key)} "
+                f"and a {size:,}-byte value"
+            )
+            raise self._error(KafkaException(error), "delivery", epoch, rt, hint=hint)
+        if remaining:
+            raise AbortableError(
+                f"{remaining} record(s) were not acknowledged within flush_timeout_s="
+                f"{self._flush_timeout_s:g} s by the brokers at {self._bootstrap_servers}",
+                sink_id=self.sink_id,
+                epoch=epoch,
+            )
+        crash_point("kafka.after_flush")
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _show_key(key: bytes | None) -> str:
+    if key is None:
+        return "null"
+    shown = key[:64].decode("utf-8", "backslashreplace")
+    return repr(shown + ("…" if len(key) > 64 else ""))
+
+
+def _arrow_chunks(data: pa.Table | pa.RecordBatch) -> Iterator[Any]:
+    """``data`` in slices of at most ``_CHUNK_ROWS`` rows (zero-copy), so that encoding holds
+    one slice's payloads at a time whatever the batch size."""
+    if data.num_rows <= _CHUNK_ROWS:
+        yield data
+        return
+    for offset in range(0, data.num_rows, _CHUNK_ROWS):
+        yield data.slice(offset, _CHUNK_ROWS)

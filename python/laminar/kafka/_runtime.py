@@ -1,0 +1,90 @@
+"""The live part of a `laminar.kafka.sink.KafkaSink` in the process that writes: its clients,
+what librdkafka's callbacks reported, the producer identity and the open epoch (never pickled)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from typing import Any
+
+from confluent_kafka import KafkaError
+
+from laminar.errors import (
+    FencedError,
+)
+
+_IGNORED_DELIVERY_CODES = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+
+
+class _Runtime:
+    """The live part of a sink in the process that writes (never pickled)."""
+
+    def __init__(self) -> None:
+        self.producer: Any = None
+        self.consumer: Any = None
+        self.group_metadata: Any = None
+        self.fenced: FencedError | None = None
+        # failures heard through callbacks
+        self.delivery_errors: list[tuple[KafkaError, bytes | None, int]] = []
+        self.delivery_failures = 0
+        self.client_errors: deque[KafkaError] = deque(maxlen=16)
+        # producer identity from librdkafka's statistics
+        self.stats_json: str | None = None
+        self.identity_since_us = 0
+        self.identity: tuple[int, int] | None = None
+        self.identity_warned = False
+        # the open epoch
+        self.headers: list[tuple[str, bytes]] = []
+        #: Topics other than the home topic that the open epoch wrote (its markers go there too).
+        self.epoch_topics: set[str] = set()
+        #: Partition counts of the topics rows named (Spark's shape), from metadata.
+        self.partition_counts: dict[str, int] = {}
+        self.records = 0
+        self.last_epoch: int | None = None
+        self.attempt = 0
+        self.failed_operation: str | None = None
+        self.positional_produce = True
+        # the last committed epoch found without a marker: (answer, whether a writer found it)
+        self.without_marker: tuple[int | None, bool] | None = None
+
+    # -- callbacks (called by librdkafka from poll/flush, in this thread) ---------------------
+
+    def on_stats(self, stats_json: str) -> None:
+        self.stats_json = stats_json
+
+    def on_error(self, error: KafkaError) -> None:
+        self.client_errors.append(error)
+
+    def on_delivery(self, error: KafkaError | None, message: Any) -> None:
+        if error is None or error.code() in _IGNORED_DELIVERY_CODES:
+            return
+        self.delivery_failures += 1
+        if len(self.delivery_errors) < 8:
+            value = message.value() if message is not None else None
+            key = message.key() if message is not None else None
+            self.delivery_errors.append((error, key, len(value) if value is not None else 0))
+
+    # -- identity -----------------------------------------------------------------------------
+
+    def identity_changed(self) -> None:
+        """The producer id/epoch may have changed (new producer, or an abort that bumps it)."""
+        self.identity = None
+        self.identity_since_us = time.monotonic_ns() // 1000
+
+    def fresh_identity(self) -> tuple[int, int] | None:
+        """The producer id/epoch from a statistics report emitted since the last change."""
+        if self.stats_json is None:
+            return None
+        try:
+            stats = json.loads(self.stats_json)
+            eos = stats.get("eos") or {}
+            emitted_us = int(stats.get("ts", 0))
+        except (ValueError, TypeError, AttributeError):
+            return None
+        if emitted_us < self.identity_since_us or eos.get("idemp_state") != "Assigned":
+            return None
+        try:
+            return int(eos["producer_id"]), int(eos["producer_epoch"])
+        except (KeyError, TypeError, ValueError):
+            return None
