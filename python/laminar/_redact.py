@@ -55,7 +55,7 @@ def parse_dsn(dsn: object, what: str) -> dict[str, str]:
         return {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v is not None}
     except Exception:  # psycopg.ProgrammingError; the message quotes the DSN
         raise ConfigError(
-            f"{what} is a malformed dsn: it is not a libpq connection string or URI (its text is "
+            f"{what}: malformed dsn, it is not a libpq connection string or URI (its text is "
             "not shown: it may hold a password); give e.g. 'postgresql://user@host:5432/db' or "
             "'host=... dbname=... user=...'"
         ) from None

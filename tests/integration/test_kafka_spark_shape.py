@@ -7,6 +7,7 @@ nothing committed. Results are the committed records replayed by ``laminar.kafka
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pyarrow as pa
@@ -79,8 +80,9 @@ def test_the_shape_is_detected_and_other_shapes_keep_json(
         ({"header": "laminar.epoch"}, "has the header 'laminar.epoch'"),
         ({"topic": "{home}-missing"}, "names topic '{home}-missing', which does not exist"),
         ({"topic": "bad topic"}, 'names topic "bad topic", which is not a valid'),
+        ({"null_header": True}, "has a null header"),
     ],
-    ids=["bad-partition", "reserved-header", "missing-topic", "invalid-topic"],
+    ids=["bad-partition", "reserved-header", "missing-topic", "invalid-topic", "null-header"],
 )
 def test_bad_rows_are_data_errors_naming_them_and_nothing_is_committed(
     kafka_broker: Any,
@@ -100,6 +102,8 @@ def test_bad_rows_are_data_errors_naming_them_and_nothing_is_committed(
         bad["headers"] = [{"key": change["header"], "value": b"9"}]
     if "topic" in change:
         bad["topic"] = change["topic"].format(home=topic_name)
+    if "null_header" in change:  # a null element, not an empty header (hostile pass, stop 21)
+        bad["headers"] = [None, {"key": "a", "value": b"1"}]
     table = pa.Table.from_pylist(rows, schema=shape_table(0, topic_name).schema)
     writer = laminar.exactly_once(_sink(kafka_bootstrap, topic_name, tid))
     with pytest.raises(DataError) as err:
@@ -107,6 +111,28 @@ def test_bad_rows_are_data_errors_naming_them_and_nothing_is_committed(
     assert "row 5 " in str(err.value)
     assert message.format(home=topic_name, other=other) in str(err.value)
     # the sink stays usable; the failed attempt left nothing committed
+    assert writer.write_epoch(1, shape_table(1, topic_name)).committed
+    writer.close()
+    assert_exact(kafka_bootstrap, topic_name, tid, range(1, 2))
+
+
+def test_a_routed_record_too_large_by_its_headers_names_its_row_and_size(
+    kafka_broker: Any, kafka_bootstrap: str, topic_name: str
+) -> None:
+    _topics(kafka_broker, topic_name)
+    tid = f"tid-{topic_name}"
+    rows = shape_table(0, topic_name).to_pylist()
+    rows[5]["headers"] = [{"key": "big", "value": b"h" * 30_000}]
+    table = pa.Table.from_pylist(rows, schema=shape_table(0, topic_name).schema)
+    sink = _sink(kafka_bootstrap, topic_name, tid, producer_config={"message.max.bytes": 20_000})
+    writer = laminar.exactly_once(sink)
+    with pytest.raises(laminar.RecordTooLargeError) as err:
+        writer.write_epoch(0, table)
+    message = str(err.value)
+    assert "row 5 " in message
+    # the user's header (30,003 bytes) and Laminar's own count: the size is the record's
+    assert re.search(r"30,0\d\d bytes of headers", message), message
+    assert "message.max.bytes=20000" in message
     assert writer.write_epoch(1, shape_table(1, topic_name)).committed
     writer.close()
     assert_exact(kafka_bootstrap, topic_name, tid, range(1, 2))

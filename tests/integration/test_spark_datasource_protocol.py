@@ -266,3 +266,48 @@ def test_a_task_interrupted_mid_write_aborts_its_kafka_transaction(setup: dict[s
     again = [write_task(s["options"], 0, OWNER, p, iter(partition(p)), attempt="1") for p in (0, 1)]
     writer.commit(again, 0)
     assert stores(s) == (expected(range(2)), expected(range(2)), [])
+
+
+def test_sparks_kafka_sink_shape_is_routed_as_format_kafka_would(
+    setup: dict[str, Any], kafka_broker: Any
+) -> None:
+    """A DataFrame shaped for ``format("kafka")`` (key, value, topic, partition, headers) moves
+    to ``format("laminar")`` unchanged: detected without ``kafka.value.format``, each row to its
+    topic and partition with its headers, exactly once."""
+    s = setup
+    other = f"{s['topic']}-routed"
+    kafka_broker.create_topic(other, partitions=3)
+    raw = {k: v for k, v in s["raw"].items() if not k.startswith("postgres.")}
+    raw.pop("kafka.key.column")
+    options = parse_options({**raw, "laminar.state.dsn.env": VAR})
+    header = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+    def shaped(part: int) -> list[pa.RecordBatch]:
+        ids = range(part * 1000, part * 1000 + 10)
+        return [
+            pa.record_batch(
+                {
+                    "key": [str(i) for i in ids],
+                    "value": [f"v{i}".encode() for i in ids],
+                    "topic": [other if i % 2 else None for i in ids],  # null: the sink's topic
+                    "partition": pa.array([2 if i % 2 else None for i in ids], pa.int32()),
+                    "headers": pa.array(
+                        [[{"key": "h", "value": str(i).encode()}] for i in ids], header
+                    ),
+                }
+            )
+        ]
+
+    writer = LaminarStreamWriter(options)
+    messages = [write_task(options, 0, OWNER, p, iter(shaped(p)), attempt="0") for p in range(2)]
+    writer.commit(messages, 0)
+    home = settled_committed(s["bootstrap"], s["topic"])
+    routed = settled_committed(s["bootstrap"], other)
+    all_ids = [i for p in range(2) for i in range(p * 1000, p * 1000 + 10)]
+    assert sorted(int(r.key) for r in home) == [i for i in all_ids if i % 2 == 0]
+    assert sorted(int(r.key) for r in routed) == [i for i in all_ids if i % 2]
+    for r in [*home, *routed]:
+        assert r.value == f"v{int(r.key)}".encode()
+        assert r.header("h") == r.key
+    by_partition = settled_logs(s["bootstrap"], other)
+    assert {p for p, log in by_partition.items() if log.committed} == {2}

@@ -44,6 +44,12 @@ def test_kafka_options_follow_sparks_kafka_sink() -> None:
         "sasl.password": EnvValue("KAFKA_PW"),
     }
     assert opts.state_dsn() == EnvValue("STATE_DSN")
+    # Spark's Kafka-sink shape is detected as KafkaSink detects it (one changed line from
+    # format("kafka")); value.format spark/json/raw force one
+    assert opts.value_format is None
+    assert sink.value_format == "json"  # before a batch shows its shape
+    forced = parse_options({**KAFKA, "kafka.value.format": "spark", "laminar.state.dsn.env": "S"})
+    assert forced.kafka_sinks()[0].value_format == "spark"
 
 
 def test_both_targets_make_one_group_and_topic_is_an_alias() -> None:
@@ -77,7 +83,11 @@ def test_the_options_pickle_without_a_secret() -> None:
         ({**PG, "postgres.tabel": "x"}, "unknown option 'postgres.tabel'"),
         ({**PG, "postgres.dsn.env": "host=db password=x"}, "the \\*name\\* of an environment"),
         ({**PG, "laminar.check.servers": "maybe"}, "takes true or false"),
-        ({**PG, **KAFKA, "kafka.value.format": "avro"}, "json or raw"),
+        ({**PG, **KAFKA, "kafka.value.format": "avro"}, "json, raw or spark"),
+        ({**PG, **KAFKA, "topic": "other"}, "'kafka.topic' .* and 'topic' .* disagree"),
+        ({**PG, **KAFKA, "kafka.transactional.id": ""}, "'kafka.transactional.id' is empty"),
+        ({**PG, "postgres.dsn.env": "ORDERS_PG_DSN "}, "the \\*name\\* of an environment"),
+        ({**PG, "postgres.dsn.env": "\u00c4BC"}, "the \\*name\\* of an environment"),
         ({**PG, **KAFKA, "kafka.enable.idempotence": "false"}, "enable.idempotence"),
     ],
 )

@@ -71,8 +71,11 @@ class _Producing(_Clients):
                     stop,
                     lambda: self._wait_for_room(rt, epoch),
                 )
-            except KafkaException as e:
-                raise self._produce_error(e, epoch, first_row + start, None, None, rt) from e
+            except shape.RoutedProduceError as f:
+                row = first_row + start + f.offset
+                raise self._produce_error(
+                    f.error, epoch, row, f.key, f.value, rt, header_bytes=f.header_bytes
+                ) from f.error
 
     def _produce_range(
         self,
@@ -148,15 +151,20 @@ class _Producing(_Clients):
         key: bytes | None,
         value: bytes | None,
         rt: _Runtime,
+        *,
+        header_bytes: int | None = None,
     ) -> LaminarError:
         kafka_error = as_kafka_error(e)
         if kafka_error is not None and kafka_error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
-            size = len(value or b"") + len(key or b"")
+            if header_bytes is None:  # Laminar's own headers only
+                header_bytes = shape.headers_size(rt.headers)
+            size = len(value or b"") + len(key or b"") + header_bytes
             limit = self._producer_config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES)
             return RecordTooLargeError(
-                f"row {row} (key {_show_key(key)}) is a record of {size:,} bytes, larger than "
-                f"message.max.bytes={limit}; raise message.max.bytes in producer_config (and the "
-                "topic's max.message.bytes on the broker) or write smaller rows",
+                f"row {row} (key {_show_key(key)}) is a record of {size:,} bytes (key, value "
+                f"and {header_bytes:,} bytes of headers), larger than message.max.bytes={limit}; "
+                "raise message.max.bytes in producer_config (and the topic's max.message.bytes "
+                "on the broker) or write smaller rows",
                 sink_id=self.sink_id,
                 epoch=epoch,
             )

@@ -203,14 +203,45 @@ def produce_routed(
     headers: Iterable[list[Any]] = (
         records.headers[start:stop] if records.headers is not None else [sink_headers] * n
     )
-    for topic, partition, key, value, row_headers in zip(
-        topics, partitions, keys, values, headers, strict=True
+    for offset, (topic, partition, key, value, row_headers) in enumerate(
+        zip(topics, partitions, keys, values, headers, strict=True)
     ):
         try:
-            produce(topic, value, key, partition, None, None, 0, row_headers)
-        except BufferError:
-            wait_for_room()
-            produce(topic, value, key, partition, None, None, 0, row_headers)
+            try:
+                produce(topic, value, key, partition, None, None, 0, row_headers)
+            except BufferError:
+                wait_for_room()
+                produce(topic, value, key, partition, None, None, 0, row_headers)
+        except KafkaException as e:
+            raise RoutedProduceError(e, offset, key, value, headers_size(row_headers)) from e
+
+
+class RoutedProduceError(Exception):
+    """librdkafka refused one routed record: which (``offset`` from the chunk's start), with its
+    key, value and the size of its headers, for the sink's error message."""
+
+    def __init__(
+        self,
+        error: KafkaException,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        header_bytes: int,
+    ) -> None:
+        super().__init__(str(error))
+        self.error, self.offset, self.key, self.value = error, offset, key, value
+        self.header_bytes = header_bytes
+
+
+def headers_size(headers: Iterable[Any]) -> int:
+    """The bytes of a record's header keys and values (what counts toward message.max.bytes
+    besides its key and value)."""
+    total = 0
+    for name, value in headers:
+        total += len(name.encode() if isinstance(name, str) else name)
+        if value is not None:
+            total += len(value.encode() if isinstance(value, str) else value)
+    return total
 
 
 # -- the topics a sink has written, in its identity (docs/protocol.md §1) ---------------------

@@ -12,7 +12,7 @@ import psycopg
 import pyarrow as pa  # type: ignore[import-untyped]
 from psycopg.conninfo import conninfo_to_dict
 
-from laminar._redact import redact_dsn, redact_text
+from laminar._redact import parse_dsn, redact_dsn
 from laminar._settings import Setting, is_deferred, resolve
 from laminar._sink import TransactionalSink
 from laminar.errors import (
@@ -125,10 +125,7 @@ class _SinkBase(TransactionalSink):
     def _check_dsn(self, dsn: object) -> None:
         if not isinstance(dsn, str) or not dsn.strip():
             raise ConfigError("PostgresSink needs dsn= a libpq connection string or URI")
-        try:
-            params = conninfo_to_dict(dsn)
-        except psycopg.ProgrammingError as e:
-            raise ConfigError(f"PostgresSink: malformed dsn ({redact_text(str(e))})") from None
+        params = parse_dsn(dsn, "PostgresSink: dsn")
         self._resolved_dsn = dsn
         self._password = str(params.get("password") or "")
 

@@ -30,7 +30,9 @@ KNOWN = {
     "topic": "the topic (alias of kafka.topic)",
     "kafka.transactional.id": "the Kafka sink's id (default laminar-<topic>)",
     "kafka.key.column": "the column written as the record key (default: none)",
-    "kafka.value.format": "json (default: the row as a JSON object) or raw",
+    "kafka.value.format": "json (the row as a JSON object), raw, or spark (Spark's Kafka-sink "
+    "shape: key, value, topic, partition, headers); default: spark when the DataFrame has "
+    "exactly that shape, else json",
     "postgres.dsn.env": "the name of the environment variable holding the DSN on the server",
     "postgres.table": "the table, e.g. public.orders",
     "postgres.sink.id": "the PostgreSQL sink's id (default: the qualified table name)",
@@ -54,7 +56,8 @@ class SinkOptions:
     topic: str | None = None
     transactional_id: str | None = None
     key_column: str | None = None
-    value_format: str = "json"
+    #: None: Spark's Kafka-sink shape when the batch has exactly it, else JSON (KafkaSink's rule)
+    value_format: str | None = None
     producer_config: dict[str, Any] = field(default_factory=dict)
     postgres_dsn_env: str | None = None
     postgres_table: str | None = None
@@ -100,7 +103,7 @@ class SinkOptions:
         `ConfigError` naming the option, never quoting the value)."""
         option = "laminar.state.dsn.env" if self.state_dsn_env else "postgres.dsn.env"
         dsn = self.state_dsn().resolve("the decision database (format('laminar'))")
-        parse_dsn(dsn, f"format('laminar'): the value of {option}'s variable")
+        parse_dsn(dsn, f"format('laminar'): the variable of {option}")
         return dsn
 
     def group_id(self, sink_ids: list[str]) -> str:
@@ -122,8 +125,8 @@ def _flag(key: str, value: str) -> bool:
 
 
 def _env_name(key: str, value: str) -> str:
-    name = value.strip()
-    if not name.replace("_", "").isalnum() or name[0].isdigit():
+    name = value
+    if not name.isascii() or not name.replace("_", "").isalnum() or name[0].isdigit():
         raise ConfigError(
             f"option {key!r} takes the *name* of an environment variable on the Spark server "
             f"(letters, digits, '_'), e.g. ORDERS_PG_DSN; got a value that is not a name"
@@ -186,9 +189,21 @@ def parse_options(options: Mapping[str, Any]) -> SinkOptions:
             "the environment variable holding the DSN of the PostgreSQL database that records "
             "the decisions)"
         )
-    value_format = found.get("kafka.value.format", "json")
-    if value_format not in ("json", "raw"):
-        raise ConfigError(f"option 'kafka.value.format' takes json or raw, not {value_format!r}")
+    value_format = found.get("kafka.value.format")
+    if value_format not in (None, "json", "raw", "spark"):
+        raise ConfigError(
+            f"option 'kafka.value.format' takes json, raw or spark, not {value_format!r}"
+        )
+    both = (found.get("kafka.topic"), found.get("topic"))
+    if None not in both and both[0] != both[1]:
+        raise ConfigError(
+            f"options 'kafka.topic' ({both[0]!r}) and 'topic' ({both[1]!r}) disagree; give one"
+        )
+    if found.get("kafka.transactional.id") == "":
+        raise ConfigError(
+            "option 'kafka.transactional.id' is empty; give an id, or leave the option out for "
+            "laminar-<topic>"
+        )
     parsed = SinkOptions(
         bootstrap_servers=bootstrap,
         topic=topic,

@@ -246,9 +246,23 @@ pub fn route(
             None => None,
         };
         let partitions = match plan.partition {
+            // not `cast`: its safe mode turns a value Int64 cannot hold (a UInt64 >= 2^63) into
+            // null, which would let the partitioner choose instead of refusing the row
             Some(i) => Some(
-                arrow_cast::cast(batch.column(i), &DataType::Int64)
-                    .map_err(|e| CoreError::Config(format!("column '{PARTITION}': {e}")))?,
+                arrow_cast::cast_with_options(
+                    batch.column(i),
+                    &DataType::Int64,
+                    &arrow_cast::CastOptions {
+                        safe: false,
+                        ..Default::default()
+                    },
+                )
+                .map_err(|e| {
+                    CoreError::Data(format!(
+                        "column '{PARTITION}': {e}; a partition is an integer from 0 to the \
+                         topic's partition count - 1 (or null: the partitioner chooses)"
+                    ))
+                })?,
             ),
             None => None,
         };
@@ -338,6 +352,8 @@ pub fn route(
 struct HeaderColumn {
     offsets: Vec<usize>,
     list: ArrayRef,
+    /// The header structs themselves (an element may be null).
+    items: ArrayRef,
     keys: ByteColumn,
     values: ByteColumn,
 }
@@ -355,10 +371,11 @@ impl HeaderColumn {
             DataType::LargeList(_) => list_parts::<i64>(array.as_list_opt().ok_or_else(malformed)?),
             _ => return Err(malformed()),
         };
-        let items: &StructArray = items.as_struct_opt().ok_or_else(malformed)?;
-        let keys = items.column_by_name(KEY).ok_or_else(malformed)?;
-        let values = items.column_by_name(VALUE).ok_or_else(malformed)?;
+        let structs: &StructArray = items.as_struct_opt().ok_or_else(malformed)?;
+        let keys = structs.column_by_name(KEY).ok_or_else(malformed)?;
+        let values = structs.column_by_name(VALUE).ok_or_else(malformed)?;
         Ok(Self {
+            items: items.clone(),
             keys: ByteColumn::try_new("headers.key", keys)?,
             values: ByteColumn::try_new("headers.value", values)?,
             offsets,
@@ -376,6 +393,12 @@ impl HeaderColumn {
         };
         let mut out = Vec::with_capacity(end.saturating_sub(start));
         for j in start..end {
+            if self.items.is_null(j) {
+                return Err(CoreError::Data(format!(
+                    "row {row} has a null header (an element of '{HEADERS}' is null); drop it, \
+                     or give it a key"
+                )));
+            }
             if self.keys.is_null(j) {
                 return Err(CoreError::Data(format!(
                     "row {row} has a header with a null key; every header needs a key"
@@ -543,6 +566,67 @@ mod tests {
                 Err(CoreError::Data(msg)) => assert!(msg.contains(want), "{msg}"),
                 other => panic!("{other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn a_null_header_element_is_a_data_error_not_an_empty_header() {
+        let fields = Fields::from(vec![
+            Field::new(KEY, DataType::Utf8, true),
+            Field::new(VALUE, DataType::Binary, true),
+        ]);
+        let inner = StructBuilder::new(
+            fields,
+            vec![
+                Box::new(StringBuilder::new()),
+                Box::new(BinaryBuilder::new()),
+            ],
+        );
+        let mut list = ListBuilder::new(inner);
+        {
+            let s = list.values();
+            // a null element, then a real header
+            s.field_builder::<StringBuilder>(0)
+                .expect("key")
+                .append_null();
+            s.field_builder::<BinaryBuilder>(1)
+                .expect("value")
+                .append_null();
+            s.append(false);
+            s.field_builder::<StringBuilder>(0)
+                .expect("key")
+                .append_value("a");
+            s.field_builder::<BinaryBuilder>(1)
+                .expect("value")
+                .append_value(b"1");
+            s.append(true);
+        }
+        list.append(true);
+        let b = batch(vec![Some("t")], vec![None], Arc::new(list.finish()));
+        let (_, _, plan) = plan_spark(&b.schema()).unwrap_or_else(|e| panic!("{e}"));
+        match route(&plan, &[b], Some("home"), 4) {
+            Err(CoreError::Data(msg)) => assert!(msg.contains("row 4 has a null header"), "{msg}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_partition_past_int64_is_a_data_error_not_the_partitioners_choice() {
+        let b = RecordBatch::try_from_iter(vec![
+            (
+                VALUE,
+                Arc::new(BinaryArray::from(vec![b"v".as_slice()])) as ArrayRef,
+            ),
+            (
+                PARTITION,
+                Arc::new(arrow_array::UInt64Array::from(vec![1u64 << 63])) as ArrayRef,
+            ),
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        let (_, _, plan) = plan_spark(&b.schema()).unwrap_or_else(|e| panic!("{e}"));
+        match route(&plan, &[b], Some("home"), 0) {
+            Err(CoreError::Data(msg)) => assert!(msg.contains("column 'partition'"), "{msg}"),
+            other => panic!("{other:?}"),
         }
     }
 
