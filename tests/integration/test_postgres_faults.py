@@ -16,6 +16,7 @@ import pytest
 import laminar
 from laminar import AbortableError, InDoubtError, PostgresSink, TransactionState
 from laminar._core import CrashPoint
+from laminar.postgres import _recovery as _pg_recovery
 from laminar.postgres import _steps as _pg_steps
 from laminar.postgres import sink as postgres
 from tests.integration.pg_helpers import (
@@ -92,6 +93,7 @@ def at_step(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str, Callable
 
     monkeypatch.setattr(postgres, "crash_point", hook)
     monkeypatch.setattr(_pg_steps, "crash_point", hook)
+    monkeypatch.setattr(_pg_recovery, "crash_point", hook)  # the sink is split over modules
 
     def register(name: str, action: Callable[[], None]) -> None:
         actions[name] = action

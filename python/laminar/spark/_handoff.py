@@ -19,7 +19,6 @@ import socket
 import sys
 from typing import Any
 
-from laminar._core import __version__
 from laminar.errors import ConfigError
 
 __all__ = ["VERSION_MISMATCH", "install_advice", "reduce_checked", "restore"]
@@ -29,7 +28,11 @@ VERSION_MISMATCH = "laminar version mismatch"
 
 
 def _local_version() -> str:
-    return __version__
+    # the package's version, read when checked (not the extension's: a build may set it apart);
+    # imported here because `laminar` imports this module while it is being initialised
+    from laminar import __version__ as version
+
+    return version
 
 
 def install_advice(version: str, python: str | None = None) -> str:
