@@ -184,9 +184,14 @@ class TransactionalProducer:
         for value, key in pairs:
             try:
                 produce(topic, value, key, -1, None, None, 0, headers)
-            except BufferError:
-                self.producer.poll(0.005)
-                produce(topic, value, key, -1, None, None, 0, headers)
+            except BufferError:  # the local queue is full: serve callbacks until there is room
+                while True:
+                    self.producer.poll(0.005)
+                    try:
+                        produce(topic, value, key, -1, None, None, 0, headers)
+                        break
+                    except BufferError:
+                        continue
 
     def flush(self) -> None:
         assert self.producer.flush(60) == 0
