@@ -435,8 +435,19 @@ mod tests {
     use super::*;
 
     type TestHeaders<'a> = Option<Vec<(&'a str, Option<&'a [u8]>)>>;
+    /// A header that may itself be null.
+    type TestElement<'a> = Option<(&'a str, Option<&'a [u8]>)>;
 
     fn headers_column(rows: &[TestHeaders<'_>]) -> ArrayRef {
+        let rows: Vec<_> = rows
+            .iter()
+            .map(|r| r.as_ref().map(|h| h.iter().copied().map(Some).collect()))
+            .collect();
+        headers_column_with_null_elements(&rows)
+    }
+
+    /// As `headers_column`, where an element itself may be null (`None` inside the list).
+    fn headers_column_with_null_elements(rows: &[Option<Vec<TestElement<'_>>>]) -> ArrayRef {
         let fields = Fields::from(vec![
             Field::new(KEY, DataType::Utf8, true),
             Field::new(VALUE, DataType::Binary, true),
@@ -453,22 +464,20 @@ mod tests {
             match r {
                 None => list.append(false),
                 Some(headers) => {
-                    for (k, v) in headers {
+                    for header in headers {
                         let s = list.values();
-                        s.field_builder::<StringBuilder>(0)
-                            .expect("key")
-                            .append_value(k);
-                        match v {
-                            Some(v) => s
-                                .field_builder::<BinaryBuilder>(1)
-                                .expect("value")
-                                .append_value(v),
-                            None => s
-                                .field_builder::<BinaryBuilder>(1)
-                                .expect("value")
-                                .append_null(),
+                        let (k, v) = header.unwrap_or_default();
+                        let keys = s.field_builder::<StringBuilder>(0).expect("key");
+                        match header {
+                            Some(_) => keys.append_value(k),
+                            None => keys.append_null(),
                         }
-                        s.append(true);
+                        let values = s.field_builder::<BinaryBuilder>(1).expect("value");
+                        match v {
+                            Some(v) => values.append_value(v),
+                            None => values.append_null(),
+                        }
+                        s.append(header.is_some());
                     }
                     list.append(true);
                 }
@@ -571,38 +580,8 @@ mod tests {
 
     #[test]
     fn a_null_header_element_is_a_data_error_not_an_empty_header() {
-        let fields = Fields::from(vec![
-            Field::new(KEY, DataType::Utf8, true),
-            Field::new(VALUE, DataType::Binary, true),
-        ]);
-        let inner = StructBuilder::new(
-            fields,
-            vec![
-                Box::new(StringBuilder::new()),
-                Box::new(BinaryBuilder::new()),
-            ],
-        );
-        let mut list = ListBuilder::new(inner);
-        {
-            let s = list.values();
-            // a null element, then a real header
-            s.field_builder::<StringBuilder>(0)
-                .expect("key")
-                .append_null();
-            s.field_builder::<BinaryBuilder>(1)
-                .expect("value")
-                .append_null();
-            s.append(false);
-            s.field_builder::<StringBuilder>(0)
-                .expect("key")
-                .append_value("a");
-            s.field_builder::<BinaryBuilder>(1)
-                .expect("value")
-                .append_value(b"1");
-            s.append(true);
-        }
-        list.append(true);
-        let b = batch(vec![Some("t")], vec![None], Arc::new(list.finish()));
+        let h = headers_column_with_null_elements(&[Some(vec![None, Some(("a", Some(b"1")))])]);
+        let b = batch(vec![Some("t")], vec![None], h);
         let (_, _, plan) = plan_spark(&b.schema()).unwrap_or_else(|e| panic!("{e}"));
         match route(&plan, &[b], Some("home"), 4) {
             Err(CoreError::Data(msg)) => assert!(msg.contains("row 4 has a null header"), "{msg}"),
