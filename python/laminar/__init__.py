@@ -1,5 +1,17 @@
 """Laminar: exactly-once transactional sinks from Spark Structured Streaming to Kafka and
-PostgreSQL."""
+PostgreSQL.
+
+The sinks and the writer (`KafkaSink`, `PostgresSink`, `exactly_once`, ...) and the
+subpackages are imported on first use (PEP 562 ``__getattr__``): ``import laminar`` and
+``import laminar.spark.source`` stay light, because Spark starts fresh driver-side Python
+processes for every ``format("laminar")`` micro-batch and each one imports laminar
+(docs/spark.md, "Throughput"). ``laminar.KafkaSink`` and ``from laminar import KafkaSink`` work as
+before.
+"""
+
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING, Any
 
 from laminar._core import (
     EpochRecord,
@@ -32,9 +44,20 @@ from laminar.errors import (
     LaminarError,
     RecordTooLargeError,
 )
-from laminar.kafka.sink import KafkaSink
-from laminar.postgres.sink import PostgresSink
-from laminar.spark.writer import EpochResult, ExactlyOnceWriter, exactly_once
+
+if TYPE_CHECKING:
+    from laminar.kafka.sink import KafkaSink
+    from laminar.postgres.sink import PostgresSink
+    from laminar.spark.writer import EpochResult, ExactlyOnceWriter, exactly_once
+
+#: Public names imported on first use, and the module each one lives in.
+_LAZY = {
+    "KafkaSink": "laminar.kafka.sink",
+    "PostgresSink": "laminar.postgres.sink",
+    "EpochResult": "laminar.spark.writer",
+    "ExactlyOnceWriter": "laminar.spark.writer",
+    "exactly_once": "laminar.spark.writer",
+}
 
 __all__ = [
     "AbortableError",
@@ -71,3 +94,21 @@ __all__ = [
     "exactly_once",
     "iter_kafka",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A lazy public name (`_LAZY`), or a subpackage not imported yet (``laminar.spark``,
+    ``laminar.protocol``, ...: an eager ``import laminar`` used to load them all)."""
+    module = _LAZY.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

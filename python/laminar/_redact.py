@@ -7,8 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
-from psycopg.conninfo import conninfo_to_dict
-
 from laminar.errors import ConfigError
 
 __all__ = ["SECRET", "is_secret_key", "parse_dsn", "redact_config", "redact_dsn", "redact_text"]
@@ -51,6 +49,10 @@ def parse_dsn(dsn: object, what: str) -> dict[str, str]:
     and the fix that never quotes the text: libpq's own message does, password included."""
     if not isinstance(dsn, str) or not dsn.strip():
         raise ConfigError(f"{what} needs a libpq connection string or URI, got an empty value")
+    # psycopg's parser, imported on first use: `laminar.spark.options` checks a DSN in
+    # processes that otherwise never touch PostgreSQL
+    from psycopg.conninfo import conninfo_to_dict
+
     try:
         return {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v is not None}
     except Exception:  # psycopg.ProgrammingError; the message quotes the DSN

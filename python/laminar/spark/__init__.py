@@ -42,21 +42,20 @@ import pickle
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from laminar import __version__
 from laminar._sink import TransactionalSink
 from laminar.errors import ConfigError
-from laminar.protocol.scaleout import RESULT_DDL
-from laminar.readiness import (
-    SinkCheck,
-    check_sinks,
-    describe_process,
-    require_reachable,
-    unreachable_message,
-)
 from laminar.spark._handoff import VERSION_MISMATCH, install_advice, reduce_checked
-from laminar.spark.writer import EpochResult, ExactlyOnceWriter, exactly_once
+
+if TYPE_CHECKING:
+    from laminar.readiness import SinkCheck
+    from laminar.spark.writer import EpochResult, ExactlyOnceWriter
+
+# The writer, the readiness checks and the scale-out protocol are imported where they are used:
+# Spark imports this package in every fresh driver-side Python process of a format("laminar")
+# micro-batch (the data source lives in laminar.spark.source), which needs none of them.
 
 __all__ = [
     "ForeachBatchWriter",
@@ -96,6 +95,8 @@ class ForeachBatchWriter:
         check_servers: bool = True,
         check_timeout_s: float = 15.0,
     ) -> None:
+        from laminar.spark.writer import ExactlyOnceWriter  # lazy: see top
+
         if not isinstance(writer, ExactlyOnceWriter):
             raise ConfigError(
                 f"foreach_batch() takes a laminar.exactly_once(...) writer, not "
@@ -158,6 +159,7 @@ class ForeachBatchWriter:
     def _scaled(self, df: Any, epoch: int, started: float) -> None:
         """Scale-out mode: the batch's partitions are written by Spark tasks (``mapInArrow``)
         and this process decides (docs/protocol.md §4); only the small result rows come back."""
+        from laminar.protocol.scaleout import RESULT_DDL  # lazy: see top
 
         def run(task: Any) -> list[Any]:
             return list(df.mapInArrow(task, RESULT_DDL).collect())
@@ -178,6 +180,9 @@ class ForeachBatchWriter:
             writer.owner = query_owner(df.sparkSession, self.checkpoint_location)
             log.info("writer owner: %s", writer.owner)
         if self.check_servers:
+            # lazy: see top
+            from laminar.readiness import describe_process, require_reachable
+
             where = f"the process running foreachBatch ({describe_process()})"
             require_reachable(writer.sinks, where=where, timeout_s=self.check_timeout_s)
         self._ready = True
@@ -264,6 +269,8 @@ class ServerReport:
             )
         failed = [s for s in self.sinks if not s.ok]
         if failed:
+            from laminar.readiness import unreachable_message  # lazy: see top
+
             return unreachable_message(failed, where)
         return None
 
@@ -310,6 +317,8 @@ def _make_probe(client_version: str, sinks: bytes | None, timeout_s: float) -> A
 
 def _probe_sinks(payload: bytes, timeout_s: float) -> list[dict[str, Any]]:
     """Runs in the probe task: unpickle the sinks and check each server from there."""
+    from laminar.readiness import check_sinks  # lazy: see top
+
     sinks = pickle.loads(payload)  # noqa: S301 (sent by our own client)
     return [check.to_dict() for check in check_sinks(sinks, timeout_s)]
 
@@ -330,6 +339,9 @@ def check_server(
     unless ``raise_on_problem`` is False. With Spark Connect, tasks and ``foreachBatch`` use the
     same interpreter (the server's ``PYSPARK_PYTHON``); on a cluster, tasks run on executors.
     """
+    from laminar.readiness import SinkCheck  # lazy: see top
+    from laminar.spark.writer import ExactlyOnceWriter  # lazy: see top
+
     if isinstance(sinks, ExactlyOnceWriter):
         sinks = sinks.sinks
     sink_list = list(sinks)
@@ -459,6 +471,8 @@ def _writer_from(
     postgres: TransactionalSink | Sequence[TransactionalSink] | None,
     writer_options: dict[str, Any],
 ) -> ExactlyOnceWriter:
+    from laminar.spark.writer import ExactlyOnceWriter, exactly_once  # lazy: see top
+
     writers = [t for t in targets if isinstance(t, ExactlyOnceWriter)]
     if writers:
         if len(targets) != 1 or kafka is not None or postgres is not None or writer_options:
@@ -522,3 +536,13 @@ def _explain_start_failure(error: BaseException) -> str | None:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def __getattr__(name: str) -> Any:
+    """``laminar.spark.exactly_once``/``ExactlyOnceWriter``/``EpochResult``: re-exported from
+    `laminar.spark.writer` on first use (imported there lazily, see above)."""
+    if name in ("EpochResult", "ExactlyOnceWriter", "exactly_once"):
+        from laminar.spark import writer  # lazy: see top
+
+        return getattr(writer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from laminar._redact import is_secret_key, parse_dsn
 from laminar._settings import EnvValue, env
 from laminar.errors import ConfigError
-from laminar.kafka.sink import KafkaSink
-from laminar.postgres.sink import PostgresSink
-from laminar.protocol.atomic import default_group_id
+
+if TYPE_CHECKING:
+    from laminar.kafka.sink import KafkaSink
+    from laminar.postgres.sink import PostgresSink
 
 __all__ = ["SinkOptions", "parse_options"]
 
@@ -66,10 +67,19 @@ class SinkOptions:
     group: str | None = None
     check_servers: bool = True
 
+    def check_sinks(self) -> None:
+        """The sinks' own checks (topic name, producer settings, table name): `ConfigError`."""
+        self.kafka_sinks()
+        self.postgres_sinks()
+
     def kafka_sinks(self) -> list[KafkaSink]:
         """The Kafka sink (none without a topic)."""
         if self.topic is None or self.bootstrap_servers is None:
             return []
+        # Imported here: the sinks are built in tasks and in `commit`, not where the options
+        # are parsed (a fresh driver-side process per micro-batch: docs/spark.md, Throughput).
+        from laminar.kafka.sink import KafkaSink
+
         return [
             KafkaSink(
                 self.bootstrap_servers,
@@ -85,6 +95,8 @@ class SinkOptions:
         """The PostgreSQL sink (none without a table)."""
         if self.postgres_table is None or self.postgres_dsn_env is None:
             return []
+        from laminar.postgres.sink import PostgresSink  # lazy: see top
+
         return [
             PostgresSink(
                 env(self.postgres_dsn_env), self.postgres_table, sink_id=self.postgres_sink_id
@@ -111,6 +123,7 @@ class SinkOptions:
         same sinks (so both ways in share one group's records)."""
         if self.group:
             return self.group
+        from laminar.protocol.atomic import default_group_id  # lazy: see top
 
         return default_group_id(sink_ids) + ("+scale-out" if len(sink_ids) == 1 else "")
 
@@ -134,9 +147,11 @@ def _env_name(key: str, value: str) -> str:
     return name
 
 
-def parse_options(options: Mapping[str, Any]) -> SinkOptions:
+def parse_options(options: Mapping[str, Any], *, check_sinks: bool = True) -> SinkOptions:
     """Check ``format("laminar")``'s options (keys case-insensitive, as Spark passes them);
-    `ConfigError` naming the option and the fix."""
+    `ConfigError` naming the option and the fix. ``check_sinks=False`` leaves out the sinks'
+    own checks (`SinkOptions.check_sinks`: they import the sinks, psycopg and pyarrow), for a
+    process that only needs the parsed options."""
     opts = {str(k).lower(): str(v) for k, v in options.items()}
     found: dict[str, Any] = {}
     producer: dict[str, Any] = {}
@@ -218,6 +233,6 @@ def parse_options(options: Mapping[str, Any]) -> SinkOptions:
         group=found.get("laminar.group") or found.get("group"),
         check_servers=_flag("laminar.check.servers", found.get("laminar.check.servers", "true")),
     )
-    parsed.kafka_sinks()  # the sinks' own checks (topic name, producer settings), now
-    parsed.postgres_sinks()
+    if check_sinks:
+        parsed.check_sinks()
     return parsed

@@ -33,10 +33,8 @@ import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psycopg
-import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
@@ -46,25 +44,21 @@ from pyspark.sql.datasource import (
 )
 
 from laminar import _trace
-from laminar._redact import redact_dsn
 from laminar.errors import ConfigError, LaminarError
-from laminar.kafka.sink import KafkaSink
-from laminar.metadata import ensure_schema
-from laminar.postgres._errors import map_pg_error
-from laminar.postgres.sink import PostgresSink
-from laminar.protocol import records as _records
-from laminar.protocol.atomic import AtomicGroup, owner_decision_of
-from laminar.protocol.scaleout import (
-    ParticipantResult,
-    ScaleOutTask,
-    dtid_for,
-    participant_factory,
-    roll_back_distributed,
-)
-from laminar.protocol.watcher import Watcher
-from laminar.readiness import describe_process, require_reachable
-from laminar.spark._conn_cache import cached_connection, discard
 from laminar.spark.options import SinkOptions, parse_options
+
+if TYPE_CHECKING:
+    import psycopg
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    from laminar.kafka.sink import KafkaSink
+    from laminar.postgres.sink import PostgresSink
+    from laminar.protocol.scaleout import ParticipantResult
+
+# Light at import: Spark starts fresh driver-side Python processes for every micro-batch (the
+# data source's creation, the writer's, `commit`), and each imports this module. psycopg,
+# pyarrow, the sinks and the protocol are imported by the functions that use them, in the
+# processes that use them (docs/spark.md, "Throughput").
 
 __all__ = ["LaminarCommitMessage", "LaminarDataSource", "LaminarStreamWriter", "resolve_stopped"]
 
@@ -101,7 +95,9 @@ class LaminarDataSource(DataSource):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         _trace.mark("data source created")
-        self.sink_options = parse_options(options)
+        # The sinks' own checks run where the writer is created (`streamWriter`, before any
+        # task): Spark also creates the data source in a process that only needs the options.
+        self.sink_options = parse_options(options, check_sinks=False)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
         if overwrite:
@@ -117,7 +113,8 @@ class LaminarStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
-        _check_servers_once(options, where=f"the Spark driver's Python ({describe_process()})")
+        options.check_sinks()
+        _check_servers_once(options, where="the Spark driver's Python")
         _trace.mark("stream writer created")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LaminarCommitMessage:
@@ -147,11 +144,15 @@ class LaminarStreamWriter(DataSourceStreamArrowWriter):
 
 
 def _check_servers_once(options: SinkOptions, *, where: str) -> None:
+    """Check the configuration's servers once per process; ``where`` names the process (its pid,
+    host and Python are added)."""
     key = repr(options)  # environment variable names, no secrets
     if not options.check_servers or key in _checked:
         return
+    from laminar.readiness import describe_process, require_reachable  # lazy: see top
+
     sinks: list[Any] = [*options.postgres_sinks(), *options.kafka_sinks()]
-    require_reachable(sinks, where=where)
+    require_reachable(sinks, where=f"{where} ({describe_process()})")
     _checked.add(key)
 
 
@@ -166,6 +167,9 @@ def _epoch_base(
 ) -> int:
     """The group's epoch base, after the owner guard (docs/protocol.md §5; a task never claims):
     0 before the group's first commit registers it."""
+    from laminar.protocol import records as _records  # lazy: see top
+    from laminar.protocol.atomic import owner_decision_of  # lazy: see top
+
     last = dict(_records.read_sink_epochs(conn, list(members)))
     decided = owner_decision_of(conn, group_id, members, owner, last, restart=False)
     return 0 if decided is None else decided[1]
@@ -178,6 +182,13 @@ def _read_epoch_base(
     worker for its next task). A kept connection can have died since its last task (a server
     restart shows only on use): on an error it is dropped and the read tried once more on a
     new connection, which also runs the schema check again."""
+    import psycopg  # lazy: see top
+
+    from laminar._redact import redact_dsn  # lazy: see top
+    from laminar.metadata import ensure_schema  # lazy: see top
+    from laminar.postgres._errors import map_pg_error  # lazy: see top
+    from laminar.spark._conn_cache import cached_connection, discard  # lazy: see top
+
     for last_try in (False, True):
         try:
             conn = cached_connection(
@@ -206,9 +217,11 @@ def write_task(
     """One task attempt: partition ``part`` of Spark batch ``batch_id`` as prepared participants
     (`ScaleOutTask.write_partition` with ``create_record``: the core's task machine skips an
     epoch committed already — a replayed batch — and creates the epoch's record if missing)."""
+    from laminar.protocol.scaleout import ScaleOutTask  # lazy: see top
+
     kafka, postgres, group_id = _sinks(options)
     dsn = options.resolved_state_dsn()
-    _check_servers_once(options, where=f"a Spark task's Python ({describe_process()})")
+    _check_servers_once(options, where="a Spark task's Python")
     members = [s.sink_id for s in [*postgres, *kafka]]
     epoch = batch_id + _read_epoch_base(dsn, group_id, members, owner, part)
     _trace.mark("epoch base read", part=part)
@@ -229,6 +242,8 @@ def commit_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int) -
     prepared). A repeated commit finds the epoch committed and does nothing; a commit after one
     that died between decision and completion completes it; a failed vote rolls the epoch's
     participants back. False if nothing was committed by this call."""
+    from laminar.protocol.atomic import AtomicGroup  # lazy: see top
+
     _trace.mark("commit called", batch=batch_id)
     kafka, postgres, group_id = _sinks(options)
     got = _messages(messages)
@@ -266,6 +281,16 @@ def commit_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int) -
 def abort_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int) -> None:
     """The driver's ``abort``: roll back what the batch's tasks prepared, through the core's
     roll-back-and-conclude (`roll_back_distributed`: never a decided epoch)."""
+    import psycopg  # lazy: see top
+
+    from laminar.postgres._errors import map_pg_error  # lazy: see top
+    from laminar.protocol import records as _records  # lazy: see top
+    from laminar.protocol.scaleout import (  # lazy: see top
+        dtid_for,
+        participant_factory,
+        roll_back_distributed,
+    )
+
     kafka, _, group_id = _sinks(options)
     got = _messages(messages)
     dsn = options.resolved_state_dsn()
@@ -295,6 +320,8 @@ def resolve_stopped(options: Mapping[str, str]) -> Any:
     group (docs/protocol.md §4b), as the query's next start would through its replay — for a
     query that will not run again. ``options`` are the query's ``format("laminar")`` options;
     returns the `laminar.protocol.watcher.WatcherReport`."""
+    from laminar.protocol.scaleout import participant_factory  # lazy: see top
+    from laminar.protocol.watcher import Watcher  # lazy: see top
 
     kafka, postgres, group_id = _sinks(parse_options(options))
     dsn = parse_options(options).resolved_state_dsn()
