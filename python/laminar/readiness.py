@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
 
 from laminar._redact import redact_dsn, redact_text
 from laminar._sink import TransactionalSink
@@ -153,6 +151,11 @@ def _check_postgres(sink: Any, timeout_s: float) -> str:
 
 
 def _check_kafka(sink: Any, timeout_s: float) -> str:
+    # confluent-kafka loads only for a Kafka sink: a PostgreSQL-only format('laminar') checks its
+    # servers in every micro-batch's fresh driver-side process (docs/spark.md, Throughput)
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
     bootstrap: str = sink._bootstrap_servers  # resolves laminar.env settings in this process
     user: dict[str, Any] = sink._producer_config
     topic: str = sink.topic
