@@ -118,6 +118,7 @@ class LaminarStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
         _check_servers_once(options, where=f"the Spark driver's Python ({describe_process()})")
+        _lift_stop_fence(options)
         _trace.mark("stream writer created")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LaminarCommitMessage:
@@ -153,6 +154,16 @@ def _check_servers_once(options: SinkOptions, *, where: str) -> None:
     sinks: list[Any] = [*options.postgres_sinks(), *options.kafka_sinks()]
     require_reachable(sinks, where=where)
     _checked.add(key)
+
+
+def _lift_stop_fence(options: SinkOptions) -> None:
+    """A new run (Spark creates the writer on the driver before each batch's tasks): lift the
+    group's stop fence that `resolve_stopped` left (`laminar.spark._stop_fence`)."""
+    # in-function: the driver-side processes import only what their entry point needs
+    from laminar.spark import _stop_fence
+
+    _, _, group_id = _sinks(options)
+    _stop_fence.lift(options.resolved_state_dsn(), group_id)
 
 
 def _sinks(options: SinkOptions) -> tuple[list[KafkaSink], list[PostgresSink], str]:
@@ -205,7 +216,9 @@ def write_task(
 ) -> LaminarCommitMessage:
     """One task attempt: partition ``part`` of Spark batch ``batch_id`` as prepared participants
     (`ScaleOutTask.write_partition` with ``create_record``: the core's task machine skips an
-    epoch committed already — a replayed batch — and creates the epoch's record if missing)."""
+    epoch committed already — a replayed batch — and creates the epoch's record if missing,
+    unless the group's stop fence covers the epoch: an abandoned worker of a batch
+    `resolve_stopped` resolved then writes nothing)."""
     kafka, postgres, group_id = _sinks(options)
     dsn = options.resolved_state_dsn()
     _check_servers_once(options, where=f"a Spark task's Python ({describe_process()})")
@@ -294,10 +307,17 @@ def resolve_stopped(options: Mapping[str, str]) -> Any:
     interrupted may still prepare after the batch was abandoned): the watcher's rules for this
     group (docs/protocol.md §4b), as the query's next start would through its replay — for a
     query that will not run again. ``options`` are the query's ``format("laminar")`` options;
-    returns the `laminar.protocol.watcher.WatcherReport`."""
+    returns the `laminar.protocol.watcher.WatcherReport`.
+
+    First it fences the group (`laminar.spark._stop_fence`): a worker of the stopped batch that
+    connects only after the resolution finds its record missing and writes nothing instead of
+    creating it again; the query's next run lifts the fence when it creates its writer."""
+    # in-function: the driver-side processes import only what their entry point needs
+    from laminar.spark import _stop_fence
 
     kafka, postgres, group_id = _sinks(parse_options(options))
     dsn = parse_options(options).resolved_state_dsn()
+    _stop_fence.fence_stopped(dsn, group_id, [s.sink_id for s in [*postgres, *kafka]])
     lookup = participant_factory(kafka)
     watcher = Watcher(
         dsn,
