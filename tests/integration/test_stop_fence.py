@@ -132,8 +132,10 @@ def check_stores(g: dict[str, Any], batches: range) -> None:
 
 
 def stop_mid_batch(g: dict[str, Any], batch: int) -> None:
-    """Batch ``batch`` starts (its writer, tasks 0 and 1 prepare) and the query is stopped;
-    `resolve_stopped` rolls the batch back and fences the group."""
+    """The batches before ``batch`` commit; ``batch`` starts (its writer, tasks 0 and 1
+    prepare) and the query is stopped; `resolve_stopped` rolls it back and fences the group."""
+    for before in range(batch):
+        run_batch(g, before, "0")
     LaminarStreamWriter(g["options"])
     early = [task(g, batch, p, f"0-{p}") for p in (0, 1)]
     assert {r.status for m in early for r in m.results} == {"prepared"}
@@ -143,7 +145,6 @@ def stop_mid_batch(g: dict[str, Any], batch: int) -> None:
 
 def test_an_abandoned_worker_after_resolve_stopped_writes_nothing(group: dict[str, Any]) -> None:
     g = group
-    run_batch(g, 0, "0")
     stop_mid_batch(g, 1)
     assert fence_of(g) == 1, "the stopped batch's epoch (batch 1 + epoch base 0)"
     # the worker Spark abandoned at the stop runs task 2 of batch 1 now
@@ -162,7 +163,6 @@ def test_a_late_worker_after_the_restarts_writer_is_one_more_attempt(
     group: dict[str, Any],
 ) -> None:
     g = group
-    run_batch(g, 0, "0")
     stop_mid_batch(g, 1)
     writer = LaminarStreamWriter(g["options"])  # the restart's writer: the fence is lifted
     assert fence_of(g) is None
