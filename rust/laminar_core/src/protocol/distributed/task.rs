@@ -6,7 +6,7 @@
 //!    read_sink_epochs of the PostgreSQL sinks (Kafka only: read_decisions of the group) ->
 //!    committed: nothing written (skipped, a replayed batch); else read_stop_fence (the
 //!    group's fence lock, shared, held to the end of the transaction) -> a fence at or past
-//!    the epoch (`resolve_stopped` stopped it; the next run's writer lifts it): the record is
+//!    the epoch (set by `resolve_stopped`; the next run's writer lifts it): the record is
 //!    not created, only read; else create_dt, the epoch's record if it is missing, commit]
 //! b read_dt_state (for share): not `prepare` -> commit, nothing written (skipped; a missing
 //!   record under a fence: the abandoned worker of a stopped batch)
