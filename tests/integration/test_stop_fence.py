@@ -19,7 +19,13 @@ import psycopg
 import pytest
 
 from laminar.spark.options import parse_options
-from laminar.spark.source import LaminarStreamWriter, commit_batch, resolve_stopped, write_task
+from laminar.spark.source import (
+    LaminarStreamWriter,
+    abort_batch,
+    commit_batch,
+    resolve_stopped,
+    write_task,
+)
 from tests.integration.datasource_helpers import (
     OWNER,
     VAR,
@@ -189,10 +195,13 @@ def test_a_fence_with_nothing_in_flight_covers_the_next_epoch_until_a_new_run(
     # every task of batch 2 arrives late: none writes
     late = [task(g, 2, p, f"0-{p}") for p in PARTS]
     assert {r.status for m in late for r in m.results} == {"skipped"}
-    # a task of a later epoch is not fenced (it creates its record; the watcher of the next
-    # commit rolls it back as a leftover)
+    # a task of a later epoch is not fenced: it creates its record and prepares (Spark's abort
+    # of that batch rolls it back; the fence stays until a new run's writer)
     later = task(g, 3, 0, "0-later")
     assert {r.status for r in later.results} == {"prepared"}
+    abort_batch(g["options"], [later], 3)
+    assert left_behind(g) == ([], [])
+    assert fence_of(g) == 2
     # the next run: writer, batch 2 and batch 3 commit as usual
     run_batch(g, 2, "1")
     assert fence_of(g) is None
