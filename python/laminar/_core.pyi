@@ -1092,6 +1092,7 @@ __all__ += [
     "participant_base",
     "participant_matches",
     "refusal_error",
+    "stop_fence_epoch",
 ]
 
 _Protocol = Literal["atomic", "recovery", "scaleout", "kafka", "postgres"]
@@ -1132,6 +1133,7 @@ _CommandKind = Literal[
     "redo_exists",
     "read_redo",
     "delete_redo",
+    "read_stop_fence",
     "create_dt",
     "set_dt_state",
     "read_dt_state",
@@ -1168,6 +1170,7 @@ _EventKind = Literal[
     "prepared",
     "end_txn",
     "dt_state",
+    "stop_fence",
     "dt_rows",
     "participants",
     "participant_decisions",
@@ -1375,6 +1378,9 @@ class Event:
     def end_txn(refused: str | None = None) -> Event: ...
     @staticmethod
     def dt_state(state: _DtState | None = None) -> Event: ...
+    @staticmethod
+    def stop_fence(epoch: int | None = None) -> Event:
+        """``read_stop_fence``: the group's fenced epoch (None: no fence)."""
     @staticmethod
     def dt_rows(rows: Sequence[tuple[str, int, _DtState, float]]) -> Event:
         """``(dtid, epoch, state, age_s)``."""
@@ -1623,6 +1629,10 @@ def epoch_committed(last: int | None, epoch: int) -> bool:
 
 def next_epoch_base(base: int, committed: Sequence[int | None]) -> int:
     """The epoch base past every committed epoch: ``max(base, max(committed) + 1)``."""
+
+def stop_fence_epoch(in_flight: Sequence[int], last_committed: int | None) -> int:
+    """The epoch ``resolve_stopped`` fences a group up to: the highest of ``in_flight`` (the
+    group's unconcluded records) and ``last_committed + 1`` (0 with neither)."""
 
 def dtid(group_id: str, epoch: int) -> str:
     """The distributed transaction id of one epoch of a group (``laminar:<group>:<epoch>``)."""

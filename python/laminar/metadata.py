@@ -26,6 +26,11 @@ Version 2 adds the atomic groups' decision log and the distributed transactions
     laminar.redo(transactional_id, epoch, seq, records bytea)   PK (transactional_id, epoch, seq)
     laminar.dt_state(dtid PK, group_id, epoch, state, created_at, updated_at, message)
     laminar.dt_participant(dtid, participant, kind, resource, state)   PK (dtid, participant)
+
+Version 3 adds the stop fence of ``format("laminar")`` (docs/protocol.md §4, docs/formats.md)::
+
+    laminar.stop_fence(group_id PK, epoch, fenced_at)   set by resolve_stopped, read by the
+                        data source's tasks, lifted by the next run's writer
 """
 
 from __future__ import annotations
@@ -182,8 +187,28 @@ _V2 = Migration(
     ),
 )
 
+_V3 = Migration(
+    3,
+    "the stop fence of format('laminar'): a group whose stopped batch was resolved (stop_fence)",
+    (
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {t} ("
+            " group_id text PRIMARY KEY,"
+            " epoch bigint NOT NULL,"
+            " fenced_at timestamptz NOT NULL DEFAULT now())"
+        ).format(t=table("stop_fence")),
+        sql.SQL("COMMENT ON TABLE {} IS {}").format(
+            table("stop_fence"),
+            sql.Literal(
+                "laminar: groups resolved by resolve_stopped; a task of a fenced epoch never "
+                "creates its record (docs/protocol.md §4)"
+            ),
+        ),
+    ),
+)
+
 #: Every migration, in version order. Append new ones; never edit an applied one.
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2)
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3)
 
 #: The schema version this laminar writes.
 SCHEMA_VERSION = MIGRATIONS[-1].version

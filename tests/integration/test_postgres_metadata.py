@@ -65,6 +65,29 @@ def test_the_v1_schema_as_created(fresh_db: str) -> None:
     assert query(fresh_db, "SELECT version FROM laminar.schema_version") == [(1,)]
 
 
+def test_v3_adds_the_stop_fence_to_a_v2_database(fresh_db: str) -> None:
+    with psycopg.connect(fresh_db) as conn:
+        assert ensure_schema(conn, migrations=MIGRATIONS[:2]) == 2
+        conn.execute(
+            "INSERT INTO laminar.dt_state (dtid, group_id, epoch, state)"
+            " VALUES ('laminar:g:1', 'g', 1, 'prepare')"
+        )
+        conn.commit()
+    assert columns_of(fresh_db, "stop_fence") == []
+    with psycopg.connect(fresh_db) as conn:
+        assert ensure_schema(conn) == SCHEMA_VERSION == 3
+    assert columns_of(fresh_db, "stop_fence") == [
+        ("group_id", "text", False),
+        ("epoch", "bigint", False),
+        ("fenced_at", "timestamp with time zone", False),
+    ]
+    assert query(fresh_db, "SELECT max(version) FROM laminar.schema_version") == [(3,)]
+    # the v2 rows are untouched
+    assert query(fresh_db, "SELECT dtid, state FROM laminar.dt_state") == [
+        ("laminar:g:1", "prepare")
+    ]
+
+
 def test_migrating_twice_changes_nothing(fresh_db: str) -> None:
     with psycopg.connect(fresh_db) as conn:
         ensure_schema(conn)

@@ -6,7 +6,6 @@ still running when its stopped batch is resolved leaves no transaction open."""
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import subprocess
@@ -22,22 +21,8 @@ import pytest
 from laminar.errors import AbortableError, ConfigError
 from laminar.spark.options import parse_options
 from laminar.spark.source import LaminarStreamWriter, resolve_stopped, write_task
+from tests.integration.datasource_helpers import OWNER, VAR, expected, partition, stores
 from tests.integration.kafka_fill import settled_committed, settled_logs
-
-VAR = "LAMINAR_TEST_DS_DSN"
-OWNER = "spark:0b7c5a4e-query"
-
-
-def partition(part: int, rows: int = 50) -> list[pa.RecordBatch]:
-    ids = list(range(part * 1000, part * 1000 + rows))
-    return [
-        pa.record_batch({"id": ids[:20], "name": [f"n{i}" for i in ids[:20]]}),
-        pa.record_batch({"id": ids[20:], "name": [f"n{i}" for i in ids[20:]]}),
-    ]
-
-
-def expected(parts: range, rows: int = 50) -> list[int]:
-    return sorted(i for p in parts for i in range(p * 1000, p * 1000 + rows))
 
 
 @pytest.fixture
@@ -68,18 +53,6 @@ def setup(
         "topic": topic_name,
         "bootstrap": kafka_broker.bootstrap_servers,
     }
-
-
-def stores(s: dict[str, Any]) -> tuple[list[int], list[int], list[Any]]:
-    with psycopg.connect(s["dsn"]) as conn:
-        pg = sorted(int(r[0]) for r in conn.execute(f"SELECT id FROM {s['table']}"))
-        left = conn.execute(
-            "SELECT gid FROM pg_prepared_xacts UNION ALL SELECT dtid FROM laminar.dt_state"
-        ).fetchall()
-    kafka = sorted(
-        int(json.loads(r.value)["id"]) for r in settled_committed(s["bootstrap"], s["topic"])
-    )
-    return pg, kafka, left
 
 
 def test_commit_twice_is_a_no_op_and_a_replay_is_skipped(setup: dict[str, Any]) -> None:
@@ -237,7 +210,8 @@ def test_a_task_whose_batch_is_resolved_after_its_claim_leaves_nothing_open(
     logs = settled_logs(s["bootstrap"], s["topic"], within_s=3.0)
     assert [r for log in logs.values() for r in log.open] == [], "no Kafka transaction open"
     assert stores(s) == (expected(range(2)), expected(range(2)), [])
-    # the restart replays batch 1: written once
+    # the restart replays batch 1 (its writer, created first, lifts the stop fence): written once
+    writer = LaminarStreamWriter(s["options"])
     again = [
         write_task(s["options"], 1, OWNER, p, iter(partition(p + 2)), attempt="1") for p in (0, 1)
     ]

@@ -35,3 +35,13 @@ def test_v1_creates_the_tables_of_protocol_section_7_with_quoted_names() -> None
 
 def test_metadata_table_names_are_identifiers() -> None:
     assert metadata.table("sink_epochs") == sql.Identifier("laminar", "sink_epochs")
+
+
+def test_v3_appends_the_stop_fence_table() -> None:
+    v3 = MIGRATIONS[2]
+    assert v3.version == 3
+    assert SCHEMA_VERSION >= 3
+    text = " ".join(s.as_string(None) for s in v3.statements)
+    assert 'CREATE TABLE IF NOT EXISTS "laminar"."stop_fence"' in text
+    for column in ("group_id text PRIMARY KEY", "epoch bigint NOT NULL", "fenced_at timestamptz"):
+        assert column in text

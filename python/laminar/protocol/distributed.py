@@ -104,7 +104,8 @@ class DistributedDriver(KafkaDriver):
     ``kafka_sink`` finds a Kafka sink or participant by transactional id (``kafka:`` prefixed
     participant names included). A statement outside a transaction is committed at once; inside
     one (the coordinator's decision, after ``lock_group``; a task's claim, after ``read_dt_state``
-    ``for_share``) it is left to the command that ends it.
+    ``for_share``; a task's record creation, after ``read_stop_fence``) it is left to the command
+    that ends it.
     """
 
     def __init__(
@@ -133,7 +134,7 @@ class DistributedDriver(KafkaDriver):
         conn = self.connect()
         idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         event = handler(self, conn, c)
-        if idle and not c.for_share and c.kind not in _OUTSIDE_TRANSACTIONS:
+        if idle and not c.for_share and c.kind not in _LEFT_OPEN:
             conn.commit()
         return event
 
@@ -142,6 +143,10 @@ class DistributedDriver(KafkaDriver):
         assert c.group_id is not None
         assert c.epoch is not None
         return Event.applied(_records.create_dt(conn, c.dtid, c.group_id, c.epoch))
+
+    def _read_stop_fence(self, conn: psycopg.Connection[Any], c: Command) -> Event:
+        assert c.group_id is not None
+        return Event.stop_fence(_records.read_stop_fence(conn, c.group_id))
 
     def _set_dt_state(self, conn: psycopg.Connection[Any], c: Command) -> Event:
         assert c.dtid is not None
@@ -219,6 +224,7 @@ class DistributedDriver(KafkaDriver):
 _Handler = Callable[[DistributedDriver, psycopg.Connection[Any], Command], Event]
 
 _DT_COMMANDS: dict[str, _Handler] = {
+    "read_stop_fence": DistributedDriver._read_stop_fence,
     "create_dt": DistributedDriver._create_dt,
     "set_dt_state": DistributedDriver._set_dt_state,
     "read_dt_state": DistributedDriver._read_dt_state,
@@ -237,3 +243,7 @@ _DT_COMMANDS: dict[str, _Handler] = {
 
 #: Commands that run outside any transaction themselves (nothing to commit after them).
 _OUTSIDE_TRANSACTIONS = frozenset({"commit_prepared", "rollback_prepared", "fence_producer"})
+
+#: Commands whose transaction is left open after them: those that run outside any transaction
+#: themselves, and the fence read (its lock covers the record's creation, ended by a ``commit``).
+_LEFT_OPEN = _OUTSIDE_TRANSACTIONS | {"read_stop_fence"}

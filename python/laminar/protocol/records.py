@@ -1,5 +1,5 @@
 """The decision records: the statements over the ``laminar`` schema's ``sinks``,
-``sink_epochs``, ``txn_state``, ``redo``, ``dt_state`` and ``dt_participant`` tables
+``sink_epochs``, ``txn_state``, ``redo``, ``dt_state``, ``dt_participant`` and ``stop_fence`` tables
 (docs/protocol.md §7, docs/engine.md §3-4).
 
 Over 500 lines on purpose: it is the one home of every statement over the laminar schema (issue
@@ -37,8 +37,10 @@ __all__ = [
     "conclude_dt",
     "create_dt",
     "delete_redo",
+    "lift_stop_fence",
     "lock_group",
     "lock_partition",
+    "lock_stop_fence",
     "mark_participants",
     "read_decisions",
     "read_dt_state",
@@ -52,6 +54,7 @@ __all__ = [
     "read_registry",
     "read_sink_epochs",
     "read_status_sinks",
+    "read_stop_fence",
     "record_decision",
     "record_epoch_totals",
     "redo_blobs",
@@ -61,6 +64,7 @@ __all__ = [
     "rewrite_decision",
     "set_dt_state",
     "set_owner",
+    "set_stop_fence",
 ]
 
 # -- laminar.sinks: the group's row (owner, epoch base, generation) ------------------------------
@@ -564,3 +568,51 @@ def lock_partition(conn: psycopg.Connection[Any], key: str) -> None:
     """The session advisory lock of one partition of a distributed transaction: its attempts
     run one after the other (released when the task's connection closes)."""
     conn.execute(_LOCK_PARTITION, (key,))
+
+
+# -- laminar.stop_fence (docs/protocol.md §4, docs/formats.md) --------------------------------
+
+#: The group's fence lock: a transaction-scoped advisory lock, shared by the tasks that read the
+#: fence and create the epoch's record, exclusive for the fence's writer (so a fence committed
+#: first is seen by the task, and a record committed first is seen by the resolution after it).
+_FENCE_LOCK = "SELECT pg_advisory_xact_lock{}(hashtextextended('laminar stop fence ' || %s, 0))"
+_READ_FENCE = sql.SQL("SELECT epoch FROM {t} WHERE group_id = %s").format(t=table("stop_fence"))
+_SET_FENCE = sql.SQL(
+    "INSERT INTO {t} AS f (group_id, epoch) VALUES (%s, %s) ON CONFLICT (group_id)"
+    " DO UPDATE SET epoch = greatest(f.epoch, EXCLUDED.epoch), fenced_at = now()"
+    " RETURNING f.epoch"
+).format(t=table("stop_fence"))
+_LIFT_FENCE = sql.SQL("DELETE FROM {t} WHERE group_id = %s RETURNING epoch").format(
+    t=table("stop_fence")
+)
+
+
+def read_stop_fence(conn: psycopg.Connection[Any], group_id: str) -> int | None:
+    """The group's fenced epoch (None: no fence), read under the group's fence lock (shared,
+    held until the transaction ends: the task's record creation commits under it). Two
+    statements: the read's snapshot is taken once the lock is granted, after any fence that
+    held it."""
+    conn.execute(_FENCE_LOCK.format("_shared"), (group_id,))
+    row = conn.execute(_READ_FENCE, (group_id,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def lock_stop_fence(conn: psycopg.Connection[Any], group_id: str) -> None:
+    """The group's fence lock, exclusive, until the transaction ends: it waits for the tasks
+    between their fence read and their record's creation; the fence's writer takes it before
+    reading what the group has in flight."""
+    conn.execute(_FENCE_LOCK.format(""), (group_id,))
+
+
+def set_stop_fence(conn: psycopg.Connection[Any], group_id: str, epoch: int) -> int:
+    """Fence the group up to ``epoch`` (the highest of this and an earlier fence; the caller
+    holds `lock_stop_fence`); returns the fenced epoch."""
+    row = conn.execute(_SET_FENCE, (group_id, epoch)).fetchone()
+    assert row is not None  # an upsert returns its row
+    return int(row[0])
+
+
+def lift_stop_fence(conn: psycopg.Connection[Any], group_id: str) -> int | None:
+    """Delete the group's fence; the epoch it held (None: there was none)."""
+    row = conn.execute(_LIFT_FENCE, (group_id,)).fetchone()
+    return None if row is None else int(row[0])

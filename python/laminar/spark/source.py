@@ -115,6 +115,7 @@ class LaminarStreamWriter(DataSourceStreamArrowWriter):
         self.options = options
         options.check_sinks()
         _check_servers_once(options, where="the Spark driver's Python")
+        _lift_stop_fence(options)
         _trace.mark("stream writer created")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LaminarCommitMessage:
@@ -154,6 +155,16 @@ def _check_servers_once(options: SinkOptions, *, where: str) -> None:
     sinks: list[Any] = [*options.postgres_sinks(), *options.kafka_sinks()]
     require_reachable(sinks, where=f"{where} ({describe_process()})")
     _checked.add(key)
+
+
+def _lift_stop_fence(options: SinkOptions) -> None:
+    """A new run (Spark creates the writer on the driver before each batch's tasks): lift the
+    group's stop fence that `resolve_stopped` left (`laminar.spark._stop_fence`)."""
+    # in-function: the driver-side processes import only what their entry point needs
+    from laminar.spark import _stop_fence
+
+    _, _, group_id = _sinks(options)
+    _stop_fence.lift(options.resolved_state_dsn(), group_id)
 
 
 def _sinks(options: SinkOptions) -> tuple[list[KafkaSink], list[PostgresSink], str]:
@@ -216,7 +227,9 @@ def write_task(
 ) -> LaminarCommitMessage:
     """One task attempt: partition ``part`` of Spark batch ``batch_id`` as prepared participants
     (`ScaleOutTask.write_partition` with ``create_record``: the core's task machine skips an
-    epoch committed already — a replayed batch — and creates the epoch's record if missing)."""
+    epoch committed already — a replayed batch — and creates the epoch's record if missing,
+    unless the group's stop fence covers the epoch: an abandoned worker of a batch
+    `resolve_stopped` resolved then writes nothing)."""
     from laminar.protocol.scaleout import ScaleOutTask  # lazy: see top
 
     kafka, postgres, group_id = _sinks(options)
@@ -319,12 +332,18 @@ def resolve_stopped(options: Mapping[str, str]) -> Any:
     interrupted may still prepare after the batch was abandoned): the watcher's rules for this
     group (docs/protocol.md §4b), as the query's next start would through its replay — for a
     query that will not run again. ``options`` are the query's ``format("laminar")`` options;
-    returns the `laminar.protocol.watcher.WatcherReport`."""
+    returns the `laminar.protocol.watcher.WatcherReport`.
+
+    First it fences the group (`laminar.spark._stop_fence`): a worker of the stopped batch that
+    connects only after the resolution finds its record missing and writes nothing instead of
+    creating it again; the query's next run lifts the fence when it creates its writer."""
     from laminar.protocol.scaleout import participant_factory  # lazy: see top
     from laminar.protocol.watcher import Watcher  # lazy: see top
+    from laminar.spark import _stop_fence  # lazy: see top
 
     kafka, postgres, group_id = _sinks(parse_options(options))
     dsn = parse_options(options).resolved_state_dsn()
+    _stop_fence.fence_stopped(dsn, group_id, [s.sink_id for s in [*postgres, *kafka]])
     lookup = participant_factory(kafka)
     watcher = Watcher(
         dsn,

@@ -26,6 +26,27 @@ pub fn epoch_committed(last: Option<Epoch>, epoch: Epoch) -> bool {
     last.is_some_and(|last| last >= epoch)
 }
 
+/// Whether a stop fence at `fence` (`laminar.stop_fence`, set by `resolve_stopped` for a query
+/// stopped mid-batch, lifted by the next run's writer) covers `epoch`: a task of the data source
+/// that finds `epoch`'s record missing then writes nothing instead of creating it
+/// (docs/protocol.md §4, task step a). The one place this rule is written.
+pub fn stop_fenced(fence: Option<Epoch>, epoch: Epoch) -> bool {
+    fence.is_some_and(|fence| fence >= epoch)
+}
+
+/// The epoch `resolve_stopped` fences a group up to: the highest epoch a late task of the
+/// stopped batch can carry (its batch id plus the epoch base) — the highest of the group's
+/// unconcluded records (`in_flight`: the batch's tasks that created one), and the epoch after
+/// the group's last committed one (a batch stopped before any of its tasks created its record:
+/// Spark runs batch `b + 1` only after `b` committed). 0 for a group with neither.
+pub fn stop_fence_epoch(
+    in_flight: impl IntoIterator<Item = Epoch>,
+    last_committed: Option<Epoch>,
+) -> Epoch {
+    let next = last_committed.map_or(0, |last| last.saturating_add(1));
+    in_flight.into_iter().fold(next, Epoch::max)
+}
+
 /// The epoch base that starts sinks over past every committed epoch: `max(base, top + 1)` with
 /// `top` the highest of `committed` (docs/protocol.md §5).
 pub fn next_epoch_base(base: Epoch, committed: impl IntoIterator<Item = Option<Epoch>>) -> Epoch {
@@ -287,6 +308,22 @@ mod tests {
         assert_eq!(next_epoch_base(0, [None, None]), 0);
         assert_eq!(next_epoch_base(0, [Some(4), None, Some(9)]), 10);
         assert_eq!(next_epoch_base(20, [Some(4)]), 20);
+    }
+
+    #[test]
+    fn the_stop_fence_rules() {
+        // the fenced epoch: the highest record in flight, else the epoch after the last commit
+        assert_eq!(stop_fence_epoch([], None), 0);
+        assert_eq!(stop_fence_epoch([], Some(6)), 7);
+        assert_eq!(stop_fence_epoch([7], Some(6)), 7);
+        assert_eq!(stop_fence_epoch([9, 8], Some(6)), 9);
+        assert_eq!(stop_fence_epoch([3], None), 3);
+        assert_eq!(stop_fence_epoch([], Some(Epoch::MAX)), Epoch::MAX);
+        // a fence covers its epoch and every earlier one, nothing later
+        assert!(stop_fenced(Some(7), 7));
+        assert!(stop_fenced(Some(7), 2));
+        assert!(!stop_fenced(Some(7), 8));
+        assert!(!stop_fenced(None, 0));
     }
 
     fn records<'a>(

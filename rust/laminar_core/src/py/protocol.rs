@@ -191,6 +191,12 @@ fn next_epoch_base(base: Epoch, committed: Vec<Option<Epoch>>) -> Epoch {
     records::next_epoch_base(base, committed)
 }
 
+/// The epoch `resolve_stopped` fences a group up to.
+#[pyfunction]
+fn stop_fence_epoch(in_flight: Vec<Epoch>, last_committed: Option<Epoch>) -> Epoch {
+    records::stop_fence_epoch(in_flight, last_committed)
+}
+
 /// The distributed transaction id of one epoch of a group.
 #[pyfunction]
 fn dtid(group_id: &str, epoch: Epoch) -> String {
@@ -224,6 +230,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(owner_decision, m)?)?;
     m.add_function(wrap_pyfunction!(epoch_committed, m)?)?;
     m.add_function(wrap_pyfunction!(next_epoch_base, m)?)?;
+    m.add_function(wrap_pyfunction!(stop_fence_epoch, m)?)?;
     m.add_function(wrap_pyfunction!(dtid, m)?)?;
     m.add_function(wrap_pyfunction!(kafka_participant_id, m)?)?;
     m.add_function(wrap_pyfunction!(participant_base, m)?)?;

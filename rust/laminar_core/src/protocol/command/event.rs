@@ -236,6 +236,8 @@ pub enum Event {
     EndTxn { refused: Option<String> },
     /// `ReadDtState`.
     DtState { state: Option<DtState> },
+    /// `ReadStopFence`: the group's fenced epoch (None: no fence).
+    StopFence { epoch: Option<Epoch> },
     /// `ReadDtStates`.
     DtRows { rows: Vec<DtRow> },
     /// `ReadParticipants`.
@@ -270,6 +272,7 @@ impl Event {
             Event::Prepared { .. } => "prepared",
             Event::EndTxn { .. } => "end_txn",
             Event::DtState { .. } => "dt_state",
+            Event::StopFence { .. } => "stop_fence",
             Event::DtRows { .. } => "dt_rows",
             Event::Participants { .. } => "participants",
             Event::ParticipantDecisions { .. } => "participant_decisions",

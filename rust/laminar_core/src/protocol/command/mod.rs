@@ -202,7 +202,13 @@ pub enum Command {
     },
 
     // -- distributed transactions (scale-out) ----------------------------------------------------
-    /// `INSERT laminar.dt_state(dtid, 'prepare') ON CONFLICT DO NOTHING`, committed.
+    /// Open a transaction: the group's stop-fence lock (a shared transaction-scoped advisory
+    /// lock, which the fence's writer takes exclusively) and its `laminar.stop_fence` row. The
+    /// transaction stays open for the commands that follow (the `CreateDt` and its `Commit`, or
+    /// the claim), so a fence set meanwhile waits for them. → `StopFence`.
+    ReadStopFence { group_id: String },
+    /// `INSERT laminar.dt_state(dtid, 'prepare') ON CONFLICT DO NOTHING`, committed (unless a
+    /// transaction is open: `ReadStopFence`'s, ended by the `Commit` that follows).
     /// → `Applied` (false: a row exists).
     CreateDt {
         dtid: String,
@@ -309,6 +315,7 @@ impl Command {
             Command::RedoExists { .. } => "redo_exists",
             Command::ReadRedo { .. } => "read_redo",
             Command::DeleteRedo { .. } => "delete_redo",
+            Command::ReadStopFence { .. } => "read_stop_fence",
             Command::CreateDt { .. } => "create_dt",
             Command::SetDtState { .. } => "set_dt_state",
             Command::ReadDtState { .. } => "read_dt_state",

@@ -4,9 +4,12 @@
 //! a lock_partition
 //!   [create_record (the data source's tasks run before any coordinator step, docs/spark.md):
 //!    read_sink_epochs of the PostgreSQL sinks (Kafka only: read_decisions of the group) ->
-//!    committed: nothing written (skipped, a replayed batch); else create_dt, the epoch's
-//!    record if it is missing]
-//! b read_dt_state (for share): not `prepare` -> commit, nothing written (skipped)
+//!    committed: nothing written (skipped, a replayed batch); else read_stop_fence (the
+//!    group's fence lock, shared, held to the end of the transaction) -> a fence at or past
+//!    the epoch (set by `resolve_stopped`; the next run's writer lifts it): the record is
+//!    not created, only read; else create_dt, the epoch's record if it is missing, commit]
+//! b read_dt_state (for share): not `prepare` -> commit, nothing written (skipped; a missing
+//!   record under a fence: the abandoned worker of a stopped batch)
 //!   claim_participants                                  scaleout.task_after_claim
 //! c list_prepared -> rollback_prepared of this partition's gids an earlier attempt left
 //!   peek_partition: no row -> empty
@@ -38,7 +41,7 @@ use super::super::names::{
     attempt_participant, kafka_participant, kafka_participant_id, participant_matches,
     partition_lock_key, postgres_participant,
 };
-use super::super::records::{DtEvent, DtState, dt_next, epoch_committed};
+use super::super::records::{DtEvent, DtState, dt_next, epoch_committed, stop_fenced};
 use super::super::{Core, End, Epoch, Idle, NoChild, Steps, core_accessors};
 
 /// What one task attempt writes.
@@ -80,6 +83,8 @@ pub struct ScaleOutTask {
     /// The participants are initialised (a failure from here undoes them).
     writing: bool,
     undoing: bool,
+    /// `create_record`: the group's stop fence covers the epoch (the record is not created).
+    fenced_at: Option<Epoch>,
 }
 
 impl ScaleOutTask {
@@ -127,6 +132,7 @@ impl ScaleOutTask {
             failure: None,
             writing: false,
             undoing: false,
+            fenced_at: None,
         }
     }
 
@@ -187,8 +193,8 @@ impl ScaleOutTask {
         self.status = Some(status);
     }
 
-    /// `create_record`: a committed epoch (a replayed batch) is skipped; else the record is
-    /// created if missing, then read.
+    /// `create_record`: a committed epoch (a replayed batch) is skipped; else the group's stop
+    /// fence is read.
     fn on_progress(&mut self, committed: bool) {
         if committed {
             self.core.out.push(Command::log(
@@ -200,12 +206,31 @@ impl ScaleOutTask {
             ));
             return self.finish(ResultStatus::Skipped);
         }
-        if let (Some(group_id), Ok(_)) = (&self.ctx.create_record, dt_next(None, DtEvent::Create)) {
+        match &self.ctx.create_record {
+            Some(group_id) => self.core.out.push(Command::ReadStopFence {
+                group_id: group_id.clone(),
+            }),
+            None => self.on_fence(None),
+        }
+    }
+
+    /// `create_record`, under the group's fence lock: a fence at or past the epoch (its query
+    /// was stopped mid-batch and resolved) leaves a missing record missing — the task is an
+    /// abandoned worker of the stopped batch, and creating the record would prepare
+    /// participants nobody decides; else the record is created if missing. Either way it is
+    /// read next (a record that exists is claimed as always).
+    fn on_fence(&mut self, fence: Option<Epoch>) {
+        if stop_fenced(fence, self.ctx.epoch) {
+            self.fenced_at = fence;
+        } else if let (Some(group_id), Ok(_)) =
+            (&self.ctx.create_record, dt_next(None, DtEvent::Create))
+        {
             self.core.out.push(Command::CreateDt {
                 dtid: self.ctx.dtid.clone(),
                 group_id: group_id.clone(),
                 epoch: self.ctx.epoch,
             });
+            self.core.out.push(Command::Commit); // ends the fence read's transaction
         }
         self.core.out.push(Command::ReadDtState {
             dtid: self.ctx.dtid.clone(),
@@ -226,12 +251,21 @@ impl ScaleOutTask {
             return;
         }
         self.core.out.push(Command::Commit);
-        self.core.out.push(Command::warn(format!(
-            "{} partition {}: the distributed transaction is {}: nothing written",
-            self.ctx.dtid,
-            self.ctx.part,
-            state.map_or("gone", DtState::name)
-        )));
+        let line = match (state, self.fenced_at) {
+            (None, Some(fence)) => format!(
+                "{} partition {}: the epoch's record is missing and the group is fenced up to \
+                 epoch {fence} (its query was stopped mid-batch and resolved: resolve_stopped); \
+                 an abandoned worker of the stopped batch: nothing written",
+                self.ctx.dtid, self.ctx.part
+            ),
+            _ => format!(
+                "{} partition {}: the distributed transaction is {}: nothing written",
+                self.ctx.dtid,
+                self.ctx.part,
+                state.map_or("gone", DtState::name)
+            ),
+        };
+        self.core.out.push(Command::warn(line));
         self.finish(ResultStatus::Skipped);
     }
 
@@ -353,6 +387,7 @@ impl ScaleOutTask {
                 let last = rows.iter().map(|r| r.epoch).max();
                 self.on_progress(epoch_committed(last, self.ctx.epoch));
             }
+            (Command::ReadStopFence { .. }, Event::StopFence { epoch }) => self.on_fence(epoch),
             (Command::ReadDtState { .. }, Event::DtState { state }) if self.writing => {
                 self.on_recheck(state);
             }
@@ -429,123 +464,5 @@ impl Steps for ScaleOutTask {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::super::Machine;
-    use super::*;
-
-    fn task() -> ScaleOutTask {
-        ScaleOutTask::new(TaskContext {
-            dtid: "laminar:g:7".into(),
-            epoch: 7,
-            part: 1,
-            attempt: "0-a".into(),
-            postgres: vec![("pg".into(), "laminar:pg:7:1".into())],
-            kafka: vec!["tid".into()],
-            create_record: Some("g".into()),
-        })
-    }
-
-    /// Drives the attempt, answering each command; the record reads `first`, then `recheck`.
-    fn run(recheck: Option<DtState>) -> (ScaleOutTask, Vec<Command>) {
-        let mut t = task();
-        let mut seen = Vec::new();
-        let mut reads = 0;
-        while let Some(c) = t.poll() {
-            let event = match &c {
-                Command::ReadSinkEpochs { .. } => Event::Progress { epochs: vec![] },
-                Command::CreateDt { .. } => Event::Applied { applied: true },
-                Command::ReadDtState { .. } => {
-                    reads += 1;
-                    let state = if reads == 1 {
-                        Some(DtState::Prepare)
-                    } else {
-                        recheck
-                    };
-                    Event::DtState { state }
-                }
-                Command::ListPrepared => Event::PreparedList { gids: vec![] },
-                Command::PeekPartition => Event::Found { found: true },
-                Command::KnownEpoch { .. } => Event::Marker {
-                    epoch: Some(6),
-                    now_ms: 0,
-                },
-                Command::SinkBegin { .. } => Event::Began { opened: true },
-                Command::WritePartition => Event::Rows { count: 3 },
-                Command::SinkPrepare { .. } => Event::Prepared {
-                    prepared_state: "s".into(),
-                },
-                _ => Event::Ack,
-            };
-            seen.push(c);
-            t.handle(event);
-        }
-        (t, seen)
-    }
-
-    fn position(seen: &[Command], f: impl Fn(&Command) -> bool) -> usize {
-        seen.iter().position(f).expect("command issued")
-    }
-
-    #[test]
-    fn a_rollback_after_the_claim_ends_the_attempt_before_it_begins() {
-        for recheck in [None, Some(DtState::Rollback), Some(DtState::Commit)] {
-            let (t, seen) = run(recheck);
-            assert_eq!(t.end(), Some(&End::Ok));
-            assert!(
-                !seen.iter().any(|c| matches!(
-                    c,
-                    Command::SinkBegin { .. }
-                        | Command::WritePartition
-                        | Command::SinkPrepare { .. }
-                )),
-                "{recheck:?}: nothing begun: {seen:?}"
-            );
-            let init = position(&seen, |c| matches!(c, Command::KnownEpoch { .. }));
-            let read = seen
-                .iter()
-                .rposition(|c| matches!(c, Command::ReadDtState { .. }));
-            assert!(
-                read > Some(init),
-                "the record is read again after the Kafka init"
-            );
-            assert!(seen.iter().any(|c| matches!(c, Command::Commit)));
-            assert!(
-                seen.iter()
-                    .any(|c| matches!(c, Command::ReleaseParticipants { prepared: false }))
-            );
-            assert!(
-                t.results()
-                    .iter()
-                    .all(|r| r.status == ResultStatus::Skipped)
-            );
-        }
-    }
-
-    #[test]
-    fn a_live_record_is_held_for_share_from_the_kafka_init_through_the_prepares() {
-        let (t, seen) = run(Some(DtState::Prepare));
-        assert_eq!(t.end(), Some(&End::Ok));
-        let init = position(&seen, |c| matches!(c, Command::KnownEpoch { .. }));
-        let read = position(&seen, |c| matches!(c, Command::ReadDtState { .. }));
-        let reread = seen
-            .iter()
-            .rposition(|c| matches!(c, Command::ReadDtState { .. }))
-            .expect("read again");
-        assert!(read < init && init < reread);
-        let begin = position(&seen, |c| matches!(c, Command::SinkBegin { .. }));
-        let last_prepare = seen
-            .iter()
-            .rposition(|c| matches!(c, Command::SinkPrepare { .. }))
-            .expect("prepared");
-        let commit = seen
-            .iter()
-            .rposition(|c| matches!(c, Command::Commit))
-            .expect("committed");
-        assert!(reread < begin && last_prepare < commit);
-        assert!(
-            t.results()
-                .iter()
-                .all(|r| r.status == ResultStatus::Prepared)
-        );
-    }
-}
+#[path = "task_tests.rs"]
+mod tests;

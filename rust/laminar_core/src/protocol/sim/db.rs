@@ -222,6 +222,9 @@ pub(super) fn perform_db(
                 .retain(|(t, e), _| !(t == &transactional_id && *e <= up_to));
             Event::Ack
         }
+        Command::ReadStopFence { group_id } => Event::StopFence {
+            epoch: db(w, proc).stop_fence.get(&group_id).copied(),
+        },
         Command::CreateDt {
             dtid,
             group_id,

@@ -18,6 +18,7 @@ mod tasks;
 mod atomic_tests;
 mod scaleout_tests;
 mod single_tests;
+mod stop_fence_tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -57,6 +57,8 @@ pub(in crate::protocol) struct Pg {
     pub dt_participant: BTreeMap<(String, String), ParticipantRowSim>,
     pub prepared: BTreeMap<String, PreparedTxn>,
     pub dt_seq: u64,
+    /// `laminar.stop_fence`: the fenced epoch per group.
+    pub stop_fence: BTreeMap<String, Epoch>,
 }
 
 impl Pg {

@@ -179,6 +179,13 @@ impl PyEvent {
         }))
     }
 
+    /// The group's fenced epoch (None: no fence).
+    #[staticmethod]
+    #[pyo3(signature = (epoch=None))]
+    fn stop_fence(epoch: Option<Epoch>) -> Self {
+        Self(Event::StopFence { epoch })
+    }
+
     /// Rows `(dtid, epoch, state, age_s)`.
     #[staticmethod]
     fn dt_rows(rows: Vec<(String, Epoch, String, f64)>) -> PyResult<Self> {

@@ -1,0 +1,82 @@
+"""The stop fence of ``format("laminar")`` (docs/protocol.md §4, docs/spark.md, "Stopping a query
+in the middle of a batch"; the table is ``laminar.stop_fence``, docs/formats.md).
+
+A query stopped in the middle of a batch can leave a Python worker Spark abandoned before it
+even connected; run later, its task would find the batch's record gone (`resolve_stopped`
+rolled it back and concluded it) and create it afresh, preparing participants nobody decides.
+`fence_stopped` (in `resolve_stopped`, before any rollback) records the highest epoch the
+stopped batch can carry; the core's task machine then leaves a missing record of a fenced
+epoch missing and writes nothing (``skipped``). `lift` (the next run's writer creation) deletes
+the fence: from then on a late worker is one more attempt under the usual rules (the last
+claimant is the one committed).
+
+Both are one transaction on the decision database; the epoch is the core's
+(`laminar._core.stop_fence_epoch`), this module only reads and writes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from laminar._core import stop_fence_epoch
+from laminar._redact import redact_dsn
+from laminar.metadata import ensure_schema
+from laminar.postgres._errors import map_pg_error
+from laminar.protocol import records as _records
+
+__all__ = ["fence_stopped", "lift"]
+
+log = logging.getLogger("laminar.spark.source")
+
+
+def fence_stopped(dsn: str, group_id: str, sink_ids: Sequence[str]) -> int:
+    """Fence ``group_id`` up to the highest epoch its stopped batch can carry (its unconcluded
+    records, else the epoch after its last commit: ``sink_ids`` are its PostgreSQL sinks; a
+    Kafka sink's commits are the group's ``txn_state`` rows); returns the fenced epoch.
+
+    Under the group's fence lock (exclusive): a task between its fence read and its record's
+    creation is waited for, so its record is among those read here and rolled back after."""
+    try:
+        with psycopg.connect(dsn, application_name="laminar resolve_stopped") as conn:
+            ensure_schema(conn, where=redact_dsn(dsn))
+            with conn.transaction():
+                _records.lock_stop_fence(conn, group_id)
+                in_flight = [e for _, e, _, _ in _records.read_dt_states(conn, group_id)]
+                committed = [e for _, e in _records.read_sink_epochs(conn, sink_ids)]
+                committed += [r.epoch for r in _records.read_decisions(conn, group_id=group_id)]
+                known = [e for e in committed if e is not None]
+                epoch = stop_fence_epoch(in_flight, max(known, default=None))
+                fenced = _records.set_stop_fence(conn, group_id, epoch)
+    except psycopg.Error as e:
+        raise map_pg_error(e, f"resolve_stopped: fencing group {group_id!r}") from e
+    log.warning(
+        "%s: stop fence up to epoch %d (a task of the stopped batch that finds its record "
+        "missing writes nothing; the next run's writer lifts it)",
+        group_id,
+        fenced,
+    )
+    return fenced
+
+
+def lift(dsn: str, group_id: str) -> int | None:
+    """Delete ``group_id``'s fence (a new run of the query); the epoch it held, None if there
+    was none. One statement; a database without the table (never migrated to version 3) has
+    no fence to lift."""
+    conn: psycopg.Connection[Any] | None = None
+    try:
+        conn = psycopg.connect(dsn, application_name="laminar writer", autocommit=True)
+        lifted = _records.lift_stop_fence(conn, group_id)
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+        return None
+    except psycopg.Error as e:
+        raise map_pg_error(e, f"format('laminar'): lifting the stop fence of {group_id!r}") from e
+    finally:
+        if conn is not None:
+            conn.close()
+    if lifted is not None:
+        log.info("%s: a new run: lifted the stop fence (epoch %d)", group_id, lifted)
+    return lifted
