@@ -154,7 +154,7 @@ def _check_kafka(sink: Any, timeout_s: float) -> str:
     # confluent-kafka loads only for a Kafka sink: a PostgreSQL-only format('laminar') checks its
     # servers in every micro-batch's fresh driver-side process (docs/spark.md, Throughput)
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin import AdminClient  # same reason
 
     bootstrap: str = sink._bootstrap_servers  # resolves laminar.env settings in this process
     user: dict[str, Any] = sink._producer_config
