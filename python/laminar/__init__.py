@@ -9,10 +9,9 @@ processes for every ``format("laminar")`` micro-batch and each one imports lamin
 before.
 """
 
-import importlib
-import importlib.util
 from typing import TYPE_CHECKING, Any
 
+from laminar import _lazy
 from laminar._core import (
     EpochRecord,
     EpochTracker,
@@ -99,16 +98,8 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """A lazy public name (`_LAZY`), or a subpackage not imported yet (``laminar.spark``,
     ``laminar.protocol``, ...: an eager ``import laminar`` used to load them all)."""
-    module = _LAZY.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(module), name)
-    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        value = importlib.import_module(f"{__name__}.{name}")
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
+    return _lazy.attribute(__name__, name, _LAZY)
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return _lazy.names(__name__, _LAZY)

@@ -1,2 +1,16 @@
 """The drivers of the core's protocol machines: each performs the command the machine returns
 and reports the result back (docs/engine.md)."""
+
+from typing import Any
+
+from laminar import _lazy
+
+
+def __getattr__(name: str) -> Any:
+    """A submodule not imported yet (`laminar._lazy`: an eager ``import laminar`` used to
+    load this package's modules, so ``laminar.protocol.<module>`` worked without an import)."""
+    return _lazy.attribute(__name__, name, {})
+
+
+def __dir__() -> list[str]:
+    return _lazy.names(__name__, {})

@@ -44,7 +44,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from laminar import __version__
+from laminar import __version__, _lazy
 from laminar._sink import TransactionalSink
 from laminar.errors import ConfigError
 from laminar.spark._handoff import VERSION_MISMATCH, install_advice, reduce_checked
@@ -538,11 +538,17 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def __getattr__(name: str) -> Any:
-    """``laminar.spark.exactly_once``/``ExactlyOnceWriter``/``EpochResult``: re-exported from
-    `laminar.spark.writer` on first use (imported there lazily, see above)."""
-    if name in ("EpochResult", "ExactlyOnceWriter", "exactly_once"):
-        from laminar.spark import writer  # lazy: see top
+#: Names re-exported from `laminar.spark.writer` on first use (imported there lazily, see top).
+_LAZY = {
+    name: "laminar.spark.writer" for name in ("EpochResult", "ExactlyOnceWriter", "exactly_once")
+}
 
-        return getattr(writer, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    """``laminar.spark.exactly_once``/``ExactlyOnceWriter``/``EpochResult`` (`_LAZY`), or a
+    submodule not imported yet (``laminar.spark.writer``: an eager import used to load it)."""
+    return _lazy.attribute(__name__, name, _LAZY)
+
+
+def __dir__() -> list[str]:
+    return _lazy.names(__name__, _LAZY)
