@@ -224,3 +224,41 @@ def test_a_group_id_with_odd_characters(
     assert {r.status for r in task(g, 1, 2, "0-late").results} == {"skipped"}
     run_batch(g, 1, "1")
     check_stores(g, range(2))
+
+
+def test_a_task_that_prepares_after_the_resolution(pg_group: dict[str, Any]) -> None:
+    """A task of the stopped batch created its record before the fence and is held in its
+    write (the table locked by another session) while `resolve_stopped` runs; it prepares after
+    the resolution. Nothing may be left prepared or undecided afterwards, and the next run
+    writes every row once."""
+    g = pg_group
+    run_batch(g, 0, "0")
+    LaminarStreamWriter(g["options"])
+    outcome: list[Any] = []
+
+    def worker() -> None:
+        try:
+            outcome.append(task(g, 1, 0, "0-0"))
+        except BaseException as e:
+            outcome.append(e)
+
+    with psycopg.connect(g["dsn"]) as blocker:
+        blocker.execute(f"LOCK TABLE {g['table']} IN ACCESS EXCLUSIVE MODE")
+        t = threading.Thread(target=worker)
+        t.start()
+        deadline = time.monotonic() + 30
+        while left_behind(g)[0] == [] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert left_behind(g)[0] != [], "the task created its record"
+        time.sleep(0.5)
+        # the resolution waits for the task's claim (its share lock on the record): in a thread
+        resolver = threading.Thread(target=lambda: outcome.append(resolve_stopped(g["raw"])))
+        resolver.start()
+        time.sleep(1.0)
+    t.join(60)
+    resolver.join(60)
+    assert not t.is_alive()
+    assert not resolver.is_alive()
+    assert left_behind(g) == ([], []), outcome
+    run_batch(g, 1, "1")
+    check_stores(g, range(2))
