@@ -20,58 +20,20 @@ import pytest
 
 from laminar.errors import ConfigError
 from laminar.metadata import MIGRATIONS, applied_version, ensure_schema
-from laminar.spark.options import parse_options
 from laminar.spark.source import LaminarStreamWriter, resolve_stopped, write_task
-from tests.integration.datasource_helpers import VAR
 from tests.integration.test_stop_fence import (
     PARTS,
     batch_rows,
     check_stores,
     fence_of,
     left_behind,
+    make_group,
     run_batch,
     stop_mid_batch,
     task,
 )
 
 pytestmark = pytest.mark.integration
-
-
-def make_group(
-    dsn: str,
-    kind: str,
-    table: str,
-    topic: str,
-    group: str,
-    monkeypatch: pytest.MonkeyPatch,
-    bootstrap: str | None = None,
-) -> dict[str, Any]:
-    """The shape `tests.integration.test_stop_fence`'s helpers take."""
-    monkeypatch.setenv(VAR, dsn)
-    raw: dict[str, str] = {"laminar.group": group}
-    if kind in ("postgres", "both"):
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"CREATE TABLE {table} (id bigint, name text)")
-        raw |= {"postgres.dsn.env": VAR, "postgres.table": table}
-    if kind in ("kafka", "both"):
-        assert bootstrap is not None
-        raw |= {
-            "kafka.bootstrap.servers": bootstrap,
-            "kafka.topic": topic,
-            "kafka.key.column": "id",
-        }
-    if kind == "kafka":
-        raw["laminar.state.dsn.env"] = VAR
-    return {
-        "kind": kind,
-        "raw": raw,
-        "options": parse_options(raw),
-        "group": group,
-        "dsn": dsn,
-        "table": table,
-        "topic": topic,
-        "bootstrap": bootstrap,
-    }
 
 
 @pytest.fixture
@@ -207,8 +169,6 @@ def test_a_group_id_with_odd_characters(
     topic_name: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    if kind == "both":
-        kafka_broker.create_topic(topic_name, partitions=2)
     group = f"g:1 'q\" %s ü/{table_name}"
     g = make_group(
         clean_prepared_xacts,
@@ -217,7 +177,7 @@ def test_a_group_id_with_odd_characters(
         topic_name,
         group,
         monkeypatch,
-        kafka_broker.bootstrap_servers,
+        kafka_broker,
     )
     stop_mid_batch(g, 1)
     assert fence_of(g) == 1

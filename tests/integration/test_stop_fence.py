@@ -52,19 +52,39 @@ def group(
     monkeypatch: pytest.MonkeyPatch,
 ) -> dict[str, Any]:
     """A group of one PostgreSQL sink, one Kafka sink, or both (``laminar.group`` named)."""
-    dsn = clean_prepared_xacts
+    return make_group(
+        clean_prepared_xacts,
+        str(request.param),
+        table_name,
+        topic_name,
+        unique_name("g"),
+        monkeypatch,
+        kafka_broker,
+    )
+
+
+def make_group(
+    dsn: str,
+    kind: str,
+    table: str,
+    topic: str,
+    group: str,
+    monkeypatch: pytest.MonkeyPatch,
+    broker: Any = None,
+) -> dict[str, Any]:
+    """The group `group` gives (``kind``: postgres, kafka or both; ``broker`` for Kafka: the
+    topic is created), as the helpers below take it."""
     monkeypatch.setenv(VAR, dsn)
-    kind = str(request.param)
-    raw: dict[str, str] = {"laminar.group": unique_name("g")}
+    raw: dict[str, str] = {"laminar.group": group}
     if kind in ("postgres", "both"):
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"CREATE TABLE {table_name} (id bigint, name text)")
-        raw |= {"postgres.dsn.env": VAR, "postgres.table": table_name}
+            conn.execute(f"CREATE TABLE {table} (id bigint, name text)")
+        raw |= {"postgres.dsn.env": VAR, "postgres.table": table}
     if kind in ("kafka", "both"):
-        kafka_broker.create_topic(topic_name, partitions=2)
+        broker.create_topic(topic, partitions=2)
         raw |= {
-            "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
-            "kafka.topic": topic_name,
+            "kafka.bootstrap.servers": broker.bootstrap_servers,
+            "kafka.topic": topic,
             "kafka.key.column": "id",
         }
     if kind == "kafka":
@@ -73,11 +93,11 @@ def group(
         "kind": kind,
         "raw": raw,
         "options": parse_options(raw),
-        "group": raw["laminar.group"],
+        "group": group,
         "dsn": dsn,
-        "table": table_name,
-        "topic": topic_name,
-        "bootstrap": kafka_broker.bootstrap_servers,
+        "table": table,
+        "topic": topic,
+        "bootstrap": None if broker is None else broker.bootstrap_servers,
     }
 
 
