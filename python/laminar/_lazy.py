@@ -15,10 +15,11 @@ import importlib
 import importlib.util
 import pkgutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any
 
-__all__ = ["attribute", "names"]
+__all__ = ["attribute", "names", "submodules"]
 
 
 def attribute(package: str, name: str, lazy: Mapping[str, str]) -> Any:
@@ -45,3 +46,22 @@ def names(package: str, lazy: Mapping[str, str]) -> list[str]:
     path = getattr(module, "__path__", [])
     subs = {m.name for m in pkgutil.iter_modules(path) if not m.name.startswith("_")}
     return sorted({*vars(module), *lazy, *subs})
+
+
+def submodules(
+    package: str,
+) -> tuple[Callable[[str], ModuleType], Callable[[], list[str]]]:
+    """The ``__getattr__`` and ``__dir__`` of a package whose only lazy attributes are its
+    submodules (``laminar.kafka``, ``laminar.postgres``, ``laminar.protocol``)::
+
+        __getattr__, __dir__ = _lazy.submodules(__name__)
+    """
+
+    def getattr_(name: str) -> ModuleType:
+        module: ModuleType = attribute(package, name, {})
+        return module
+
+    def dir_() -> list[str]:
+        return names(package, {})
+
+    return getattr_, dir_
