@@ -312,6 +312,9 @@ def test_the_witness_reads_over_sasl_with_the_same_client(kafka_bootstrap: str, 
     for epoch in range(2):
         writer.write_epoch(epoch, epoch_table(epoch))
     writer.close()
+    # the coordinator writes the last commit's markers after the commit returns: read once they
+    # landed (`settled_logs`), as a sink's start-up does after its init_transactions
+    assert not any(log.open for log in settled_logs(kafka_bootstrap, topic).values())
     with KafkaLogClient(kafka_bootstrap) as client:
         found = client.witness(topic, tid, max_records=-1)
     assert (found.epoch, found.conclusive) == (1, True)
