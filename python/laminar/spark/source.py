@@ -113,9 +113,10 @@ class LaminarStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
-        options.check_sinks()
-        _check_servers_once(options, where="the Spark driver's Python")
-        _lift_stop_fence(options)
+        # the sinks are built once here: their own checks, then the servers, then the fence
+        kafka, postgres, group_id = _sinks(options)
+        _check_servers_once(options, [*postgres, *kafka], where="the Spark driver's Python")
+        _lift_stop_fence(options, group_id)
         _trace.mark("stream writer created")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LaminarCommitMessage:
@@ -144,26 +145,24 @@ class LaminarStreamWriter(DataSourceStreamArrowWriter):
         abort_batch(self.options, messages, batchId)
 
 
-def _check_servers_once(options: SinkOptions, *, where: str) -> None:
-    """Check the configuration's servers once per process; ``where`` names the process (its pid,
-    host and Python are added)."""
+def _check_servers_once(options: SinkOptions, sinks: list[Any], *, where: str) -> None:
+    """Check the servers of ``sinks`` (built from ``options``) once per process; ``where``
+    names the process (its pid, host and Python are added)."""
     key = repr(options)  # environment variable names, no secrets
     if not options.check_servers or key in _checked:
         return
     from laminar.readiness import describe_process, require_reachable  # lazy: see top
 
-    sinks: list[Any] = [*options.postgres_sinks(), *options.kafka_sinks()]
     require_reachable(sinks, where=f"{where} ({describe_process()})")
     _checked.add(key)
 
 
-def _lift_stop_fence(options: SinkOptions) -> None:
+def _lift_stop_fence(options: SinkOptions, group_id: str) -> None:
     """A new run (Spark creates the writer on the driver before each batch's tasks): lift the
     group's stop fence that `resolve_stopped` left (`laminar.spark._stop_fence`)."""
     # in-function: the driver-side processes import only what their entry point needs
     from laminar.spark import _stop_fence
 
-    _, _, group_id = _sinks(options)
     _stop_fence.lift(options.resolved_state_dsn(), group_id)
 
 
@@ -234,7 +233,7 @@ def write_task(
 
     kafka, postgres, group_id = _sinks(options)
     dsn = options.resolved_state_dsn()
-    _check_servers_once(options, where="a Spark task's Python")
+    _check_servers_once(options, [*postgres, *kafka], where="a Spark task's Python")
     members = [s.sink_id for s in [*postgres, *kafka]]
     epoch = batch_id + _read_epoch_base(dsn, group_id, members, owner, part)
     _trace.mark("epoch base read", part=part)
