@@ -25,6 +25,7 @@ from tests.e2e.spark_helpers import (
     assert_exactly_once,
     client,
     read_committed,
+    restarting,
     stop,
     wait_for,
     wait_terminated,
@@ -174,7 +175,7 @@ def start(
         writer = writer.option(key, value)
     for key, value in extra.items():
         writer = writer.option(key.replace("_", "."), value)
-    return writer.trigger(processingTime="300 milliseconds").start()
+    return restarting(writer.trigger(processingTime="300 milliseconds").start)
 
 
 def stop_and_resolve(query: Any, targets: str, names: dict[str, str], pg_dsn: str) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import laminar
-from tests.e2e.spark_helpers import wait_terminated, write_json_files
+from tests.e2e.spark_helpers import restarting, wait_terminated, write_json_files
 from tests.integration.kafka_fill import settled_committed
 
 
@@ -46,12 +46,12 @@ def test_spark_kafka_shape_to_two_topics_exactly_once_across_restart(
     next_id = 0
     for _run in range(2):
         next_id = write_json_files(source, next_id, files=2, rows_per_file=30)
-        query = (
+        query = restarting(
             shaped(spark_client, source, home, other)
             .writeStream.foreachBatch(laminar.exactly_once(sink))
             .option("checkpointLocation", checkpoint)
             .trigger(availableNow=True)
-            .start()
+            .start
         )
         wait_terminated(query)
         assert query.exception() is None

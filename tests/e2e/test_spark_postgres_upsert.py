@@ -15,7 +15,13 @@ import pytest
 
 import laminar
 import laminar.spark
-from tests.e2e.spark_helpers import ArmedForeachBatch, pg_epoch, wait_terminated, write_json_files
+from tests.e2e.spark_helpers import (
+    ArmedForeachBatch,
+    pg_epoch,
+    restarting,
+    wait_terminated,
+    write_json_files,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -57,13 +63,13 @@ def test_update_mode_aggregation_upserts_exactly_the_batch_aggregate(
             .option("maxFilesPerTrigger", 1)
             .json(str(source))
         )
-        return (
+        return restarting(
             aggregate(orders)
             .writeStream.outputMode("update")
             .foreachBatch(function)
             .option("checkpointLocation", checkpoint)
             .trigger(availableNow=True)
-            .start()
+            .start
         )
 
     real = laminar.spark.foreach_batch(writer, checkpoint_location=checkpoint)

@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 
 import laminar
+from tests.e2e.spark_helpers import restarting
 
 
 def test_foreach_batch_imports_laminar_on_the_server(
@@ -37,11 +38,11 @@ def test_foreach_batch_imports_laminar_on_the_server(
             )
 
     stream = spark.readStream.format("rate").option("rowsPerSecond", 5).load()
-    query = (
+    query = restarting(
         stream.writeStream.foreachBatch(write_batch)
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
         .trigger(processingTime="1 second")
-        .start()
+        .start
     )
     try:
         deadline = time.monotonic() + 120
