@@ -150,3 +150,13 @@ def test_a_non_kafka_exception_is_fatal_and_scrubbed() -> None:
     mapped = map_kafka_error(RuntimeError("boom hunter2-secret"), "produce", CTX)
     assert type(mapped) is FatalError
     assert "hunter2-secret" not in str(mapped)
+
+
+@pytest.mark.parametrize("code", [KafkaError._TRANSPORT, KafkaError._TIMED_OUT])
+def test_a_time_out_at_start_up_after_the_cluster_answered_is_retriable(code: int) -> None:
+    """A broker down or a coordinator moving (issue: production topology): the cluster answered
+    the metadata request, then init_transactions timed out — a failover, not an address to fix."""
+    mapped = map_kafka_error(err(code, retriable=True), "init_transactions", CTX, reached=True)
+    assert type(mapped) is AbortableError
+    assert mapped.retriable
+    assert "failover" in str(mapped)

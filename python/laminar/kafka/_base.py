@@ -217,7 +217,9 @@ class _SinkBase(TransactionalSink):
         *,
         hint: str | None = None,
     ) -> LaminarError:
-        mapped = map_kafka_error(error, operation, self._context(epoch), hint=hint)
+        mapped = map_kafka_error(
+            error, operation, self._context(epoch), hint=hint, reached=rt.reached
+        )
         if isinstance(mapped, FencedError):
             rt.fenced = mapped
         return mapped

@@ -21,6 +21,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from confluent_kafka import KafkaError, KafkaException
+
+from laminar._faults import fail_point
+
 #: Producers given up on while a call into them was stuck. Kept referenced until that call
 #: returns, so the handle is never destroyed under it.
 ABANDONED: set[Any] = set()
@@ -62,6 +66,8 @@ class _Worker:
 
 _LOCK = threading.Lock()
 _IDLE: list[_Worker] = []
+#: What an injected failure of each call is (the rest: a time-out).
+_INJECTED = {"send_offsets_to_transaction": KafkaError.COORDINATOR_NOT_AVAILABLE}
 
 
 def _after_fork_in_child() -> None:
@@ -75,7 +81,13 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def bounded_call(producer: Any, method: str, args: tuple[Any, ...], timeout_s: float) -> None:
     """``producer.<method>(*args)`` on a helper thread, waited for at most ``timeout_s`` plus a
-    grace period. Raises what the call raised, or `StuckCallError`."""
+    grace period. Raises what the call raised, or `StuckCallError`. (The failover tests fail the
+    call here with librdkafka's own retriable error: `laminar._faults.fail_point`.)"""
+    if fail_point(f"kafka.{method}"):
+        code = _INJECTED.get(method, KafkaError._TIMED_OUT)
+        raise KafkaException(KafkaError(code, "injected (LAMINAR_FAIL_AT)", retriable=True))
+    if fail_point("kafka.stuck"):
+        raise StuckCallError(method)
     job = _Job(producer, getattr(producer, method), args)
     with _LOCK:
         worker = _IDLE.pop() if _IDLE else None

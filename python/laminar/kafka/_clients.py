@@ -280,6 +280,7 @@ class _Clients(_SinkBase):
         except KafkaException as e:
             rt.producer.poll(0)  # serve error_cb: authentication failures arrive there
             raise self._connection_error(e, rt) from e
+        rt.reached = True
         topic = metadata.topics.get(self._topic)
         if topic is None:
             raise ConfigError(

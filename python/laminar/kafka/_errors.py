@@ -116,13 +116,17 @@ def map_kafka_error(
     ctx: ErrorContext,
     *,
     hint: str | None = None,
+    reached: bool = False,
 ) -> LaminarError:
     """The Laminar error for a client error raised by ``operation`` (``init_transactions``,
     ``begin_transaction``, ``produce``, ``send_offsets_to_transaction``, ``flush``,
     ``commit_transaction``, ``abort_transaction``, ``delivery``, ``metadata``).
 
-    ``hint`` adds a sentence (e.g. which record failed). The caller raises the result ``from``
-    the original exception so the root cause stays in ``__cause__``.
+    ``hint`` adds a sentence (e.g. which record failed). ``reached``: the cluster answered this
+    process before (its metadata), so a connection lost or a call timed out at start-up is a
+    broker down or a coordinator moving — retriable — rather than an address to fix. The caller
+    raises the result ``from`` the original exception so the root cause stays in
+    ``__cause__``.
     """
     kafka_error = as_kafka_error(error)
     if kafka_error is None:
@@ -163,6 +167,17 @@ def map_kafka_error(
             _join(
                 f"the commit's outcome is unknown ({what}); recovery reads the epoch marker to "
                 "decide, the transaction is never aborted blindly",
+                hint,
+            ),
+            **_where(ctx),
+        )
+    if operation in ("init_transactions", "metadata") and code in _UNREACHABLE_CODES and reached:
+        return AbortableError(
+            _join(
+                f"{operation} did not complete against the Kafka cluster at "
+                f"bootstrap.servers={ctx.bootstrap_servers} ({what}), which answered before: a "
+                "broker down or a coordinator moving (a failover). Nothing was written; the "
+                "call can be retried (raise init_timeout_s to ride out longer failovers)",
                 hint,
             ),
             **_where(ctx),

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from laminar._faults import crash_point
+from laminar._faults import crash_point, fail_point
 from laminar.errors import (
     AbortableError,
     LaminarError,
@@ -176,6 +176,10 @@ class _Producing(_Clients):
         self._retrying(rt, "send_offsets_to_transaction", epoch, self._commit_timeout_s, offsets)
         crash_point("kafka.after_markers")
         remaining = rt.producer.flush(self._flush_timeout_s)
+        if fail_point("kafka.produce"):  # a record's delivery failed (the failover tests)
+            timed_out = KafkaError(KafkaError._MSG_TIMED_OUT, "injected (LAMINAR_FAIL_AT)")
+            rt.delivery_failures += 1
+            rt.delivery_errors.append((timed_out, None, 0))
         if rt.delivery_errors:
             error, key, size = rt.delivery_errors[0]
             hint = (

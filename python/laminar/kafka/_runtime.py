@@ -25,6 +25,9 @@ class _Runtime:
         self.consumer: Any = None
         self.group_metadata: Any = None
         self.fenced: FencedError | None = None
+        #: Whether the cluster answered this process (metadata): a time-out after that is a
+        #: failover to wait out, not an address to fix (`map_kafka_error`'s ``reached``).
+        self.reached = False
         # failures heard through callbacks
         self.delivery_errors: list[tuple[KafkaError, bytes | None, int]] = []
         self.delivery_failures = 0

@@ -10,7 +10,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from laminar._core import (
     Command,
@@ -18,15 +18,19 @@ from laminar._core import (
     KafkaInDoubtMachine,
     epoch_committed,
 )
+from laminar._faults import fail_point
 from laminar.errors import (
+    AbortableError,
     ConfigError,
     FatalError,
     FencedError,
+    LaminarError,
 )
 from laminar.kafka import _shape as shape
 from laminar.kafka._clients import _Clients
 from laminar.kafka._runtime import _Runtime
 from laminar.kafka.log import (
+    BrokerUnavailableError,
     ClientSecurity,
     KafkaLogClient,
     KafkaLogError,
@@ -163,6 +167,10 @@ class _Witness(_Clients):
         if rt.consumer is None:
             self._open_consumer(rt)
         try:
+            if fail_point("kafka.committed"):
+                raise KafkaException(
+                    KafkaError(KafkaError._TIMED_OUT, "injected (LAMINAR_FAIL_AT)", retriable=True)
+                )
             (committed,) = rt.consumer.committed(
                 [TopicPartition(self._topic, 0)], timeout=self._init_timeout_s
             )
@@ -179,16 +187,26 @@ class _Witness(_Clients):
         security = ClientSecurity.from_config(self._producer_config)
         return KafkaLogClient(
             self._bootstrap_servers,
-            timeout=self._init_timeout_s,
+            timeout=min(self._init_timeout_s, 10.0),
+            retry_for_s=self._init_timeout_s,
             client_id=f"laminar-sink-{self.sink_id}"[:200],
             security=security,
         )
 
-    def _wire_failure(self, what: str, error: KafkaLogError) -> FatalError:
-        return FatalError(
-            f"could not {what} of topic {self._topic!r}: {self._scrub(str(error))}",
-            sink_id=self.sink_id,
-        )
+    def _wire_failure(self, what: str, error: KafkaLogError) -> LaminarError:
+        """A failed read or write of the marker, the identity or the witness: retriable when
+        no broker answered in time or a role was moving (a failover: the wire client retried
+        for ``init_timeout_s`` already), fatal when the cluster refused or sent what the client
+        cannot read."""
+        text = f"could not {what} of topic {self._topic!r}: {self._scrub(str(error))}"
+        if isinstance(error, BrokerUnavailableError):
+            return AbortableError(
+                f"{text}. The cluster did not answer within init_timeout_s="
+                f"{self._init_timeout_s:g} s (a broker down or a coordinator moving); "
+                "nothing was written, the call can be retried",
+                sink_id=self.sink_id,
+            )
+        return FatalError(text, sink_id=self.sink_id)
 
     def _without_marker(self, rt: _Runtime, writer: bool) -> int | None:
         """No marker: the identity (and, for the writer, the producer epoch InitProducerId

@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from laminar import _core
+from laminar._faults import fail_point
 from laminar.errors import LaminarError
 
 __all__ = [
+    "BrokerUnavailableError",
     "ClientSecurity",
     "Connection",
     "EndTxnError",
@@ -38,11 +40,35 @@ __all__ = [
 # API keys (Kafka protocol numbering).
 FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH = 1, 2, 3, 8, 9
 FIND_COORDINATOR, SASL_HANDSHAKE, API_VERSIONS, END_TXN, SASL_AUTHENTICATE = 10, 17, 18, 26, 36
+#: The requests the failover tests can fail (`laminar._faults.fail_point`: ``wire.<name>``).
+_FAILABLE = {
+    METADATA: "wire.Metadata",
+    LIST_OFFSETS: "wire.ListOffsets",
+    FETCH: "wire.Fetch",
+    FIND_COORDINATOR: "wire.FindCoordinator",
+    OFFSET_FETCH: "wire.OffsetFetch",
+    OFFSET_COMMIT: "wire.OffsetCommit",
+    END_TXN: "wire.EndTxn",
+}
 
 
 class KafkaLogError(LaminarError):
     """The log could not be read: unreachable broker, a broker error, or data this reader does
     not decode (an unsupported message format, a corrupt batch)."""
+
+
+class BrokerUnavailableError(KafkaLogError):
+    """A broker did not answer — the connection was refused, reset or timed out — or no longer
+    holds the role it was asked for (the leader of a partition, the coordinator of a group or a
+    transactional id, still loading it): what a failover looks like from a client. Looking the
+    role up again and retrying can help (`laminar.kafka.log.KafkaLogClient` does, within its
+    bound); when the bound passes the client raises it with what it tried. ``address`` is the
+    broker's ``host:port`` when one was involved; ``code`` the Kafka error code, if any."""
+
+    def __init__(self, message: str, *, address: str | None = None, code: int = 0) -> None:
+        super().__init__(message)
+        self.address = address
+        self.code = code
 
 
 class UnsupportedSecurityError(KafkaLogError):
@@ -77,6 +103,7 @@ _ERRORS = {
     5: "LEADER_NOT_AVAILABLE",
     6: "NOT_LEADER_OR_FOLLOWER",
     7: "REQUEST_TIMED_OUT",
+    13: "NETWORK_EXCEPTION",
     14: "COORDINATOR_LOAD_IN_PROGRESS",
     15: "COORDINATOR_NOT_AVAILABLE",
     16: "NOT_COORDINATOR",
@@ -90,13 +117,20 @@ _ERRORS = {
     49: "INVALID_PRODUCER_ID_MAPPING",
     51: "CONCURRENT_TRANSACTIONS",
     53: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+    56: "KAFKA_STORAGE_ERROR",
     58: "SASL_AUTHENTICATION_FAILED",
+    74: "FENCED_LEADER_EPOCH",
+    75: "UNKNOWN_LEADER_EPOCH",
+    78: "OFFSET_NOT_AVAILABLE",
     90: "PRODUCER_FENCED",
 }
 #: EndTxn/FindCoordinator errors worth retrying (the coordinator moves, loads, or is busy).
-RETRIABLE_TXN_CODES = frozenset({7, 14, 15, 16, 51})
+RETRIABLE_TXN_CODES = frozenset({7, 13, 14, 15, 16, 51})
 #: Group coordinator errors worth retrying (OffsetFetch/OffsetCommit).
-RETRIABLE_GROUP_CODES = frozenset({7, 14, 15, 16})
+RETRIABLE_GROUP_CODES = frozenset({7, 13, 14, 15, 16})
+#: Partition errors of Metadata, ListOffsets and Fetch that a leader change causes: the leader is
+#: looked up again and the request retried.
+RETRIABLE_LEADER_CODES = frozenset({5, 6, 7, 13, 56, 74, 75, 78})
 
 _SCRAM = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 
@@ -209,9 +243,13 @@ class Connection:
         self._versions: dict[int, tuple[int, int]] = {}
         security = security or ClientSecurity()
         try:
+            if fail_point("wire.connect"):
+                raise ConnectionRefusedError("injected (LAMINAR_FAIL_AT)")
             sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as e:
-            raise KafkaLogError(f"could not connect to the broker at {self.address}: {e}") from e
+            raise BrokerUnavailableError(
+                f"could not connect to the broker at {self.address}: {e}", address=self.address
+            ) from e
         if security.uses_tls:
             try:
                 sock = security.ssl_context().wrap_socket(sock, server_hostname=host)
@@ -262,12 +300,21 @@ class Connection:
         correlation = self._correlation
         frame = encode(chosen, correlation)
         self.requests += 1
+        failable = _FAILABLE.get(api_key)
+        if failable is not None and fail_point(failable):
+            raise BrokerUnavailableError(
+                f"broker {self.address}: {failable} injected (LAMINAR_FAIL_AT)",
+                address=self.address,
+            )
         try:
             self._sock.sendall(frame)
             (size,) = struct.unpack(">i", self._recv(4))
             answer = self._recv(size)
         except OSError as e:
-            raise KafkaLogError(f"broker {self.address} did not answer: {e}") from e
+            self.close()
+            raise BrokerUnavailableError(
+                f"broker {self.address} did not answer: {e}", address=self.address
+            ) from e
         return decode(answer, chosen, correlation)
 
     def _recv(self, n: int) -> bytes:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from laminar import _core
 from laminar._core import LogRecord, PartitionScan
@@ -60,6 +60,9 @@ from laminar.kafka.conn import (
     OFFSET_COMMIT,
     OFFSET_FETCH,
     RETRIABLE_GROUP_CODES,
+    RETRIABLE_LEADER_CODES,
+    RETRIABLE_TXN_CODES,
+    BrokerUnavailableError,
     ClientSecurity,
     Connection,
     EndTxnError,
@@ -81,6 +84,7 @@ from laminar.kafka.records import (
 )
 
 __all__ = [
+    "BrokerUnavailableError",
     "ClientSecurity",
     "Compression",
     "ControlType",
@@ -99,6 +103,7 @@ __all__ = [
     "read_partition",
 ]
 
+_T = TypeVar("_T")
 _EARLIEST, _LATEST = -2, -1
 _COORDINATOR_GROUP, _COORDINATOR_TRANSACTION = 0, 1
 #: How far a later epoch's records may be timestamped before an earlier epoch's (writer clocks
@@ -118,6 +123,16 @@ class KafkaLogClient:
             log = client.read_partition("orders", 0)
 
     ``stats`` counts what it read (requests, fetches, bytes, batches, records).
+
+    **Failover.** Every request is bounded by ``retry_for_s`` (default: ``timeout``, the
+    bound of one socket operation). Within it, a broker that does not answer (connection refused,
+    reset, timed out) or that answers that it no longer holds the role asked for — partition
+    leader (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, …), group or transaction coordinator
+    (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) — is forgotten,
+    the role looked up again (Metadata, FindCoordinator, through any bootstrap server that
+    answers) and the request retried with a growing delay (50 ms doubling to 1 s). Past the bound
+    the request raises `BrokerUnavailableError`, which says what was tried: a replicated cluster
+    that moves a leader or a coordinator within the bound is never an error.
     """
 
     def __init__(
@@ -128,17 +143,22 @@ class KafkaLogClient:
         client_id: str = "laminar-kafka-log",
         fetch_max_bytes: int = 4 << 20,
         security: ClientSecurity | None = None,
+        retry_for_s: float | None = None,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.timeout = timeout
         self.client_id = client_id
         self.fetch_max_bytes = fetch_max_bytes
+        #: How long one public call may keep retrying through a failover.
+        self.retry_for_s = timeout if retry_for_s is None else retry_for_s
         #: How long a fetch may wait for data at the end of the log (a read ends with one fetch
         #: there). Tansu 0.6 answers a fetch with ``max_wait_ms=0`` with no partition at all.
         self.fetch_max_wait_ms = 10
         self.security = security or ClientSecurity()
         self.security.check()
         self.stats = ReadStats()
+        #: Retries made after a broker did not answer or moved a role (all calls).
+        self.failovers = 0
         self._bootstrap = parse_bootstrap(bootstrap_servers)
         self._connections: dict[int, Connection] = {}
         self._brokers: dict[int, tuple[str, int]] = {}
@@ -148,12 +168,14 @@ class KafkaLogClient:
 
     def connect(self) -> None:
         """Connect to one of the bootstrap brokers (`KafkaLogError` if none answers)."""
-        self._bootstrap_connection()
+        self._retry("connecting", self._bootstrap_connection)
 
     def _open(self, host: str, port: int) -> Connection:
         return Connection(host, port, self.timeout, self.client_id, self.security)
 
     def _bootstrap_connection(self) -> Connection:
+        """A connection to any bootstrap broker that answers; the first one tried is the one
+        after the broker that failed last (`_forget` rotates the list)."""
         if self._any is None:
             errors = []
             for host, port in self._bootstrap:
@@ -162,10 +184,10 @@ class KafkaLogClient:
                     break
                 except UnsupportedSecurityError:
                     raise
-                except KafkaLogError as e:
+                except BrokerUnavailableError as e:
                     errors.append(str(e))
             else:
-                raise KafkaLogError(
+                raise BrokerUnavailableError(
                     f"no broker of bootstrap.servers={self.bootstrap_servers} answered within "
                     f"{self.timeout:g} s: " + "; ".join(errors)
                 )
@@ -175,10 +197,27 @@ class KafkaLogClient:
         conn = self._connections.get(node_id)
         if conn is None:
             if node_id not in self._brokers:
-                raise KafkaLogError(f"broker {node_id} is not in the cluster metadata")
+                raise BrokerUnavailableError(f"broker {node_id} is not in the cluster metadata")
             conn = self._open(*self._brokers[node_id])
             self._connections[node_id] = conn
         return conn
+
+    def _forget(self, address: str | None) -> None:
+        """Drop every connection to ``address`` — the bootstrap connection too, so that the
+        next request looks its broker up again through another bootstrap server — when a broker
+        did not answer. Nothing when the answer came but named no usable broker (no leader yet,
+        a coordinator moving): the retry asks again."""
+        if address is None:
+            return
+        for key, conn in list(self._connections.items()):
+            if conn.address == address:
+                conn.close()
+                del self._connections[key]
+        if self._any is not None and self._any.address == address:
+            self._any.close()
+            self._any = None
+            # try the others first next time
+            self._bootstrap = self._bootstrap[1:] + self._bootstrap[:1]
 
     def _call(
         self,
@@ -191,6 +230,27 @@ class KafkaLogClient:
     ) -> Any:
         self.stats.requests += 1
         return conn.call(api_key, encode, decode, version=version)
+
+    def _retry(self, what: str, attempt: Callable[[], _T]) -> _T:
+        """``attempt()`` until it answers or the call's bound passes (class docstring)."""
+        deadline = time.monotonic() + self.retry_for_s
+        delay, tries = 0.05, 0
+        while True:
+            tries += 1
+            try:
+                return attempt()
+            except BrokerUnavailableError as e:
+                self._forget(e.address)
+                if time.monotonic() + delay > deadline:
+                    raise BrokerUnavailableError(
+                        f"{what}: no broker answered within retry_for_s={self.retry_for_s:g} s "
+                        f"({tries} tries; last: {e})",
+                        address=e.address,
+                        code=e.code,
+                    ) from e
+            self.failovers += 1
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     def close(self) -> None:
         """Close every connection."""
@@ -211,9 +271,13 @@ class KafkaLogClient:
 
     def partition_leaders(self, topic: str) -> dict[int, int]:
         """``{partition: leader broker id}`` of ``topic`` (never creates it)."""
+        return self._retry(f"Metadata of topic {topic!r}", lambda: self._leaders(topic))
+
+    def _leaders(self, topic: str) -> dict[int, int]:
         cid = self.client_id
+        conn = self._bootstrap_connection()
         brokers, error, partitions = self._call(
-            self._bootstrap_connection(),
+            conn,
             METADATA,
             lambda v, c: _core.encode_metadata(topic, v, c, cid),
             lambda d, v, c: _core.decode_metadata(d, v, c, topic),
@@ -222,10 +286,18 @@ class KafkaLogClient:
             self._brokers[node_id] = (host, port)
         if error == 3:
             raise KafkaLogError(f"topic {topic!r} does not exist on {self.bootstrap_servers}")
+        if error in RETRIABLE_LEADER_CODES:
+            raise BrokerUnavailableError(f"topic {topic!r}: {error_name(error)}", code=error)
         if error != 0:
             raise KafkaLogError(f"topic {topic!r}: {error_name(error)}")
         leaders: dict[int, int] = {}
         for index, leader, p_error in partitions:
+            if p_error in RETRIABLE_LEADER_CODES or (p_error == 0 and leader < 0):
+                raise BrokerUnavailableError(
+                    f"topic {topic!r} partition {index} has no leader now"
+                    + (f" ({error_name(p_error)})" if p_error else ""),
+                    code=p_error,
+                )
             if p_error != 0:
                 raise KafkaLogError(f"topic {topic!r} partition {index}: {error_name(p_error)}")
             leaders[index] = leader
@@ -239,7 +311,15 @@ class KafkaLogClient:
         """``{partition: offset}`` at ``timestamp`` (-2 earliest, -1 latest = high watermark,
         else the first offset whose timestamp is at or after it, -1 if none): one request per
         leader."""
-        leaders = self.partition_leaders(topic)
+        return self._retry(
+            f"ListOffsets of topic {topic!r}",
+            lambda: self._list_offsets(topic, timestamp, partitions),
+        )
+
+    def _list_offsets(
+        self, topic: str, timestamp: int, partitions: Sequence[int] | None
+    ) -> dict[int, int]:
+        leaders = self._leaders(topic)
         chosen = list(leaders) if partitions is None else list(partitions)
         by_leader: dict[int, list[int]] = {}
         for p in chosen:
@@ -258,6 +338,10 @@ class KafkaLogClient:
                 lambda d, v, c: _core.decode_list_offsets(d, v, c, topic),
             )
             for index, error, offset in answer:
+                if error in RETRIABLE_LEADER_CODES:
+                    raise BrokerUnavailableError(
+                        f"{topic}[{index}]: ListOffsets: {error_name(error)}", code=error
+                    )
                 if error != 0:
                     raise KafkaLogError(
                         f"{topic}[{index}]: ListOffsets failed: {error_name(error)}"
@@ -289,38 +373,74 @@ class KafkaLogClient:
 
     def fetch(self, topic: str, partition: int, leader: int, offset: int) -> tuple[bytes, int]:
         """One Fetch (READ_UNCOMMITTED) from ``offset``: ``(raw record batches, high
-        watermark)``."""
+        watermark)``. ``leader`` is where to ask first; after a failover, the new leader."""
         cid, size, wait = self.client_id, self.fetch_max_bytes, self.fetch_max_wait_ms
-        error, high_watermark, records = self._call(
-            self._broker(leader),
-            FETCH,
-            lambda v, c: _core.encode_fetch(topic, partition, offset, size, wait, v, c, cid),
-            lambda d, v, c: _core.decode_fetch(d, v, c, topic, partition),
-        )
+        node = [leader]
+
+        def encode(v: int, c: int) -> bytes:
+            return _core.encode_fetch(topic, partition, offset, size, wait, v, c, cid)
+
+        def attempt() -> tuple[bytes, int]:
+            try:
+                error, high_watermark, records = self._call(
+                    self._broker(node[0]),
+                    FETCH,
+                    encode,
+                    lambda d, v, c: _core.decode_fetch(d, v, c, topic, partition),
+                )
+                self._check_fetch(error, topic, partition, offset)
+            except BrokerUnavailableError:
+                node[0] = self._leader_after_failover(topic, partition)
+                raise
+            return bytes(records), high_watermark
+
+        return self._retry(f"Fetch of {topic}[{partition}]", attempt)
+
+    def _leader_after_failover(self, topic: str, partition: int) -> int:
+        """The partition's leader as the cluster says now (-1 if it cannot tell yet: the
+        retry asks again)."""
+        try:
+            return self._leaders(topic).get(partition, -1)
+        except BrokerUnavailableError:
+            return -1
+
+    @staticmethod
+    def _check_fetch(error: int, topic: str, partition: int, offset: int) -> None:
+        if error in RETRIABLE_LEADER_CODES:
+            raise BrokerUnavailableError(
+                f"{topic}[{partition}] offset {offset}: Fetch: {error_name(error)}", code=error
+            )
         if error != 0:
             raise KafkaLogError(
                 f"{topic}[{partition}] offset {offset}: Fetch failed: {error_name(error)}"
             )
-        return bytes(records), high_watermark
 
     def _scan(
         self, scan: PartitionScan, topic: str, partition: int, leader: int
     ) -> Iterator[tuple]:  # type: ignore[type-arg]
-        """Runs a scan to its end: fetch after fetch, each answer fed to the core."""
-        conn = self._broker(leader)
+        """Runs a scan to its end: fetch after fetch, each answer fed to the core. A fetch that
+        fails over is asked again of the partition's new leader from the same offset (an answer
+        with an error feeds the core nothing)."""
         cid, size, wait = self.client_id, self.fetch_max_bytes, self.fetch_max_wait_ms
-        try:
-            while (offset := scan.next_offset()) is not None:
+        node = [leader]
+
+        def attempt() -> list[tuple]:  # type: ignore[type-arg]
+            try:
                 error, _high, batches = self._call(
-                    conn,
+                    self._broker(node[0]),
                     FETCH,
                     lambda v, c: scan.fetch_request(v, c, cid, size, wait),
                     scan.feed,
                 )
-                if error != 0:
-                    raise KafkaLogError(
-                        f"{topic}[{partition}] offset {offset}: Fetch failed: {error_name(error)}"
-                    )
+                self._check_fetch(error, topic, partition, scan.next_offset() or 0)
+            except BrokerUnavailableError:
+                node[0] = self._leader_after_failover(topic, partition)
+                raise
+            return list(batches)
+
+        try:
+            while scan.next_offset() is not None:
+                batches = self._retry(f"Fetch of {topic}[{partition}]", attempt)
                 yield from batches
         finally:
             self.stats.add(scan.stats)
@@ -427,11 +547,12 @@ class KafkaLogClient:
             read=read,
         )
 
-    # -- consumer group offsets (the sink's identity) ---------------------------------------
+    # -- coordinators: consumer group offsets (the marker, the identity) and EndTxn -----------
 
-    def _coordinator(self, key: str, key_type: int) -> Connection:
-        """A connection to the group (``key_type=0``) or transaction (1) coordinator of
-        ``key``; refusals raise `EndTxnError` with the code."""
+    def _find_coordinator(self, key: str, key_type: int) -> tuple[int, str, int]:
+        """``(node id, host, port)`` of the group (``key_type=0``) or transaction (1)
+        coordinator of ``key``. A coordinator that is moving or loading, or no broker that
+        answers, is a `BrokerUnavailableError`; other refusals an `EndTxnError` with the code."""
         cid = self.client_id
         error, message, node_id, host, port = self._call(
             self._bootstrap_connection(),
@@ -440,12 +561,18 @@ class KafkaLogClient:
             _core.decode_find_coordinator,
         )
         if error != 0:
-            raise EndTxnError(
-                f"FindCoordinator({key!r}) failed: {error_name(error)}"
-                + (f" ({message})" if message else ""),
-                code=error,
-                name=error_name(error),
+            text = f"FindCoordinator({key!r}) failed: {error_name(error)}" + (
+                f" ({message})" if message else ""
             )
+            if error in RETRIABLE_GROUP_CODES:
+                raise BrokerUnavailableError(text, code=error)
+            raise EndTxnError(text, code=error, name=error_name(error))
+        return node_id, host, port
+
+    def _coordinator(self, key: str, key_type: int) -> Connection:
+        """A connection to the group (``key_type=0``) or transaction (1) coordinator of
+        ``key`` (`_find_coordinator`)."""
+        node_id, host, port = self._find_coordinator(key, key_type)
         conn_key = (-1000 if key_type else -2000) - node_id  # apart from partition leaders
         conn = self._connections.get(conn_key)
         if conn is None or conn.address != f"{host}:{port}":
@@ -453,9 +580,19 @@ class KafkaLogClient:
             self._connections[conn_key] = conn
         return conn
 
+    def coordinator_node(self, key: str, key_type: int) -> int:
+        """The node id of the group (``key_type=0``) or transaction (1) coordinator of ``key``
+        (failover tests choose the broker to kill by it)."""
+        return self._retry(
+            f"FindCoordinator({key!r})", lambda: self._find_coordinator(key, key_type)[0]
+        )
+
     def find_coordinator(self, transactional_id: str) -> Connection:
         """A connection to the transaction coordinator of ``transactional_id``."""
-        return self._coordinator(transactional_id, _COORDINATOR_TRANSACTION)
+        return self._retry(
+            f"FindCoordinator({transactional_id!r})",
+            lambda: self._coordinator(transactional_id, _COORDINATOR_TRANSACTION),
+        )
 
     def _group_call(
         self,
@@ -464,23 +601,32 @@ class KafkaLogClient:
         api_key: int,
         encode: Callable[[int, int], bytes],
         decode: Callable[[bytes, int, int], Any],
+        *,
+        version: Callable[[Connection], int | None] | None = None,
     ) -> Any:
-        """A group coordinator request, retried while the coordinator moves or loads."""
-        deadline = time.monotonic() + self.timeout
-        delay = 0.05
-        while True:
+        """A request to ``group``'s coordinator, found again whenever it moves (class
+        docstring); a refusal that is not a move is a `KafkaLogError` naming ``what``."""
+
+        def attempt() -> Any:
             try:
                 conn = self._coordinator(group, _COORDINATOR_GROUP)
-                answer = self._call(conn, api_key, encode, decode)
-                code = answer[0] if isinstance(answer, tuple) else answer
             except EndTxnError as e:
-                code, answer = e.code, None
-            if code not in RETRIABLE_GROUP_CODES or time.monotonic() + delay > deadline:
-                if code != 0:
-                    raise KafkaLogError(f"{what} of group {group!r} failed: {error_name(code)}")
-                return answer
-            time.sleep(delay)
-            delay = min(delay * 2, 1.0)
+                raise KafkaLogError(f"{what} of group {group!r} failed: {e}") from e
+            answer = self._call(
+                conn, api_key, encode, decode, version=None if version is None else version(conn)
+            )
+            code = answer[0] if isinstance(answer, tuple) else answer
+            if code in RETRIABLE_GROUP_CODES:
+                raise BrokerUnavailableError(
+                    f"{what} of group {group!r}: {error_name(code)} from {conn.address}",
+                    address=conn.address,
+                    code=code,
+                )
+            if code != 0:
+                raise KafkaLogError(f"{what} of group {group!r} failed: {error_name(code)}")
+            return answer
+
+        return self._retry(f"{what} of group {group!r}", attempt)
 
     def committed_offset(
         self, group: str, topic: str, partition: int
@@ -505,20 +651,23 @@ class KafkaLogClient:
         the retention; False if it only offers later versions (the broker's
         ``offsets.retention.minutes`` then applies)."""
         cid = self.client_id
-        conn = self._coordinator(group, _COORDINATOR_GROUP)
-        retained = next((v for v in (4, 3, 2) if conn.offers(OFFSET_COMMIT, v)), None)
-        code = self._call(
-            conn,
+        retained: list[int | None] = [None]
+
+        def version(conn: Connection) -> int | None:
+            retained[0] = next((v for v in (4, 3, 2) if conn.offers(OFFSET_COMMIT, v)), None)
+            return retained[0]
+
+        self._group_call(
+            group,
+            "OffsetCommit",
             OFFSET_COMMIT,
             lambda v, c: _core.encode_offset_commit(
                 group, topic, partition, offset, metadata, retention_ms, v, c, cid
             ),
             lambda d, v, c: _core.decode_offset_commit(d, v, c, topic, partition),
-            version=retained,
+            version=version,
         )
-        if code != 0:
-            raise KafkaLogError(f"OffsetCommit of group {group!r} failed: {error_name(code)}")
-        return retained is not None
+        return retained[0] is not None
 
     # -- transactions -----------------------------------------------------------------------
 
@@ -529,43 +678,45 @@ class KafkaLogClient:
         producer_epoch: int,
         *,
         commit: bool,
-        retry_for_s: float = 10.0,
+        retry_for_s: float | None = None,
     ) -> None:
         """Complete the transaction of ``transactional_id`` opened by producer ``producer_id`` /
         ``producer_epoch``: commit (``commit=True``) or abort it (EndTxn).
 
-        Retriable answers (coordinator moving or loading, concurrent transactions) are retried
-        for up to ``retry_for_s``; any other refusal raises `EndTxnError` (``definitive``: the
-        transaction cannot be completed this way). A broker that does not answer raises
-        `KafkaLogError`.
+        A coordinator that moves, loads or is busy with the transaction (CONCURRENT_TRANSACTIONS),
+        and a broker that does not answer, are retried for up to ``retry_for_s`` (default: the
+        client's) with the coordinator found again; past that a `BrokerUnavailableError`. Any
+        other refusal raises `EndTxnError` (``definitive``: the transaction cannot be completed
+        this way).
         """
-        deadline = time.monotonic() + retry_for_s
-        delay = 0.05
+        bound = self.retry_for_s if retry_for_s is None else retry_for_s
         cid = self.client_id
-        while True:
-            try:
-                conn = self.find_coordinator(transactional_id)
-                error = self._call(
-                    conn,
-                    _END_TXN,
-                    lambda v, c: _core.encode_end_txn(
-                        transactional_id, producer_id, producer_epoch, commit, v, c, cid
-                    ),
-                    _core.decode_end_txn,
-                )
-                if error == 0:
-                    return
-                raise EndTxnError(
-                    f"EndTxn({transactional_id!r}, producer {producer_id}/{producer_epoch}, "
-                    f"{'commit' if commit else 'abort'}) refused: {error_name(error)}",
-                    code=error,
-                    name=error_name(error),
-                )
-            except EndTxnError as e:
-                if e.definitive or time.monotonic() + delay > deadline:
-                    raise
-            time.sleep(delay)
-            delay = min(delay * 2, 1.0)
+
+        def attempt() -> None:
+            conn = self._coordinator(transactional_id, _COORDINATOR_TRANSACTION)
+            error = self._call(
+                conn,
+                _END_TXN,
+                lambda v, c: _core.encode_end_txn(
+                    transactional_id, producer_id, producer_epoch, commit, v, c, cid
+                ),
+                _core.decode_end_txn,
+            )
+            if error == 0:
+                return
+            text = (
+                f"EndTxn({transactional_id!r}, producer {producer_id}/{producer_epoch}, "
+                f"{'commit' if commit else 'abort'}) refused: {error_name(error)}"
+            )
+            if error in RETRIABLE_TXN_CODES:
+                raise BrokerUnavailableError(text, address=conn.address, code=error)
+            raise EndTxnError(text, code=error, name=error_name(error))
+
+        saved, self.retry_for_s = self.retry_for_s, bound
+        try:
+            self._retry(f"EndTxn({transactional_id!r})", attempt)
+        finally:
+            self.retry_for_s = saved
 
 
 def read_partition(

@@ -271,9 +271,24 @@ class KafkaSink(_Producing, _Witness):
     def abort_transaction(self, epoch: int) -> None:
         """Discard the epoch's records (and its marker)."""
         epoch = check_epoch(epoch, sink_id=self.sink_id)
+        state = self.tracker.state
+        if state.name == "Idle":
+            # Opening a new producer (after one was given up) aborted the epoch already.
+            return
+        rt = self._rt
+        if rt is not None and rt.fenced is not None:
+            raise rt.fenced
+        if (rt is None or rt.producer is None) and state.name in ("Active", "Prepared"):
+            # The producer was given up (a call that did not return in time): nothing to send.
+            # The next producer's init_transactions fences it and aborts what it left open, and
+            # no epoch can begin before that init. Opening one here instead would make the
+            # abort fail whenever the cluster is still moving its coordinators, leaving this
+            # epoch open and its retry refused.
+            self.tracker.abort_started(epoch=epoch)
+            self.tracker.abort_ok()
+            return
         rt = self._live()
         if self.tracker.state.name == "Idle":
-            # Opening a new producer (after one was given up) aborted the epoch already.
             return
         self.tracker.abort_started(epoch=epoch)
         try:
