@@ -40,6 +40,7 @@ from laminar.embedded import (
     EmbeddedServerError,
     EphemeralPostgres,
     KafkaBroker,
+    KafkaCluster,
     S3Server,
     SparkConnectServer,
     TansuBroker,
@@ -122,6 +123,7 @@ class Servers:
     _capabilities: BrokerCapabilities | None = None
     _tansu: TansuBroker | None = None
     _tansu_capabilities: BrokerCapabilities | None = None
+    _kafka_cluster: KafkaCluster | None = None
     _spark: SparkConnectServer | None = None
     _spark_remote: str | None = None
     _errors: dict[str, str] = field(default_factory=dict)
@@ -169,6 +171,16 @@ class Servers:
                 self._owned.append(broker)
                 self._broker = self._start(KAFKA_KIND, broker.start)
         return self._broker
+
+    def kafka_cluster(self) -> KafkaCluster:
+        """The session's replicated Apache Kafka cluster (3 KRaft nodes, RF 3, min ISR 2) for
+        the failover tests, started on first use; never an external one (its brokers are
+        killed)."""
+        if self._kafka_cluster is None:
+            cluster = KafkaCluster(log_dir=self.log_dir / "kafka-cluster")
+            self._owned.append(cluster)
+            self._kafka_cluster = self._start(KAFKA_CLUSTER_KIND, cluster.start)
+        return self._kafka_cluster
 
     def capabilities(self) -> BrokerCapabilities:
         if self._capabilities is None:
@@ -226,6 +238,7 @@ class Servers:
 
 
 KAFKA_KIND, TANSU_KIND = "Apache Kafka broker", "Tansu broker"
+KAFKA_CLUSTER_KIND = "Apache Kafka cluster (3 nodes)"
 
 _SERVERS = pytest.StashKey[Servers]()
 
@@ -342,6 +355,17 @@ def pg_dsn(postgres: EphemeralPostgres | ExternalPostgres) -> str:
 def kafka_broker(laminar_servers: Servers) -> KafkaBroker | ExternalBroker:
     """The session's broker: Apache Kafka (or ``$LAMINAR_KAFKA_BOOTSTRAP``)."""
     return laminar_servers.broker()
+
+
+@pytest.fixture
+def kafka_cluster(laminar_servers: Servers) -> Iterator[KafkaCluster]:
+    """The session's 3-node Apache Kafka cluster; after the test every node runs again and every
+    replica is in sync (a test kills nodes; the next one starts from a healthy cluster)."""
+    cluster = laminar_servers.kafka_cluster()
+    try:
+        yield cluster
+    finally:
+        cluster.ensure_all_running()
 
 
 @pytest.fixture(scope="session")

@@ -8,11 +8,14 @@ and user headers on some rows, `atomic_routed_helpers`), written to both sinks.
 Behaves like Spark: the CHECKPOINT file lists the epochs whose ``foreachBatch`` returned; a
 (re)started writer resumes at the first epoch not listed (Spark replays the batch that did not
 return). Crash points come from ``LAMINAR_CRASH_AT`` (``laminar._faults``).
+``LAMINAR_TEST_EPOCH_PAUSE_S`` paces the epochs (a failover test kills brokers meanwhile).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -30,7 +33,9 @@ def main() -> None:
     from tests.integration.atomic_helpers import epoch_table
     from tests.integration.atomic_routed_helpers import routed_table
 
+    pause = float(os.environ.get("LAMINAR_TEST_EPOCH_PAUSE_S", "0"))
     for epoch in range(max(finished, default=-1) + 1, int(epochs)):
+        time.sleep(pause)
         batch = routed_table(epoch, topic) if routed else epoch_table(epoch)
         result = writer.write_epoch(epoch, batch)
         with done.open("a") as f:

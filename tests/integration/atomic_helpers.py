@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from confluent_kafka import Producer
 import laminar
 from laminar._core import CrashPoint
 from tests.integration.kafka_fill import settled_committed as read_committed
+from tests.integration.kafka_fill import settled_logs
 from tests.integration.kafka_helpers import ids_of
 
 ROWS_PER_EPOCH = 20
@@ -135,3 +137,49 @@ def assert_exactly_once(bootstrap: str, topic: str, dsn: str, table: str, epochs
         f"Kafka: missing {sorted(expected - set(kafka))[:5]}, "
         f"extra {sorted(set(kafka) - expected)[:5]}"
     )
+
+
+def assert_exact_values(bootstrap: str, topic: str, dsn: str, table: str, epochs: int) -> None:
+    """Every row of epochs ``0 .. epochs-1`` (`epoch_table`) exactly once in each store with its
+    exact value — PostgreSQL's row, Kafka's committed record (key, JSON value, epoch header;
+    control batches replayed) — and nothing else."""
+    want = {
+        row["id"]: (row["name"], row["epoch"])
+        for e in range(epochs)
+        for row in epoch_table(e).to_pylist()
+    }
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(f"SELECT id, name, epoch FROM {table}").fetchall()
+    twice = [i for i, n in Counter(r[0] for r in rows).items() if n > 1]
+    assert not twice, f"rows in PostgreSQL twice: {twice[:5]}"
+    got = {r[0]: (r[1], r[2]) for r in rows}
+    assert got == want, (
+        f"PostgreSQL differs: missing {sorted(want.keys() - got.keys())[:5]}, extra "
+        f"{sorted(got.keys() - want.keys())[:5]}, changed "
+        f"{[i for i in want.keys() & got.keys() if want[i] != got[i]][:5]}"
+    )
+    records = read_committed(bootstrap, topic)
+    values = [json.loads(r.value) for r in records]
+    twice = [i for i, n in Counter(v["id"] for v in values).items() if n > 1]
+    assert not twice, f"records committed in Kafka twice: {twice[:5]}"
+    got = {v["id"]: (v["name"], v["epoch"]) for v in values}
+    assert got == want, (
+        f"Kafka differs: missing {sorted(want.keys() - got.keys())[:5]}, extra "
+        f"{sorted(got.keys() - want.keys())[:5]}"
+    )
+    for r, v in zip(records, values, strict=True):
+        assert r.key == str(v["id"]).encode(), (r.key, v)
+        assert r.header("laminar.epoch") == str(v["epoch"]).encode(), (r.headers, v)
+
+
+def assert_nothing_open(bootstrap: str, topic: str, dsn: str) -> None:
+    """No prepared PostgreSQL transaction in the database, and no Kafka transaction left open in
+    the topic (every transactional record resolved by a marker)."""
+    with psycopg.connect(dsn) as conn:
+        prepared = conn.execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"
+        ).fetchall()
+    assert prepared == [], f"prepared transactions left: {prepared}"
+    logs = settled_logs(bootstrap, topic, within_s=30.0)
+    still_open = {p: len(log.open) for p, log in logs.items() if log.open}
+    assert not still_open, f"open Kafka transactions in {topic}: {still_open}"

@@ -18,19 +18,15 @@ its exact value, Kafka judged by its committed records with control batches repl
 
 from __future__ import annotations
 
-import json
-from collections import Counter
 from typing import Any
 
-import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient
 
 import laminar
 from laminar import _faults
 from laminar.errors import FatalError, IllegalStateError, LaminarError
-from tests.integration.atomic_helpers import create_table, epoch_table
-from tests.integration.kafka_fill import settled_committed
+from tests.integration.atomic_helpers import assert_exact_values, create_table, epoch_table
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -88,27 +84,6 @@ def delete_marker(bootstrap: str, tid: str) -> None:
         future.result(15)
 
 
-def assert_exact(bootstrap: str, topic: str, dsn: str, table: str, epochs: int) -> None:
-    want = {
-        row["id"]: (row["name"], row["epoch"])
-        for e in range(epochs)
-        for row in epoch_table(e).to_pylist()
-    }
-    with psycopg.connect(dsn) as conn:
-        rows = conn.execute(f"SELECT id, name, epoch FROM {table}").fetchall()
-    counts = Counter(r[0] for r in rows)
-    assert not [i for i, n in counts.items() if n > 1], "a row in PostgreSQL twice"
-    assert {r[0]: (r[1], r[2]) for r in rows} == want, "PostgreSQL differs from the input"
-    records = settled_committed(bootstrap, topic)
-    values = [json.loads(r.value) for r in records]
-    counts = Counter(v["id"] for v in values)
-    assert not [i for i, n in counts.items() if n > 1], "a record committed in Kafka twice"
-    assert {v["id"]: (v["name"], v["epoch"]) for v in values} == want, "Kafka differs"
-    for r, v in zip(records, values, strict=True):
-        assert r.key == str(v["id"]).encode()
-        assert r.header("laminar.epoch") == str(v["epoch"]).encode()
-
-
 @pytest.mark.parametrize(("point", "spec"), CASES)
 def test_a_retriable_failure_at_every_client_call_writes_each_epoch_once(
     kafka_broker: Any,
@@ -142,7 +117,7 @@ def test_a_retriable_failure_at_every_client_call_writes_each_epoch_once(
     finally:
         _faults.rearm_failures("")
     assert point in reached, f"{point} was never reached ({spec}); injected: {reached}"
-    assert_exact(bootstrap, topic_name, pg_dsn, table_name, epochs=4)
+    assert_exact_values(bootstrap, topic_name, pg_dsn, table_name, epochs=4)
     if spec.endswith(":1"):
         # one failure is absorbed inside write_epoch: the client's retry, the sink's, the
         # writer's — the caller never sees it

@@ -4,6 +4,8 @@ Used by Laminar's own tests and benchmarks, and by ``laminar demo``:
 
 - `EphemeralPostgres` — a throw-away PostgreSQL cluster (``max_prepared_transactions`` > 0).
 - `KafkaBroker` — a real Apache Kafka broker (single-node KRaft, jars fetched by bootstrap).
+- `KafkaCluster` — a replicated Apache Kafka cluster (3 KRaft nodes, replication factor 3,
+  ``min.insync.replicas=2``) whose nodes are killed and restarted by role (failover tests).
 - `TansuBroker` — a Kafka-protocol broker (Tansu), in memory or on durable storage.
 - `S3Server` — a local S3-compatible object store, the durable storage for `TansuBroker`.
 - `SparkConnectServer` — a Spark Connect server in its own JVM, ``local[2]``.
@@ -16,6 +18,7 @@ Every server runs as a child process in its own process group, logs to a file, a
 from laminar.embedded._process import EmbeddedServerError, free_port
 from laminar.embedded.broker import S3Server, TansuBroker, find_tansu_binary
 from laminar.embedded.kafka import KafkaBroker, find_kafka_libs
+from laminar.embedded.kafka_cluster import KafkaCluster
 from laminar.embedded.postgres import EphemeralPostgres, find_pg_bindir
 from laminar.embedded.probe import BrokerCapabilities, probe_broker
 from laminar.embedded.spark import SparkConnectServer
@@ -25,6 +28,7 @@ __all__ = [
     "EmbeddedServerError",
     "EphemeralPostgres",
     "KafkaBroker",
+    "KafkaCluster",
     "S3Server",
     "SparkConnectServer",
     "TansuBroker",

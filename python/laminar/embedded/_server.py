@@ -120,6 +120,8 @@ class KafkaAdmin:
 
     host: str
     port: int
+    #: The replication factor of the topics `create_topic` creates.
+    replication_factor: int = 1
 
     @property
     def bootstrap_servers(self) -> str:
@@ -145,7 +147,14 @@ class KafkaAdmin:
         """Create a topic and wait until its metadata shows every partition."""
         from laminar.embedded.broker import create_topic  # broker.py builds on this module
 
-        create_topic(self.bootstrap_servers, name, partitions, config=config, timeout=timeout)
+        create_topic(
+            self.bootstrap_servers,
+            name,
+            partitions,
+            config=config,
+            timeout=timeout,
+            replication_factor=self.replication_factor,
+        )
 
 
 def _terminate(process: ServerProcess) -> None:

@@ -379,13 +379,13 @@ def create_topic(
     *,
     config: Mapping[str, str] | None = None,
     timeout: float = 15.0,
+    replication_factor: int = 1,
 ) -> None:
     """Create a topic on any Kafka-protocol broker and wait until its partitions show up."""
 
     admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    futures = admin.create_topics(
-        [NewTopic(name, partitions, 1, config=dict(config or {}))], operation_timeout=timeout
-    )
+    topic = NewTopic(name, partitions, replication_factor, config=dict(config or {}))
+    futures = admin.create_topics([topic], operation_timeout=timeout)
     try:
         futures[name].result(timeout)
     except KafkaException as e:

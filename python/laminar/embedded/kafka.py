@@ -184,8 +184,16 @@ class KafkaBroker(EmbeddedServer, KafkaAdmin):
         libs: str | os.PathLike[str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
         startup_timeout: float = 90.0,
+        node_id: int = 1,
+        quorum: str | None = None,
+        cluster_id: str | None = None,
+        base_settings: Mapping[str, str] = SINGLE_NODE_SETTINGS,
     ) -> None:
-        """Configure the broker; nothing runs until `start`."""
+        """Configure the broker; nothing runs until `start`.
+
+        A node of a cluster (`laminar.embedded.KafkaCluster`) is given its ``node_id``, the
+        cluster's ``quorum`` (``controller.quorum.voters``), its ``cluster_id`` and the cluster's
+        ``base_settings``; a lone broker needs none of them."""
         self.host = "127.0.0.1"
         self._requested_ports = (port, controller_port)
         self.port = port or 0
@@ -195,7 +203,11 @@ class KafkaBroker(EmbeddedServer, KafkaAdmin):
         self._libs = Path(libs) if libs is not None else None
         self._log_path_arg = Path(log_path) if log_path is not None else None
         self.startup_timeout = startup_timeout
-        self.cluster_id = new_cluster_id()
+        self.node_id = node_id
+        self._quorum = quorum
+        self._fixed_cluster_id = cluster_id
+        self._base_settings = dict(base_settings)
+        self.cluster_id = cluster_id or new_cluster_id()
         self._dir: Path | None = None
         self._process: ServerProcess | None = None
 
@@ -214,22 +226,25 @@ class KafkaBroker(EmbeddedServer, KafkaAdmin):
     def settings(self) -> dict[str, str]:
         """The broker's ``server.properties`` (ports as of now)."""
         settings = {
-            **SINGLE_NODE_SETTINGS,
+            **self._base_settings,
+            "node.id": str(self.node_id),
             "listeners": (
                 f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}"
             ),
             "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
-            "controller.quorum.voters": f"1@{self.host}:{self.controller_port}",
+            "controller.quorum.voters": self._quorum
+            or f"{self.node_id}@{self.host}:{self.controller_port}",
         }
         if self._dir is not None:
             settings["log.dirs"] = str(self.data_dir)
         settings.update(self._config)
         return settings
 
-    def start(self) -> KafkaBroker:
+    def start(self, *, wait: bool = True) -> KafkaBroker:
         """Start the broker (again, on the same ports, after `stop`/`kill`) and wait until it
         answers a Kafka metadata request naming itself (its cluster id: not another server
-        holding the port); return ``self``.
+        holding the port); return ``self``. ``wait=False`` only launches it (a cluster's nodes
+        answer once a quorum of them runs): `wait_ready` waits.
 
         The first start formats the log directory (Kafka's ``StorageTool``, a JVM of its own).
         """
@@ -252,6 +267,8 @@ class KafkaBroker(EmbeddedServer, KafkaAdmin):
                 if not (self.data_dir / "meta.properties").is_file():
                     self._format(java, libs)
                 self._launch(java, libs)
+                if wait:
+                    self.wait_ready()
                 return self
             except EmbeddedServerError:
                 # The bind error sits before the JVM's shutdown messages: look further back.
@@ -269,7 +286,7 @@ class KafkaBroker(EmbeddedServer, KafkaAdmin):
         if not keep_data:
             self._forget_dir()
             self.port, self.controller_port = (p or 0 for p in self._requested_ports)
-            self.cluster_id = new_cluster_id()
+            self.cluster_id = self._fixed_cluster_id or new_cluster_id()
 
     def restart(self) -> None:
         """Stop the broker cleanly and start it again on the same ports, with its data."""
@@ -315,7 +332,14 @@ class KafkaBroker(EmbeddedServer, KafkaAdmin):
         argv.append(str(self._dir / "server.properties"))
         process = ServerProcess(argv, log_path=self.log_path, name="Apache Kafka broker")
         self._adopt(process)
-        what = f"Apache Kafka broker on {self.host}:{self.port}"
+
+    def wait_ready(self) -> None:
+        """Wait until the broker answers a metadata request naming its cluster, with every
+        partition led (`EmbeddedServerError` with its log's tail if it does not in time)."""
+        process = self._process
+        if process is None:
+            raise EmbeddedServerError(f"{self._NAME} is not running")
+        what = f"Apache Kafka broker {self.node_id} on {self.host}:{self.port}"
         try:
             wait_until(
                 lambda: port_accepts(self.host, self.port),
