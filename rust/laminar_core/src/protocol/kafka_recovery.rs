@@ -65,11 +65,24 @@ pub struct KafkaRecovery {
     redo_failure: Option<Failure>,
     awaiting: Vec<(String, Epoch)>,
     ending: Option<End>,
+    /// Only the sinks with a decision row are recovered ([`KafkaRecovery::decided_only`]).
+    decided_only: bool,
 }
 
 impl KafkaRecovery {
     /// Recovery of these sinks (transactional ids), in this order.
     pub fn new(sinks: Vec<String>) -> Self {
+        Self::with(sinks, false)
+    }
+
+    /// Recovery of those of these sinks that have a decision row (decided or corrupt): the
+    /// others have nothing to complete, and neither their marker nor a producer is touched (a
+    /// scale-out group's own sink, whose participants write: docs/protocol.md §4).
+    pub fn decided_only(sinks: Vec<String>) -> Self {
+        Self::with(sinks, true)
+    }
+
+    fn with(sinks: Vec<String>, decided_only: bool) -> Self {
         let mut core = Core::default();
         if !sinks.is_empty() {
             core.out.push(Command::ReadDecisions {
@@ -92,6 +105,7 @@ impl KafkaRecovery {
             redo_failure: None,
             awaiting: Vec::new(),
             ending: None,
+            decided_only,
         }
     }
 
@@ -253,6 +267,11 @@ impl KafkaRecovery {
                 for row in rows {
                     self.decisions
                         .insert(row.transactional_id.clone(), decision_record(&row));
+                }
+                if self.decided_only {
+                    let decisions = &self.decisions;
+                    self.sinks
+                        .retain(|s| !matches!(decisions.get(s), None | Some(DecisionRecord::None)));
                 }
                 self.phase = Phase::EndTxn;
                 self.start_sink();

@@ -8,11 +8,13 @@
 //! Start-up:
 //!
 //! ```text
-//! init_sink per PostgreSQL sink, register_group, read_sink_epochs, read_marker per Kafka sink,
+//! init_sink per PostgreSQL sink, register_group, read_sink_epochs, read_marker per Kafka sink
+//! (scale-out: read_decisions of the group instead, O(1) in the topic),
 //! read_ownership -> owner_decision -> commit | set_owner (or refuse: foreign_owner),
 //! bump_generation                                   atomic.after_fence
-//! KafkaRecovery of every Kafka sink, known_epoch per Kafka sink,
-//! (scale-out: a WatcherPass of the group with resolve_after_s = 0)
+//! KafkaRecovery of every Kafka sink, known_epoch per Kafka sink
+//! (scale-out: KafkaRecovery of the sinks with a decision of their own only, no known_epoch,
+//! then a WatcherPass of the group with resolve_after_s = 0)
 //! ```
 //!
 //! An epoch: `plan_epoch` (skip / refuse / the sinks that need it), then [`AtomicEpoch`] (steps
@@ -259,6 +261,9 @@ impl AtomicGroup {
             ) => {
                 self.last.insert(sink_id, epoch);
             }
+            (Command::ReadDecisions { .. }, Event::Decisions { rows }) => {
+                self.on_group_decisions(&rows);
+            }
             (
                 Command::ReadOwnership { .. },
                 Event::Ownership {
@@ -278,7 +283,14 @@ impl AtomicGroup {
                 },
                 Event::Ack,
             ) => {
-                let recovery = KafkaRecovery::new(self.config.kafka.clone());
+                let kafka = self.config.kafka.clone();
+                let recovery = if self.config.scale_out {
+                    // only a decision of the sink's own (a run that was not scale-out) has
+                    // anything to complete; the participants are the watcher pass's
+                    KafkaRecovery::decided_only(kafka)
+                } else {
+                    KafkaRecovery::new(kafka)
+                };
                 self.core.run(Child::Recovery(Box::new(recovery)));
             }
             (

@@ -153,10 +153,14 @@ impl AtomicGroup {
             self.core.out.push(Command::ReadSinkEpochs {
                 sink_ids: self.config.postgres.clone(),
             });
-            for sink_id in &self.config.kafka {
-                self.core.out.push(Command::KnownEpoch {
-                    sink_id: sink_id.clone(),
-                });
+            if self.config.scale_out {
+                self.read_kafka_progress();
+            } else {
+                for sink_id in &self.config.kafka {
+                    self.core.out.push(Command::KnownEpoch {
+                        sink_id: sink_id.clone(),
+                    });
+                }
             }
             self.then = Some(Then::Retry);
         } else {

@@ -1,10 +1,10 @@
 //! The atomic group's start-up (module docs of [`super`]): register, the owner guard, fence,
 //! recover.
 
-use super::super::command::{Command, LogLevel};
+use super::super::command::{Command, DecisionRow, DecisionSelection, LogLevel};
 use super::super::crash::CrashPoint;
 use super::super::kafka_recovery::KafkaRecovery;
-use super::super::names::dtid;
+use super::super::names::{dtid, participant_base};
 use super::super::records::{OwnerDecision, OwnerRecords, owner_decision};
 use super::super::watcher::{PassConfig, WatcherPass};
 use super::super::{End, Epoch};
@@ -28,15 +28,51 @@ impl AtomicGroup {
         self.core.out.push(Command::ReadSinkEpochs {
             sink_ids: c.postgres.clone(),
         });
+        self.read_kafka_progress();
+        self.core.out.push(Command::ReadOwnership {
+            registry_id: self.config.group_id.clone(),
+            members: self.sink_ids(),
+        });
+    }
+
+    /// How the group learns its Kafka sinks' last committed epochs. A sink writes its own
+    /// epochs: its marker (O(1) while it exists). In scale-out the tasks' participants
+    /// (`<tid>.p<part>`) write and mark, never the sink itself, whose marker therefore never
+    /// exists: the decision log has the answer, the group's participant rows in
+    /// `laminar.txn_state` (one read, whatever the topic holds). Reading the sink's marker there
+    /// fell back to the witness on every commit, which reads the topic back and grows with it
+    /// (docs/protocol.md §4, "Progress").
+    pub(super) fn read_kafka_progress(&mut self) {
+        let c = &self.config;
+        if c.scale_out {
+            if !c.kafka.is_empty() {
+                self.core.out.push(Command::ReadDecisions {
+                    of: DecisionSelection::Group(c.group_id.clone()),
+                });
+            }
+            return;
+        }
         for sink_id in &c.kafka {
             self.core.out.push(Command::ReadMarker {
                 sink_id: sink_id.clone(),
             });
         }
-        self.core.out.push(Command::ReadOwnership {
-            registry_id: c.group_id.clone(),
-            members: self.sink_ids(),
-        });
+    }
+
+    /// Scale-out: each Kafka sink's last decided epoch from the group's decision rows (its
+    /// participants' rows, or its own from a run that was not scale-out).
+    pub(super) fn on_group_decisions(&mut self, rows: &[DecisionRow]) {
+        for sink_id in &self.config.kafka {
+            let last = rows
+                .iter()
+                .filter(|r| {
+                    r.transactional_id == *sink_id
+                        || participant_base(&r.transactional_id).is_some_and(|(b, _)| b == sink_id)
+                })
+                .map(|r| r.epoch)
+                .max();
+            self.last.insert(sink_id.clone(), last);
+        }
     }
 
     pub(super) fn sink_ids(&self) -> Vec<String> {
@@ -112,10 +148,20 @@ impl AtomicGroup {
             .decided_epochs()
             .map(|(s, e)| (s.to_owned(), e))
             .collect();
-        for sink_id in &self.config.kafka {
-            self.core.out.push(Command::KnownEpoch {
-                sink_id: sink_id.clone(),
-            });
+        if self.config.scale_out {
+            // the sinks never write themselves (module docs of `read_kafka_progress`): what the
+            // decision rows said stands, and a decision of the sink's own that recovery
+            // completed counts too
+            for (sink_id, epoch) in &self.decided {
+                let known = self.last_committed(sink_id);
+                self.last.insert(sink_id.clone(), known.max(Some(*epoch)));
+            }
+        } else {
+            for sink_id in &self.config.kafka {
+                self.core.out.push(Command::KnownEpoch {
+                    sink_id: sink_id.clone(),
+                });
+            }
         }
         if self.config.scale_out {
             let mut pass = PassConfig::owned_group(&self.config.group_id, &self.config.postgres);

@@ -121,3 +121,70 @@ fn the_epoch_the_previous_coordinator_decided_during_the_bump_is_skipped() {
             .any(|c| matches!(c, Command::WriteRows { epoch: 6, .. }))
     );
 }
+
+/// A scale-out group's Kafka sink never writes (its tasks' participants `<tid>.p<part>` do):
+/// the start-up learns its progress from the group's decision rows — one read, whatever the
+/// topic holds — and neither reads the sink's own marker (missing forever: it fell back to the
+/// witness, which read the topic back on every commit) nor opens a producer for it.
+#[test]
+fn a_scale_out_start_up_reads_kafka_progress_from_the_decision_log_not_the_topic() {
+    use super::super::command::DecisionRow;
+
+    let row = |tid: &str, epoch: Epoch| DecisionRow {
+        transactional_id: tid.into(),
+        epoch,
+        previous_epoch: Some(epoch - 1),
+        prepared_state: String::new(),
+        group_id: "g".into(),
+        age_s: 1.0,
+    };
+    let rows = vec![row("orders.p0", 7), row("orders.p1", 6), row("other.p0", 9)];
+    let mut group = AtomicGroup::new(GroupConfig {
+        kafka: vec!["orders".into()],
+        scale_out: true,
+        ..config()
+    });
+    group.start();
+    let mut seen = Vec::new();
+    while let Some(command) = group.poll() {
+        let event = match &command {
+            Command::ReadSinkEpochs { sink_ids } => Event::Progress {
+                epochs: sink_ids.iter().map(|s| (s.clone(), Some(7))).collect(),
+            },
+            Command::ReadOwnership { .. } => Event::Ownership {
+                owner: Some("query".into()),
+                epoch_base: 0,
+                member_owners: Vec::new(),
+            },
+            Command::BumpGeneration { .. } => Event::Generation {
+                generation: Some(2),
+            },
+            Command::ReadDecisions { .. } => Event::Decisions { rows: rows.clone() },
+            // the watcher pass asks whether a decided participant's Kafka part is behind
+            Command::ReadMarker { sink_id } if sink_id.contains(".p") => Event::Marker {
+                epoch: Some(9),
+                now_ms: 0,
+            },
+            Command::ListPrepared => Event::PreparedList { gids: Vec::new() },
+            Command::ReadDtStates { .. } => Event::DtRows { rows: Vec::new() },
+            _ => Event::Ack,
+        };
+        seen.push(command);
+        group.handle(event);
+    }
+    assert_eq!(group.end(), Some(&End::Ok), "{seen:?}");
+    let touched: Vec<&Command> = seen
+        .iter()
+        .filter(|c| {
+            matches!(c,
+                Command::ReadMarker { sink_id } | Command::KnownEpoch { sink_id }
+                    | Command::InitSink { sink_id } if sink_id == "orders")
+        })
+        .collect();
+    assert!(touched.is_empty(), "the sink itself was read: {touched:?}");
+    assert_eq!(
+        group.last_committed("orders"),
+        Some(7),
+        "its participants' last decision"
+    );
+}
