@@ -91,6 +91,19 @@ def find_spark_kafka_jars() -> list[Path]:
     return jars
 
 
+#: The spark-avro version bootstrap resolves (``<spark.avro.version>`` in
+#: ``scripts/avro/spark/pom.xml``): Spark's ``from_avro``/``to_avro``, the Avro tests' reader.
+SPARK_AVRO_VERSION = "4.2.0"
+
+
+def find_spark_avro_jars() -> list[Path]:
+    """The spark-avro jar as ``scripts/bootstrap.sh`` resolves it into
+    ``<cache>/spark-avro-<SPARK_AVRO_VERSION>/jars`` (empty when bootstrap has not: a server
+    without ``from_avro``; the Avro tests that need it say so)."""
+    directory = laminar_cache_dir() / f"spark-avro-{SPARK_AVRO_VERSION}" / "jars"
+    return sorted(directory.glob("spark-avro_2.13-*.jar"))
+
+
 class SparkConnectServer(EmbeddedServer):
     """A Spark Connect server (``local[N]``) on a free port of 127.0.0.1, in its own JVM.
 
@@ -257,6 +270,7 @@ class SparkConnectServer(EmbeddedServer):
         jars = list(self._jars)
         if self.kafka_connector:
             jars += [str(j) for j in find_spark_kafka_jars()]
+            jars += [str(j) for j in find_spark_avro_jars()]  # from_avro, with the connector
         if jars:
             argv += ["--jars", ",".join(jars)]
         for key, value in conf.items():
