@@ -39,14 +39,11 @@ def avro_world(
 
 
 def check_avro(w: dict[str, str]) -> None:
-    expected = {
-        row["id"]: row
-        for e in range(EPOCHS)
-        for row in epoch_table(e).to_pylist()
-    }
+    expected = {row["id"]: row for e in range(EPOCHS) for row in epoch_table(e).to_pylist()}
     with psycopg.connect(w["dsn"]) as conn:
         pg = Counter(r[0] for r in conn.execute(f"SELECT id FROM {w['table']}").fetchall())
-    assert set(pg) == set(expected) and set(pg.values()) == {1}, "PostgreSQL: not exactly once"
+    assert set(pg) == set(expected), "PostgreSQL: missing or extra rows"
+    assert set(pg.values()) == {1}, "PostgreSQL: rows twice"
     reader = AvroReader(w["registry"], w["topic"])
     records = read_committed(w["bootstrap"], w["topic"])
     values = [reader.value(r.value) for r in records]

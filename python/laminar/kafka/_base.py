@@ -18,6 +18,7 @@ from laminar.errors import (
     FencedError,
     LaminarError,
 )
+from laminar.kafka._avro import check_avro_settings
 from laminar.kafka._config import (
     marker_group,
     secret_values,
@@ -27,7 +28,6 @@ from laminar.kafka._errors import (
     ErrorContext,
     map_kafka_error,
 )
-from laminar.kafka._avro import check_avro_settings
 from laminar.kafka._runtime import _Runtime
 from laminar.kafka.registry import AvroOptions
 from laminar.kafka.registry import secret_values as secret_values_of_registry

@@ -64,12 +64,15 @@ class AvroOptions:
                 f"not {self.subject_strategy!r}"
             )
         schema_id = self.schema_id
-        if schema_id is not None and schema_id != LATEST:
-            if isinstance(schema_id, bool) or not isinstance(schema_id, int) or schema_id < 0:
-                raise ConfigError(
-                    f"AvroOptions.schema_id must be a registry id (an int >= 0) or 'latest', "
-                    f"not {schema_id!r}"
-                )
+        if (
+            schema_id is not None
+            and schema_id != LATEST
+            and (isinstance(schema_id, bool) or not isinstance(schema_id, int) or schema_id < 0)
+        ):
+            raise ConfigError(
+                f"AvroOptions.schema_id must be a registry id (an int >= 0) or 'latest', "
+                f"not {schema_id!r}"
+            )
 
     @property
     def full_name(self) -> str:
@@ -218,8 +221,10 @@ class RegistryClient:
         from confluent_kafka.schema_registry import Schema
 
         try:
-            schema_id = int(self._call(lambda sr: sr.register_schema(subject, Schema(schema, "AVRO"))))
-        except _Refused as refused:
+            schema_id = int(
+                self._call(lambda sr: sr.register_schema(subject, Schema(schema, "AVRO")))
+            )
+        except _RefusedError as refused:
             raise self._refused(subject, schema, refused.message) from None
         with self._lock:
             self._ids[key] = schema_id
@@ -234,7 +239,7 @@ class RegistryClient:
             return found
         try:
             text = str(self._call(lambda sr: sr.get_schema(schema_id).schema_str))
-        except _Refused as refused:
+        except _RefusedError as refused:
             raise ConfigError(
                 f"the schema registry at {self.url} has no schema with id {schema_id} "
                 f"({refused.message}); give an id it has, or no schema_id to register the "
@@ -252,7 +257,7 @@ class RegistryClient:
             return found
         try:
             registered = self._call(lambda sr: sr.get_latest_version(subject))
-        except _Refused as refused:
+        except _RefusedError as refused:
             raise ConfigError(
                 f"schema_id='latest' but the subject {subject!r} has no version in the schema "
                 f"registry at {self.url} ({refused.message}); register one, or give no "
@@ -285,7 +290,7 @@ class RegistryClient:
     def _call(self, call: Any) -> Any:
         """``call(client)``, the registry's answers classified once: unreachable or a server
         error → `AbortableError` (retry the epoch), credentials → `AuthorizationError`,
-        not found / refused (404, 409, 422) → `_Refused` for the caller to word."""
+        not found / refused (404, 409, 422) → `_RefusedError` for the caller to word."""
         import httpx
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
@@ -302,7 +307,7 @@ class RegistryClient:
                     "and the subject's permissions"
                 ) from None
             if status in (404, 409, 422):
-                raise _Refused(f"HTTP {status}, code {e.error_code}: {message}") from None
+                raise _RefusedError(f"HTTP {status}, code {e.error_code}: {message}") from None
             raise AbortableError(
                 f"the schema registry at {self.url} failed (HTTP {status}: {message}); the "
                 "epoch is retried"
@@ -315,7 +320,7 @@ class RegistryClient:
             ) from None
 
 
-class _Refused(Exception):
+class _RefusedError(Exception):
     """The registry answered no (not found, incompatible, invalid): the caller words it."""
 
     def __init__(self, message: str) -> None:
@@ -331,9 +336,7 @@ def registry_client(config: Mapping[str, Any]) -> RegistryClient:
     """The process's client of the registry ``config`` describes (resolved settings): one per
     distinct configuration, so every sink of the process shares its cache."""
     if not str(config.get("url", "")).strip():
-        raise ConfigError(
-            "schema_registry needs a 'url', e.g. {'url': 'http://registry:8081'}"
-        )
+        raise ConfigError("schema_registry needs a 'url', e.g. {'url': 'http://registry:8081'}")
     key = tuple(sorted((str(k), repr(v)) for k, v in config.items()))
     with _CLIENTS_LOCK:
         client = _CLIENTS.get(key)
