@@ -291,7 +291,6 @@ class RegistryClient:
         """``call(client)``, the registry's answers classified once: unreachable or a server
         error → `AbortableError` (retry the epoch), credentials → `AuthorizationError`,
         not found / refused (404, 409, 422) → `_RefusedError` for the caller to word."""
-        import httpx
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
         client = self._sr()
@@ -312,12 +311,25 @@ class RegistryClient:
                 f"the schema registry at {self.url} failed (HTTP {status}: {message}); the "
                 "epoch is retried"
             ) from None
-        except (httpx.HTTPError, OSError) as e:
+        except _transport_errors() as e:
             raise AbortableError(
                 f"the schema registry at {self.url} is unreachable "
                 f"({type(e).__name__}: {self._scrub(str(e))}); nothing of the epoch was "
                 "written, and it is retried"
             ) from None
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """The errors of the registry client's HTTP layer (connection refused, reset, time-out):
+    httpx's, whichever distribution of it confluent-kafka uses (``httpx`` or ``httpx2``)."""
+    try:
+        from confluent_kafka.schema_registry.common._httpx_compat import httpx
+    except ImportError:  # an older confluent-kafka: httpx itself
+        try:
+            import httpx  # type: ignore[no-redef]
+        except ImportError:
+            return (OSError,)
+    return (httpx.HTTPError, OSError)
 
 
 class _RefusedError(Exception):
