@@ -326,7 +326,7 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
         from confluent_kafka.schema_registry.common._httpx_compat import httpx
     except ImportError:  # an older confluent-kafka: httpx itself
         try:
-            import httpx  # type: ignore[no-redef]
+            import httpx  # type: ignore[no-redef, import-not-found, unused-ignore]
         except ImportError:
             return (OSError,)
     return (httpx.HTTPError, OSError)

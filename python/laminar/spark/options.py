@@ -91,16 +91,10 @@ class SinkOptions:
                 key=self.key_column,
                 value_format=self.value_format,
                 producer_config=dict(self.producer_config) or None,
-                **(
-                    {
-                        "key_format": self.avro.key_format,
-                        "schema_registry": self.avro.schema_registry,
-                        "avro": self.avro.avro,
-                        "key_avro": self.avro.key_avro,
-                    }
-                    if self.avro is not None
-                    else {}
-                ),
+                key_format=self.avro.key_format if self.avro else None,
+                schema_registry=self.avro.schema_registry if self.avro else None,
+                avro=self.avro.avro if self.avro else None,
+                key_avro=self.avro.key_avro if self.avro else None,
             )
         ]
 

@@ -76,7 +76,7 @@ fn check_name(name: &str, what: &str) -> CoreResult<()> {
         Ok(())
     } else {
         Err(CoreError::Config(format!(
-            "{what} {name:?} is not an Avro name (letters, digits and '_', not starting with a \
+            "{what} '{name}' is not an Avro name (letters, digits and '_', not starting with a \
              digit); rename it (e.g. with withColumnRenamed / alias) before writing Avro"
         )))
     }
