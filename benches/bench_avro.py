@@ -12,7 +12,8 @@ contender once per round, the order rotated, best round of N each).
 
 The rows are `make_peer_batch`'s (int64, text, decimal(18,2), timestamp[us, UTC], float64), the
 writer schema the one Laminar derives, registered once in the session's registry (untimed).
-Gates: laminar over AvroSerializer >= 10x (the issue's goal), over fastavro per record >= 3x.
+Gates: laminar over each peer >= 10x (the issue's goal; measured 149x and 58x on the 2-core
+machine while it compiled, docs/benchmarks.md). The three give the same bytes (checked first).
 ``LAMINAR_BENCH_QUICK=1`` (``./dev test``) shrinks the batch and the rounds.
 
     .venv/bin/python -m pytest benches/bench_avro.py -p no:cacheprovider -s
@@ -37,7 +38,7 @@ QUICK = os.environ.get("LAMINAR_BENCH_QUICK") == "1"
 ROWS = 20_000 if QUICK else 100_000
 ROUNDS = 3 if QUICK else 5
 #: Laminar's rows/s over each peer's, at least (enforced).
-GATES = {"AvroSerializer per record": 10.0, "fastavro schemaless_writer per record": 3.0}
+GATES = {"AvroSerializer per record": 10.0, "fastavro schemaless_writer per record": 10.0}
 
 
 @pytest.fixture(scope="module")
