@@ -46,6 +46,7 @@ def avro_server(laminar_servers: Any, pg_dsn: str) -> Iterator[SparkConnectServe
         master="local[2]",
         env={DSN_VAR: pg_dsn},
         kafka_connector=True,
+        avro_functions=True,
         log_path=laminar_servers.log_dir / "spark-avro.log",
     )
     server.start()

@@ -129,6 +129,7 @@ class SparkConnectServer(EmbeddedServer):
         conf: Mapping[str, str] | None = None,
         jars: Sequence[str | os.PathLike[str]] = (),
         kafka_connector: bool = False,
+        avro_functions: bool = False,
         env: Mapping[str, str] | None = None,
         spark_home: str | os.PathLike[str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
@@ -139,7 +140,9 @@ class SparkConnectServer(EmbeddedServer):
         ``conf`` adds Spark settings (``--conf k=v``), ``jars`` adds jars to the driver's class
         path (e.g. a JDBC driver), ``kafka_connector`` adds Spark's Kafka source and sink
         (`find_spark_kafka_jars`; an `EmbeddedServerError` at `start` when bootstrap has not
-        fetched them), ``env`` adds environment variables for the server and its Python workers.
+        fetched them), ``avro_functions`` adds spark-avro (``from_avro``/``to_avro``:
+        `find_spark_avro_jars`), ``env`` adds environment variables for the server and its
+        Python workers.
         """
         self.host = "127.0.0.1"
         self._requested_port = port
@@ -150,6 +153,8 @@ class SparkConnectServer(EmbeddedServer):
         self._conf = dict(conf or {})
         self._jars = [str(j) for j in jars]
         self.kafka_connector = kafka_connector
+        #: spark-avro (from_avro, to_avro) on the class path: `find_spark_avro_jars`
+        self.avro_functions = avro_functions
         self._env = dict(env or {})
         self._spark_home = Path(spark_home) if spark_home is not None else None
         self._log_path_arg = Path(log_path) if log_path is not None else None
@@ -270,7 +275,8 @@ class SparkConnectServer(EmbeddedServer):
         jars = list(self._jars)
         if self.kafka_connector:
             jars += [str(j) for j in find_spark_kafka_jars()]
-            jars += [str(j) for j in find_spark_avro_jars()]  # from_avro, with the connector
+        if self.avro_functions:
+            jars += [str(j) for j in find_spark_avro_jars()]
         if jars:
             argv += ["--jars", ",".join(jars)]
         for key, value in conf.items():

@@ -203,8 +203,9 @@ class _SinkBase(TransactionalSink):
         """The Schema Registry client's settings (Avro), secrets masked (``***``)."""
         if self._registry_setting is None:
             return None
+        secrets = secret_values_of_registry(self._registry_setting)
         return {
-            k: (SECRET if str(v) in secret_values_of_registry(self._registry_setting) else v)
+            k: (SECRET if not is_deferred(v) and str(v) in secrets else v)
             for k, v in self._registry_setting.items()
         }
 

@@ -190,6 +190,7 @@ class RegistryClient:
     def _sr(self) -> Any:
         if self._client is None:
             try:
+                # laminar[avro] only: imported where a sink first needs its registry
                 from confluent_kafka.schema_registry import SchemaRegistryClient
             except ImportError as e:  # confluent-kafka without its schemaregistry extra
                 raise ConfigError(
@@ -218,7 +219,7 @@ class RegistryClient:
             found = self._ids.get(key)
         if found is not None:
             return found
-        from confluent_kafka.schema_registry import Schema
+        from confluent_kafka.schema_registry import Schema  # laminar[avro]: see _sr
 
         try:
             schema_id = int(
@@ -291,7 +292,7 @@ class RegistryClient:
         """``call(client)``, the registry's answers classified once: unreachable or a server
         error → `AbortableError` (retry the epoch), credentials → `AuthorizationError`,
         not found / refused (404, 409, 422) → `_RefusedError` for the caller to word."""
-        from confluent_kafka.schema_registry.error import SchemaRegistryError
+        from confluent_kafka.schema_registry.error import SchemaRegistryError  # see _sr
 
         client = self._sr()
         try:
@@ -323,6 +324,7 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     """The errors of the registry client's HTTP layer (connection refused, reset, time-out):
     httpx's, whichever distribution of it confluent-kafka uses (``httpx`` or ``httpx2``)."""
     try:
+        # the httpx distribution confluent-kafka chose (httpx or httpx2), as it imports it
         from confluent_kafka.schema_registry.common._httpx_compat import httpx
     except ImportError:  # an older confluent-kafka: httpx itself
         try:
