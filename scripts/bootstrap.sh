@@ -123,12 +123,13 @@ fi
 LAMINAR_CACHE="${LAMINAR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/laminar}"
 export LAMINAR_CACHE
 
-# maven_jars POM PROPERTY NAME SUBDIR: copies the runtime dependencies of POM into
+# maven_jars POM PROPERTY NAME SUBDIR [GOAL]: copies (GOAL unpack-dependencies: unpacks) the
+# runtime dependencies of POM into
 # $LAMINAR_CACHE/NAME-<PROPERTY's value>/SUBDIR, unless the pom is unchanged since the last
 # copy there (its sha256 is kept beside the jars). The copy is made aside and renamed into place,
 # under a lock of the cache's own, so concurrent runs (other worktrees) never see half a set.
 maven_jars() {
-    local pom="$1" property="$2" name="$3" subdir="$4"
+    local pom="$1" property="$2" name="$3" subdir="$4" goal="${5:-copy-dependencies}"
     local version
     version="$(sed -n "s:.*<$property>\(.*\)</$property>.*:\1:p" "$pom" | head -n1)"
     if [ -z "$version" ]; then
@@ -155,7 +156,7 @@ maven_jars() {
         mkdir -p "$staging"
         # -B: no progress bars; -q: errors only (Maven 3.8 still prints colour resets: dropped).
         # The local repository (~/.m2) caches the downloads.
-        mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime \
+        mvn -q -B -f "$pom" "dependency:$goal" -DincludeScope=runtime \
             -DoutputDirectory="$staging/$subdir" 2>&1 | sed 's/\x1b\[[0-9;]*m//g' >&2
         echo "$want" >"$staging/.pom-sha256"
         rm -rf "$home"
@@ -165,6 +166,9 @@ maven_jars() {
 
 maven_jars scripts/kafka/broker/pom.xml kafka.version kafka libs
 maven_jars scripts/kafka/spark/pom.xml spark.kafka.version spark-sql-kafka jars
+# Avro tests: Apicurio Registry (its Confluent-compatible API), and Spark's from_avro/to_avro.
+maven_jars scripts/registry/pom.xml apicurio.version apicurio-registry app unpack-dependencies
+maven_jars scripts/avro/spark/pom.xml spark.avro.version spark-avro jars
 
 # -- summary --------------------------------------------------------------------------------------
 

@@ -47,6 +47,7 @@ from laminar.embedded import (
     probe_broker,
 )
 from laminar.embedded.broker import create_topic
+from laminar.embedded.registry import SchemaRegistry
 
 IN_CI = os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
 
@@ -126,6 +127,7 @@ class Servers:
     _kafka_cluster: KafkaCluster | None = None
     _spark: SparkConnectServer | None = None
     _spark_remote: str | None = None
+    _registry: SchemaRegistry | None = None
     _errors: dict[str, str] = field(default_factory=dict)
     startup_seconds: dict[str, float] = field(default_factory=dict)
     _owned: list[Any] = field(default_factory=list)
@@ -227,6 +229,14 @@ class Servers:
             self._owned.append(server)
             self._spark = self._start("Spark Connect server", server.start)
         return self._spark
+
+    def registry(self) -> SchemaRegistry:
+        """The session's Schema Registry (Apicurio, in memory): the Avro tests'."""
+        if self._registry is None:
+            registry = SchemaRegistry(log_path=self.log_dir / "registry.log")
+            self._owned.append(registry)
+            self._registry = self._start("Schema Registry", registry.start)
+        return self._registry
 
     def close(self) -> None:
         for server in reversed(self._owned):
@@ -446,6 +456,35 @@ def spark(spark_remote: str) -> Iterator[Any]:
     session = SparkSession.builder.remote(spark_remote).create()
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def schema_registry(laminar_servers: Servers) -> SchemaRegistry:
+    """The session's Schema Registry (Apicurio Registry's Confluent-compatible API, in memory):
+    ``schema_registry.url`` is what a registry client takes."""
+    return laminar_servers.registry()
+
+
+@pytest.fixture
+def registry_factory(laminar_servers: Servers) -> Iterator[Callable[..., SchemaRegistry]]:
+    """Makes private Schema Registries (for tests that stop one: it is unreachable, then back,
+    empty); all are stopped after the test."""
+    made: list[SchemaRegistry] = []
+
+    def make(**kwargs: Any) -> SchemaRegistry:
+        kwargs.setdefault(
+            "log_path", laminar_servers.log_dir / f"registry-{uuid.uuid4().hex[:8]}.log"
+        )
+        registry = SchemaRegistry(**kwargs)
+        made.append(registry)
+        try:
+            return registry.start()
+        except EmbeddedServerError as e:
+            unavailable(f"embedded Schema Registry could not be started: {e}")
+
+    yield make
+    for server in reversed(made):
+        server.close()
 
 
 @pytest.fixture

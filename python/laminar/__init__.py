@@ -45,12 +45,14 @@ from laminar.errors import (
 )
 
 if TYPE_CHECKING:
+    from laminar.kafka.registry import AvroOptions
     from laminar.kafka.sink import KafkaSink
     from laminar.postgres.sink import PostgresSink
     from laminar.spark.writer import EpochResult, ExactlyOnceWriter, exactly_once
 
 #: Public names imported on first use, and the module each one lives in.
 _LAZY = {
+    "AvroOptions": "laminar.kafka.registry",
     "KafkaSink": "laminar.kafka.sink",
     "PostgresSink": "laminar.postgres.sink",
     "EpochResult": "laminar.spark.writer",
@@ -61,6 +63,7 @@ _LAZY = {
 __all__ = [
     "AbortableError",
     "AuthorizationError",
+    "AvroOptions",
     "ConfigError",
     "DataError",
     "EnvValue",

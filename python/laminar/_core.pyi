@@ -406,9 +406,12 @@ __all__ += [
     "KafkaRecords",
     "PgCopyBuffer",
     "PgCopyStream",
+    "avro_key_schema",
+    "avro_value_schema",
     "check_kafka_schema",
     "check_pg_copy_schema",
     "encode_kafka",
+    "encode_kafka_avro",
     "encode_pg_copy",
     "is_spark_kafka_shape",
     "iter_kafka",
@@ -528,6 +531,32 @@ def encode_kafka(
     Raises ``ConfigError`` (unknown column, unsupported type — checked before anything is
     encoded) and ``DataError`` (malformed Arrow data).
     """
+
+def avro_value_schema(schema: Any, *, name: str, namespace: str | None = None) -> str:
+    """The Avro record schema (JSON text) of every column of an Arrow ``schema``, named
+    ``namespace.name``: docs/kafka.md's type mapping, nullable columns as ``["null", T]`` with a
+    null default, nested records named after their field in their parent's namespace. An Arrow
+    type or a name Avro cannot hold is a ``ConfigError`` naming the column."""
+
+def avro_key_schema(schema: Any, key: str, *, name: str, namespace: str | None = None) -> str:
+    """The Avro schema (JSON text) of the key column ``key``: a record named ``namespace.name``
+    for a struct column, else the column's type (a null key is no key, never a union)."""
+
+def encode_kafka_avro(
+    data: Any,
+    *,
+    value_schema: str,
+    value_schema_id: int,
+    key: str | None = None,
+    key_schema: str | None = None,
+    key_schema_id: int | None = None,
+) -> KafkaRecords:
+    """Encodes every row of ``data`` as a Kafka record whose value is Avro binary in the
+    Confluent wire format (magic byte 0, ``value_schema_id`` as 4 bytes big-endian, the datum of
+    ``value_schema``), with the GIL released. ``key`` with ``key_schema``/``key_schema_id``: the
+    key column in Avro the same way (a null key gives ``None``); ``key`` alone: the plain key
+    rules of ``encode_kafka``. Columns bind to the schema's fields by name; a null where the
+    schema has no null branch is a ``DataError`` naming the column and row."""
 
 def is_spark_kafka_shape(schema: Any) -> bool:
     """Whether ``schema`` is exactly Spark's Kafka-sink shape: a string/binary ``value`` and

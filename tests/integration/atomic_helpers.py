@@ -46,6 +46,13 @@ def make_group(
     # the environment.
     timeout_ms = os.environ.get("LAMINAR_TEST_TRANSACTION_TIMEOUT_MS")
     codec = os.environ.get("LAMINAR_TEST_KAFKA_COMPRESSION")
+    # The Avro crash tests (test_avro_crash.py): values and keys in Avro, this registry.
+    registry = os.environ.get("LAMINAR_TEST_AVRO_REGISTRY")
+    avro: dict[str, Any] = (
+        {"value_format": "avro", "key_format": "avro", "schema_registry": {"url": registry}}
+        if registry and not routed
+        else {}
+    )
     kafka = laminar.KafkaSink(
         bootstrap,
         topic,
@@ -55,6 +62,7 @@ def make_group(
         init_timeout_s=15.0,
         transaction_timeout_ms=int(timeout_ms) if timeout_ms else None,
         producer_config={"compression.type": codec} if codec else None,
+        **avro,
     )
     postgres = laminar.PostgresSink(dsn, table)
     kw.setdefault("retry_backoff_s", 0.1)

@@ -83,7 +83,7 @@ def test_the_options_pickle_without_a_secret() -> None:
         ({**PG, "postgres.tabel": "x"}, "unknown option 'postgres.tabel'"),
         ({**PG, "postgres.dsn.env": "host=db password=x"}, "the \\*name\\* of an environment"),
         ({**PG, "laminar.check.servers": "maybe"}, "takes true or false"),
-        ({**PG, **KAFKA, "kafka.value.format": "avro"}, "json, raw or spark"),
+        ({**PG, **KAFKA, "kafka.value.format": "protobuf"}, "json, raw, spark or avro"),
         ({**PG, **KAFKA, "topic": "other"}, "'kafka.topic' .* and 'topic' .* disagree"),
         ({**PG, **KAFKA, "kafka.transactional.id": ""}, "'kafka.transactional.id' is empty"),
         ({**PG, "postgres.dsn.env": "ORDERS_PG_DSN "}, "the \\*name\\* of an environment"),

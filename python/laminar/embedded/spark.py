@@ -91,6 +91,19 @@ def find_spark_kafka_jars() -> list[Path]:
     return jars
 
 
+#: The spark-avro version bootstrap resolves (``<spark.avro.version>`` in
+#: ``scripts/avro/spark/pom.xml``): Spark's ``from_avro``/``to_avro``, the Avro tests' reader.
+SPARK_AVRO_VERSION = "4.2.0"
+
+
+def find_spark_avro_jars() -> list[Path]:
+    """The spark-avro jar as ``scripts/bootstrap.sh`` resolves it into
+    ``<cache>/spark-avro-<SPARK_AVRO_VERSION>/jars`` (empty when bootstrap has not: a server
+    without ``from_avro``; the Avro tests that need it say so)."""
+    directory = laminar_cache_dir() / f"spark-avro-{SPARK_AVRO_VERSION}" / "jars"
+    return sorted(directory.glob("spark-avro_2.13-*.jar"))
+
+
 class SparkConnectServer(EmbeddedServer):
     """A Spark Connect server (``local[N]``) on a free port of 127.0.0.1, in its own JVM.
 
@@ -116,6 +129,7 @@ class SparkConnectServer(EmbeddedServer):
         conf: Mapping[str, str] | None = None,
         jars: Sequence[str | os.PathLike[str]] = (),
         kafka_connector: bool = False,
+        avro_functions: bool = False,
         env: Mapping[str, str] | None = None,
         spark_home: str | os.PathLike[str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
@@ -126,7 +140,9 @@ class SparkConnectServer(EmbeddedServer):
         ``conf`` adds Spark settings (``--conf k=v``), ``jars`` adds jars to the driver's class
         path (e.g. a JDBC driver), ``kafka_connector`` adds Spark's Kafka source and sink
         (`find_spark_kafka_jars`; an `EmbeddedServerError` at `start` when bootstrap has not
-        fetched them), ``env`` adds environment variables for the server and its Python workers.
+        fetched them), ``avro_functions`` adds spark-avro (``from_avro``/``to_avro``:
+        `find_spark_avro_jars`), ``env`` adds environment variables for the server and its
+        Python workers.
         """
         self.host = "127.0.0.1"
         self._requested_port = port
@@ -137,6 +153,8 @@ class SparkConnectServer(EmbeddedServer):
         self._conf = dict(conf or {})
         self._jars = [str(j) for j in jars]
         self.kafka_connector = kafka_connector
+        #: spark-avro (from_avro, to_avro) on the class path: `find_spark_avro_jars`
+        self.avro_functions = avro_functions
         self._env = dict(env or {})
         self._spark_home = Path(spark_home) if spark_home is not None else None
         self._log_path_arg = Path(log_path) if log_path is not None else None
@@ -257,6 +275,8 @@ class SparkConnectServer(EmbeddedServer):
         jars = list(self._jars)
         if self.kafka_connector:
             jars += [str(j) for j in find_spark_kafka_jars()]
+        if self.avro_functions:
+            jars += [str(j) for j in find_spark_avro_jars()]
         if jars:
             argv += ["--jars", ",".join(jars)]
         for key, value in conf.items():

@@ -10,7 +10,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
-from laminar._redact import redact_config, redact_text
+from laminar._redact import SECRET, redact_config, redact_text
 from laminar._settings import Setting, is_deferred, resolve, resolve_mapping
 from laminar._sink import TransactionalSink
 from laminar.errors import (
@@ -18,6 +18,7 @@ from laminar.errors import (
     FencedError,
     LaminarError,
 )
+from laminar.kafka._avro import check_avro_settings
 from laminar.kafka._config import (
     marker_group,
     secret_values,
@@ -28,6 +29,8 @@ from laminar.kafka._errors import (
     map_kafka_error,
 )
 from laminar.kafka._runtime import _Runtime
+from laminar.kafka.registry import AvroOptions
+from laminar.kafka.registry import secret_values as secret_values_of_registry
 
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 #: Printable ASCII only: a NUL or non-ASCII transactional id passes librdkafka's checks but fails
@@ -53,6 +56,11 @@ class _SinkBase(TransactionalSink):
         init_timeout_s: float = 30.0,
         flush_timeout_s: float = 120.0,
         retries: int = 3,
+        # -- Avro with a Schema Registry (laminar.kafka._avro, docs/kafka.md) ---------------
+        key_format: str | None = None,
+        schema_registry: Mapping[str, Any] | None = None,
+        avro: AvroOptions | None = None,
+        key_avro: AvroOptions | None = None,
     ) -> None:
         if not is_deferred(bootstrap_servers) and (
             not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip()
@@ -75,10 +83,11 @@ class _SinkBase(TransactionalSink):
                 "not agree on other characters, and every epoch would fail. Choose an ASCII name "
                 "(e.g. 'orders-sink')"
             )
-        if value_format not in (None, "json", "raw", "spark"):
+        if value_format not in (None, "json", "raw", "spark", "avro"):
             raise ConfigError(
-                f"value_format must be 'json', 'raw' or 'spark', not {value_format!r}"
+                f"value_format must be 'json', 'raw', 'spark' or 'avro', not {value_format!r}"
             )
+        check_avro_settings(value_format, key_format, key, schema_registry, avro, key_avro)
         if value_format == "spark" and key is not None:
             raise ConfigError(
                 "value_format='spark' reads the 'key' column by name; drop key= (or rename the "
@@ -125,6 +134,10 @@ class _SinkBase(TransactionalSink):
         self._flush_timeout_s = float(flush_timeout_s)
         self._retries = int(retries)
         self._rt: _Runtime | None = None
+        self._key_format = key_format
+        self._registry_setting = dict(schema_registry) if schema_registry is not None else None
+        self._avro = avro
+        self._key_avro = key_avro
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -179,6 +192,22 @@ class _SinkBase(TransactionalSink):
         """``"json"``, ``"raw"`` or ``"spark"``. Not given: ``"json"``, except that a batch of
         exactly Spark's Kafka-sink shape is written as ``"spark"`` (docs/kafka.md)."""
         return self._value_format or "json"
+
+    @property
+    def key_format(self) -> str | None:
+        """``"avro"`` (the key column in Avro) or None (docs/serialization.md, "Kafka keys")."""
+        return self._key_format
+
+    @property
+    def schema_registry(self) -> dict[str, Any] | None:
+        """The Schema Registry client's settings (Avro), secrets masked (``***``)."""
+        if self._registry_setting is None:
+            return None
+        secrets = secret_values_of_registry(self._registry_setting)
+        return {
+            k: (SECRET if not is_deferred(v) and str(v) in secrets else v)
+            for k, v in self._registry_setting.items()
+        }
 
     @property
     def marker_group(self) -> str:

@@ -56,6 +56,7 @@ from laminar.errors import (
     LaminarError,
 )
 from laminar.kafka import _shape as shape
+from laminar.kafka._avro import AvroPlan, encode_avro, plan_avro, resolve_registry
 from laminar.kafka._produce import _arrow_chunks, _Producing
 from laminar.kafka._runtime import _Runtime
 from laminar.kafka._witness import _IDENTIFIED, WITNESS_MAX_RECORDS_ENV, StartupRead, _Witness
@@ -80,7 +81,10 @@ class KafkaSink(_Producing, _Witness):
     """Writes each epoch to a Kafka topic in one transaction, exactly once across restarts.
 
     ``key`` names the column that becomes the record key; ``value_format`` is ``"json"`` (one
-    object per row) or ``"raw"`` (the bytes of ``value_column``). ``producer_config`` is passed to
+    object per row), ``"raw"`` (the bytes of ``value_column``), ``"spark"`` (Spark's Kafka-sink
+    shape) or ``"avro"`` (one Avro record per row in the Confluent wire format, its schema in
+    the registry ``schema_registry`` names; ``key_format="avro"`` writes the key in Avro too,
+    ``avro``/``key_avro`` are their `AvroOptions`: docs/kafka.md). ``producer_config`` is passed to
     librdkafka as given (security, batching, compression, …); Laminar adds ``transactional.id``,
     ``enable.idempotence``, ``acks=all`` and statistics, and refuses settings that break
     exactly-once. The topic must exist: Laminar never creates topics.
@@ -159,23 +163,32 @@ class KafkaSink(_Producing, _Witness):
             fmt = shape.value_format_for(
                 data.schema, self._value_format, self._key, self._value_column
             )
-            check_kafka_schema(
-                data.schema,
-                value_format=fmt,  # type: ignore[arg-type]
-                key=self._key,
-                value_column=self._value_column,
-            )
-            first = True
-            row = 0
-            for chunk in _arrow_chunks(data):
-                records = encode_kafka(
-                    chunk,
+            avro = None
+            if fmt == "avro":
+                # Every registry call of the write, before its first record (_avro).
+                avro = self._plan_avro(data.schema)
+            else:
+                check_kafka_schema(
+                    data.schema,
                     value_format=fmt,  # type: ignore[arg-type]
                     key=self._key,
                     value_column=self._value_column,
-                    topic=self._topic,
-                    headers=rt.headers,
-                    first_row=row,
+                )
+            first = True
+            row = 0
+            for chunk in _arrow_chunks(data):
+                records = (
+                    encode_avro(chunk, avro, self._key)
+                    if avro is not None
+                    else encode_kafka(
+                        chunk,
+                        value_format=fmt,  # type: ignore[arg-type]
+                        key=self._key,
+                        value_column=self._value_column,
+                        topic=self._topic,
+                        headers=rt.headers,
+                        first_row=row,
+                    )
                 )
                 count = records.num_rows
                 if count == 0:
@@ -195,6 +208,19 @@ class KafkaSink(_Producing, _Witness):
             err.sink_id, err.epoch = err.sink_id or self.sink_id, epoch
             self._abort_quietly(rt, epoch)
             raise
+
+    def _plan_avro(self, schema: Any) -> AvroPlan:
+        """The batch's Avro writer schemas and ids (registered when new: docs/kafka.md)."""
+        assert self._registry_setting is not None  # value_format='avro' needs it (_base)
+        return plan_avro(
+            schema,
+            topic=self._topic,
+            key=self._key,
+            key_format="avro" if self._key_format == "avro" else None,
+            registry=resolve_registry(self._registry_setting, self.sink_id),
+            avro=self._avro,
+            key_avro=self._key_avro,
+        )
 
     def write_records(
         self, values: list[bytes | None], keys: list[bytes | None] | None, routed: Any = None

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from laminar._redact import is_secret_key, parse_dsn
 from laminar._settings import EnvValue, env
 from laminar.errors import ConfigError
+from laminar.spark._avro_options import AVRO_KNOWN, AvroSparkOptions, parse_avro_options
 
 if TYPE_CHECKING:
     from laminar.kafka.sink import KafkaSink
@@ -31,9 +32,9 @@ KNOWN = {
     "topic": "the topic (alias of kafka.topic)",
     "kafka.transactional.id": "the Kafka sink's id (default laminar-<topic>)",
     "kafka.key.column": "the column written as the record key (default: none)",
-    "kafka.value.format": "json (the row as a JSON object), raw, or spark (Spark's Kafka-sink "
-    "shape: key, value, topic, partition, headers); default: spark when the DataFrame has "
-    "exactly that shape, else json",
+    "kafka.value.format": "json (the row as a JSON object), raw, spark (Spark's Kafka-sink "
+    "shape: key, value, topic, partition, headers) or avro (with schema.registry.url); default: "
+    "spark when the DataFrame has exactly that shape, else json",
     "postgres.dsn.env": "the name of the environment variable holding the DSN on the server",
     "postgres.table": "the table, e.g. public.orders",
     "postgres.sink.id": "the PostgreSQL sink's id (default: the qualified table name)",
@@ -66,6 +67,8 @@ class SinkOptions:
     state_dsn_env: str | None = None
     group: str | None = None
     check_servers: bool = True
+    #: Avro (laminar.spark._avro_options): the key's format, the registry, the records' options
+    avro: AvroSparkOptions | None = None
 
     def check_sinks(self) -> None:
         """The sinks' own checks (topic name, producer settings, table name): `ConfigError`."""
@@ -88,6 +91,10 @@ class SinkOptions:
                 key=self.key_column,
                 value_format=self.value_format,
                 producer_config=dict(self.producer_config) or None,
+                key_format=self.avro.key_format if self.avro else None,
+                schema_registry=self.avro.schema_registry if self.avro else None,
+                avro=self.avro.avro if self.avro else None,
+                key_avro=self.avro.key_avro if self.avro else None,
             )
         ]
 
@@ -163,6 +170,8 @@ def parse_options(options: Mapping[str, Any], *, check_sinks: bool = True) -> Si
                 f"options; use option('{fix}', '<VARIABLE>') with the name of an environment "
                 "variable set on the Spark server that holds the DSN"
             )
+        if key in AVRO_KNOWN or key.startswith(("schema.registry.", "avro.")):
+            continue  # the Avro options: parse_avro_options
         if key.endswith(".env") and key.startswith("kafka.") and key not in KNOWN:
             producer[key[len("kafka.") : -len(".env")]] = env(_env_name(key, value))
             continue
@@ -205,10 +214,11 @@ def parse_options(options: Mapping[str, Any], *, check_sinks: bool = True) -> Si
             "the decisions)"
         )
     value_format = found.get("kafka.value.format")
-    if value_format not in (None, "json", "raw", "spark"):
+    if value_format not in (None, "json", "raw", "spark", "avro"):
         raise ConfigError(
-            f"option 'kafka.value.format' takes json, raw or spark, not {value_format!r}"
+            f"option 'kafka.value.format' takes json, raw, spark or avro, not {value_format!r}"
         )
+    avro = parse_avro_options(opts)
     both = (found.get("kafka.topic"), found.get("topic"))
     if None not in both and both[0] != both[1]:
         raise ConfigError(
@@ -232,6 +242,7 @@ def parse_options(options: Mapping[str, Any], *, check_sinks: bool = True) -> Si
         state_dsn_env=None if state_env is None else _env_name("laminar.state.dsn.env", state_env),
         group=found.get("laminar.group") or found.get("group"),
         check_servers=_flag("laminar.check.servers", found.get("laminar.check.servers", "true")),
+        avro=avro if value_format == "avro" or avro.schema_registry or avro.key_format else None,
     )
     if check_sinks:
         parsed.check_sinks()

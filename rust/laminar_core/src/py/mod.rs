@@ -3,6 +3,7 @@
 
 use pyo3::prelude::*;
 
+pub mod avro;
 pub mod checksum;
 pub mod epoch;
 pub mod errors;
@@ -24,6 +25,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     metrics::register(m)?;
     prepared::register(m)?;
     serialize::register(m)?;
+    avro::register(m)?;
     checksum::register(m)?;
     recovery::register(m)?;
     redo::register(m)?;

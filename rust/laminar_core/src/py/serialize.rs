@@ -19,7 +19,7 @@ use crate::serialize::kafka_shape::{self, Header, Routing};
 use crate::serialize::{check_batch, pgcopy};
 
 /// The one way encoders run: with the GIL released, errors mapped to `laminar.errors`.
-fn run_detached<T, F>(py: Python<'_>, work: F) -> PyResult<T>
+pub(super) fn run_detached<T, F>(py: Python<'_>, work: F) -> PyResult<T>
 where
     F: FnOnce() -> CoreResult<T> + Send,
     T: Send,
@@ -31,7 +31,7 @@ const ARROW_INPUT: &str = "a pyarrow Table, RecordBatch or RecordBatchReader, or
                            with __arrow_c_stream__ or __arrow_c_array__";
 
 /// Imports Arrow data without copying: the batches share the producer's buffers.
-fn import_batches(
+pub(super) fn import_batches(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
 ) -> PyResult<(SchemaRef, Vec<RecordBatch>)> {
@@ -55,7 +55,7 @@ fn import_batches(
 
 /// Reads a schema from a pyarrow Schema (`__arrow_c_schema__`) or from anything with `.schema`
 /// (Table, RecordBatch, RecordBatchReader: their streams are not consumed).
-fn import_schema(data: &Bound<'_, PyAny>) -> PyResult<SchemaRef> {
+pub(super) fn import_schema(data: &Bound<'_, PyAny>) -> PyResult<SchemaRef> {
     let py = data.py();
     if data.hasattr(pyo3::intern!(py, "__arrow_c_schema__"))? {
         if let Ok(schema) = data.extract::<PySchema>() {
@@ -91,7 +91,11 @@ fn kafka_options(
 
 /// Appends the chunk's payloads to `out` as `bytes` (or `None` for null): one allocation and one
 /// copy per payload, in one pass over the chunk's offsets (`out` is reserved for the whole batch).
-fn push_payloads<'py>(py: Python<'py>, payloads: &Payloads, out: &mut Vec<Bound<'py, PyAny>>) {
+pub(super) fn push_payloads<'py>(
+    py: Python<'py>,
+    payloads: &Payloads,
+    out: &mut Vec<Bound<'py, PyAny>>,
+) {
     out.extend(payloads.iter().map(|payload| match payload {
         Some(bytes) => PyBytes::new(py, bytes).into_any(),
         None => py.None().into_bound(py),
@@ -108,6 +112,26 @@ pub struct PyKafkaRecords {
     value_bytes: usize,
     key_bytes: usize,
     routed: Option<RoutedRows>,
+}
+
+impl PyKafkaRecords {
+    /// Records without Spark's routing: what the Avro encoder returns (`py/avro.rs`).
+    pub(super) fn plain(
+        values: Py<PyList>,
+        keys: Option<Py<PyList>>,
+        num_rows: usize,
+        value_bytes: usize,
+        key_bytes: usize,
+    ) -> Self {
+        Self {
+            values,
+            keys,
+            num_rows,
+            value_bytes,
+            key_bytes,
+            routed: None,
+        }
+    }
 }
 
 /// Spark's shape: each row's topic, partition and headers as the producer takes them.

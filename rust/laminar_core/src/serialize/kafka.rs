@@ -151,22 +151,51 @@ pub fn plan_kafka(schema: &Schema, options: &KafkaOptions) -> CoreResult<KafkaPl
     };
     let key = match &options.key_column {
         None => None,
-        Some(name) => {
-            let idx = column_index(schema, name, "key")?;
-            let field = schema.field(idx);
-            let kind = if is_byte_type(field.data_type()) {
-                KeyKind::Bytes
-            } else {
-                check_json_type(field.name(), field.data_type())?;
-                KeyKind::Json
-            };
-            Some((idx, kind))
-        }
+        Some(name) => Some(plan_key(schema, name)?),
     };
     Ok(KafkaPlan {
         value,
         key,
         route: None,
+    })
+}
+
+/// The key column's index and how its values become key bytes.
+fn plan_key(schema: &Schema, name: &str) -> CoreResult<(usize, KeyKind)> {
+    let idx = column_index(schema, name, "key")?;
+    let field = schema.field(idx);
+    let kind = if is_byte_type(field.data_type()) {
+        KeyKind::Bytes
+    } else {
+        check_json_type(field.name(), field.data_type())?;
+        KeyKind::Json
+    };
+    Ok((idx, kind))
+}
+
+/// The keys alone of `batches`, by the rules of a key column (docs/serialization.md, "Kafka
+/// keys"): what a value encoded elsewhere (Avro, `super::avro`) pairs with a key that is not Avro.
+pub fn encode_keys(
+    schema: &Schema,
+    batches: &[RecordBatch],
+    key_column: &str,
+) -> CoreResult<Payloads> {
+    let (idx, kind) = plan_key(schema, key_column)?;
+    let rows = batches.iter().map(RecordBatch::num_rows).sum();
+    let mut keys = Payloads::with_capacity(rows * 16, rows);
+    for batch in batches {
+        let writer = key_writer(kind, &schema.field(idx).name().clone(), batch.column(idx))?;
+        for row in 0..batch.num_rows() {
+            write_key(&writer, row, &mut keys)?;
+        }
+    }
+    Ok(keys)
+}
+
+fn key_writer(kind: KeyKind, name: &str, column: &ArrayRef) -> CoreResult<KeyWriter> {
+    Ok(match kind {
+        KeyKind::Bytes => KeyWriter::Bytes(ByteColumn::try_new(name, column)?),
+        KeyKind::Json => KeyWriter::Json(JsonColumn::try_new(name, column)?),
     })
 }
 
@@ -203,7 +232,7 @@ pub struct Payloads {
 }
 
 impl Payloads {
-    fn with_capacity(bytes: usize, rows: usize) -> Self {
+    pub(crate) fn with_capacity(bytes: usize, rows: usize) -> Self {
         Self {
             data: Vec::with_capacity(bytes),
             ends: Vec::with_capacity(rows),
@@ -506,14 +535,7 @@ impl KafkaEncoder {
         };
         let key = match plan.key {
             None => None,
-            Some((i, KeyKind::Bytes)) => Some(KeyWriter::Bytes(ByteColumn::try_new(
-                &name(i),
-                batch.column(i),
-            )?)),
-            Some((i, KeyKind::Json)) => Some(KeyWriter::Json(JsonColumn::try_new(
-                &name(i),
-                batch.column(i),
-            )?)),
+            Some((i, kind)) => Some(key_writer(kind, &name(i), batch.column(i))?),
         };
         Ok((value, key))
     }

@@ -4,11 +4,13 @@
 //! interface, calls [`check_batch`] and one of the encoders with the GIL released, and turns the
 //! output buffers into Python objects.
 //!
+//! - [`avro`]: Avro binary in the Confluent wire format, and the Avro schema of an Arrow schema.
 //! - [`json`]: one JSON object per row (the exact format rules are in `docs/serialization.md`).
 //! - [`kafka`]: `(key, value)` payloads per row, JSON or a raw column.
 //! - [`kafka_shape`]: Spark's Kafka-sink shape (per-row topic, partition, headers).
 //! - [`pgcopy`]: `COPY … (FORMAT BINARY)` streams for a target table's columns.
 
+pub mod avro;
 pub mod json;
 pub mod kafka;
 pub mod kafka_shape;
