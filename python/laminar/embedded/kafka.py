@@ -44,7 +44,7 @@ __all__ = [
 
 #: The Apache Kafka version bootstrap resolves (``<kafka.version>`` in
 #: ``scripts/kafka/broker/pom.xml``; a unit test keeps the two equal).
-KAFKA_VERSION = "4.3.1"
+KAFKA_VERSION = "4.4.0"
 
 #: Broker settings for one node that is its own controller and must run transactions.
 #: ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` is short so that a transaction
