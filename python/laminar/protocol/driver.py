@@ -113,10 +113,17 @@ def end_txn(
     timeout_s: float = 10.0,
 ) -> str | None:
     """``EndTxn(commit)`` for a prepared transaction; None if the broker accepted it, else why
-    not (the caller reads the marker either way: it is the only proof)."""
+    not (the caller reads the marker either way: it is the only proof). A coordinator that moves
+    is found again within ``timeout_s`` (the sink's ``commit_timeout_s``: docs/kafka.md,
+    "Failover")."""
     try:
         security = ClientSecurity.from_config(producer_config)
-        with KafkaLogClient(bootstrap_servers, timeout=timeout_s, security=security) as client:
+        with KafkaLogClient(
+            bootstrap_servers,
+            timeout=min(timeout_s, 10.0),
+            retry_for_s=timeout_s,
+            security=security,
+        ) as client:
             client.end_txn(
                 transactional_id, producer_id, producer_epoch, commit=True, retry_for_s=timeout_s
             )
@@ -240,6 +247,7 @@ class KafkaDriver:
                 c.transactional_id,
                 int(c.producer_id or 0),
                 int(c.producer_epoch or 0),
+                timeout_s=sink._commit_timeout_s,
             )
             return Event.end_txn(why)
         return Event.ack()
