@@ -22,7 +22,6 @@ whole result table, and upserted by key the table becomes it (docs/spark.md, "Up
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,14 @@ import pytest
 
 import laminar.spark
 from laminar.embedded import SparkConnectServer
-from tests.e2e.spark_helpers import client, pg_epoch, wait_for, wait_terminated, write_json_files
+from tests.e2e.spark_helpers import (
+    client,
+    datasource_server,
+    pg_epoch,
+    wait_for,
+    wait_terminated,
+    write_json_files,
+)
 from tests.e2e.test_spark_datasource import FaultySource
 from tests.e2e.test_spark_postgres_upsert import aggregate, table_rows
 
@@ -43,21 +49,11 @@ DSN_VAR = "LAMINAR_TEST_DS_UPSERT_PG_DSN"
 
 @pytest.fixture(scope="module")
 def upsert_server(laminar_servers: Any, pg_dsn: str) -> Iterator[SparkConnectServer]:
-    """This module's Spark Connect server: the DSN in its environment (``postgres.dsn.env``),
-    task retries on (``local[4,3]``); two shuffle partitions (the embedded server's setting),
-    so an aggregation's keys are spread over two tasks."""
-    if os.environ.get("LAMINAR_SPARK_REMOTE"):
-        pytest.skip("LAMINAR_SPARK_REMOTE is an external server: this module needs its own")
-    server = SparkConnectServer(
-        master="local[4,3]",
-        env={DSN_VAR: pg_dsn},
-        log_path=laminar_servers.log_dir / "spark-datasource-upsert.log",
-    )
-    server.start()
-    try:
+    """This module's Spark Connect server (`datasource_server`); two shuffle partitions (the
+    embedded server's setting), so an aggregation's keys are spread over two tasks."""
+    env = {DSN_VAR: pg_dsn}
+    with datasource_server(laminar_servers.log_dir, env, "spark-datasource-upsert.log") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
