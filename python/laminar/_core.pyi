@@ -410,9 +410,11 @@ __all__ += [
     "avro_value_schema",
     "check_kafka_schema",
     "check_pg_copy_schema",
+    "detect_spark_kafka_shape",
     "encode_kafka",
     "encode_kafka_avro",
     "encode_pg_copy",
+    "is_internal_kafka_topic",
     "is_spark_kafka_shape",
     "iter_kafka",
     "iter_pg_copy",
@@ -562,6 +564,18 @@ def is_spark_kafka_shape(schema: Any) -> bool:
     """Whether ``schema`` is exactly Spark's Kafka-sink shape: a string/binary ``value`` and
     otherwise only ``key`` (string/binary), ``topic`` (string), ``partition`` (integer) and
     ``headers`` (``array<struct<key: string, value: binary>>``)."""
+
+def detect_spark_kafka_shape(schema: Any) -> bool:
+    """The shape detection of a sink with no value option given: ``True`` for exactly Spark's
+    Kafka-sink shape (`is_spark_kafka_shape`), ``False`` when a column is not one of its names
+    (or there is no ``value``). Raises ``DataError`` naming the column and the type it needs
+    when every column has the shape's names but one has not its type (``partition`` as a
+    string, say)."""
+
+def is_internal_kafka_topic(name: str) -> bool:
+    """Whether ``name`` is one of Kafka's internal topics (``__consumer_offsets``,
+    ``__transaction_state``, ``__share_group_state``, ``__cluster_metadata``): no client may
+    write them."""
 
 def check_kafka_schema(
     schema: Any,

@@ -41,6 +41,25 @@ def client(remote: str) -> Iterator[Any]:
             session.stop()
 
 
+@contextlib.contextmanager
+def datasource_server(log_dir: Path, env: dict[str, str], log_name: str) -> Iterator[Any]:
+    """A Spark Connect server of a ``format("laminar")`` test module's own: ``env`` in its
+    environment (the DSN ``postgres.dsn.env`` names), task retries on (``local[4,3]``: 4 slots,
+    a task may fail 3 times), its log in ``log_dir``; the test skips against an external one."""
+    import pytest
+
+    from laminar.embedded import SparkConnectServer
+
+    if os.environ.get("LAMINAR_SPARK_REMOTE"):
+        pytest.skip("LAMINAR_SPARK_REMOTE is an external server: this module needs its own")
+    server = SparkConnectServer(master="local[4,3]", env=env, log_path=log_dir / log_name)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def abandon(session: Any) -> None:
     """Forget a session whose server was killed: stopping it then only closes the channel
     (releasing it would retry against the dead server for minutes)."""

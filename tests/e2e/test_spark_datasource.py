@@ -24,6 +24,7 @@ from laminar.spark.source import LaminarDataSource, LaminarStreamWriter, resolve
 from tests.e2e.spark_helpers import (
     assert_exactly_once,
     client,
+    datasource_server,
     read_committed,
     restarting,
     stop,
@@ -110,18 +111,9 @@ QUIET_S = 10.0
 def ds_server(laminar_servers: Any, pg_dsn: str) -> Iterator[SparkConnectServer]:
     """A Spark Connect server of this module: the DSN in its environment (``postgres.dsn.env``),
     task retries on (``local[4,3]``: 4 slots, a task may fail 3 times)."""
-    if os.environ.get("LAMINAR_SPARK_REMOTE"):
-        pytest.skip("LAMINAR_SPARK_REMOTE is an external server: this module needs its own")
-    server = SparkConnectServer(
-        master="local[4,3]",
-        env={DSN_VAR: pg_dsn},
-        log_path=laminar_servers.log_dir / "spark-datasource.log",
-    )
-    server.start()
-    try:
+    env = {DSN_VAR: pg_dsn}
+    with datasource_server(laminar_servers.log_dir, env, "spark-datasource.log") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import pytest
 from laminar._core import encode_kafka, is_spark_kafka_shape
 from laminar.errors import ConfigError, DataError
 from laminar.kafka import _shape as shape
+from laminar.kafka.sink import KafkaSink
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 SINK = [("laminar.sink", b"s"), ("laminar.epoch", b"3")]
@@ -85,6 +86,40 @@ def test_detection_needs_exactly_the_shape() -> None:
     other = table(id=pa.array([1]), value=pa.array(["v"]))
     assert not is_spark_kafka_shape(other.schema)
     assert shape.value_format_for(other.schema, None, None, None) == "json"
+
+
+def test_the_shapes_names_with_a_wrong_type_are_a_data_error_not_json() -> None:
+    """Issue 29: a frame with only the shape's column names but one of another type was written
+    as JSON to the home topic without a word; it is a DataError naming the column and the type
+    the shape needs — unless the user asked for JSON."""
+    cases = [
+        (table(value=pa.array(["v"]), partition=pa.array(["1"])), "'partition'", "an integer"),
+        (table(value=pa.array(["v"]), topic=pa.array([1])), "'topic'", "string"),
+        (table(key=pa.array([1]), value=pa.array(["v"])), "'key'", "string or binary"),
+        (table(value=pa.array([1.5])), "'value'", "string or binary"),
+        (table(value=pa.array(["v"]), headers=pa.array(["h"])), "'headers'", "array<struct"),
+    ]
+    for data, column, want in cases:
+        with pytest.raises(DataError) as err:
+            shape.value_format_for(data.schema, None, None, None)
+        assert f"column {column} has Arrow type" in str(err.value)
+        assert f"needs {want}" in str(err.value)
+        assert "kafka.value.format=json" in str(err.value)
+        # asked for: JSON, to the home topic
+        assert shape.value_format_for(data.schema, "json", None, None) == "json"
+        assert shape.value_format_for(data.schema, None, "key", None) == "json"
+        assert encode_kafka(data, value_format="json").num_rows == 1
+
+
+@pytest.mark.parametrize(
+    "internal", ["__consumer_offsets", "__transaction_state", "__share_group_state"]
+)
+def test_a_row_naming_an_internal_topic_is_a_data_error_naming_it(internal: str) -> None:
+    data = table(value=pa.array([b"v", b"w"]), topic=pa.array(["ok", internal]))
+    with pytest.raises(DataError, match=f'row 8 names topic "{internal}", one of Kafka\'s'):
+        encode_kafka(data, value_format="spark", topic="home", first_row=7)
+    with pytest.raises(ConfigError, match="one of Kafka's internal topics"):
+        KafkaSink("b:9092", internal, "tid")
 
 
 def test_the_identity_lists_the_topics_written() -> None:

@@ -96,3 +96,46 @@ def test_bad_options_name_the_option_and_the_fix(options: dict[str, str], messag
         parse_options(options)
     assert "password=x" not in str(info.value)
     assert "pw" not in str(info.value).replace("password", "")
+
+
+# -- upsert mode (issue 29): postgres.mode and postgres.key -----------------------------------
+
+
+def test_upsert_mode_and_key_reach_the_postgres_sink() -> None:
+    opts = parse_options({**PG, "postgres.mode": "upsert", "postgres.key": "window_start, user_id"})
+    (sink,) = opts.postgres_sinks()
+    assert (sink.mode, sink.key) == ("upsert", ("window_start", "user_id"))
+    assert (opts.postgres_mode, opts.postgres_key) == ("upsert", ("window_start", "user_id"))
+    # one column; a name with a comma in double quotes; the mode's case does not matter
+    one = parse_options({**PG, "POSTGRES.MODE": "Upsert", "postgres.key": "id"})
+    assert one.postgres_sinks()[0].key == ("id",)
+    quoted = parse_options({**PG, "postgres.mode": "upsert", "postgres.key": '"a,b",c'})
+    assert quoted.postgres_key == ("a,b", "c")
+    # append is the default, and may be said
+    for options in (PG, {**PG, "postgres.mode": "append"}):
+        (sink,) = parse_options(options).postgres_sinks()
+        assert (sink.mode, sink.key) == ("append", None)
+    assert pickle.loads(pickle.dumps(opts)) == opts
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({**PG, "postgres.mode": "upsert"}, "give option 'postgres.key'"),
+        ({**PG, "postgres.key": "id"}, "only used in upsert mode"),
+        ({**PG, "postgres.mode": "append", "postgres.key": "id"}, "only used in upsert mode"),
+        ({**PG, "postgres.mode": "merge", "postgres.key": "id"}, "append .* or upsert"),
+        ({**PG, "postgres.mode": "upsert", "postgres.key": ""}, "separated by commas"),
+        ({**PG, "postgres.mode": "upsert", "postgres.key": "a,,b"}, "separated by commas"),
+        ({**PG, "postgres.mode": "upsert", "postgres.key": "a, a"}, "names a column twice"),
+        (
+            {**KAFKA, "laminar.state.dsn.env": "S", "postgres.mode": "upsert"},
+            "for a PostgreSQL target",
+        ),
+    ],
+)
+def test_bad_upsert_options_name_the_option_and_the_fix(
+    options: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_options(options)

@@ -10,6 +10,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
+from laminar._core import is_internal_kafka_topic
 from laminar._redact import SECRET, redact_config, redact_text
 from laminar._settings import Setting, is_deferred, resolve, resolve_mapping
 from laminar._sink import TransactionalSink
@@ -70,6 +71,11 @@ class _SinkBase(TransactionalSink):
             raise ConfigError(
                 f"KafkaSink topic {topic!r} is not a valid Kafka topic name (1-249 characters "
                 "of a-z A-Z 0-9 . _ -, and not '.' or '..')"
+            )
+        if is_internal_kafka_topic(topic):
+            raise ConfigError(
+                f"KafkaSink topic {topic!r} is one of Kafka's internal topics (the brokers' own "
+                "state), which no client may write; name a topic of your own"
             )
         if not isinstance(transactional_id, str) or not transactional_id.strip():
             raise ConfigError(

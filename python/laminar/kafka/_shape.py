@@ -23,7 +23,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from laminar._core import KafkaRecords, is_spark_kafka_shape
+from laminar._core import KafkaRecords, detect_spark_kafka_shape
 from laminar.errors import ConfigError, DataError
 from laminar.kafka.log import ReadStats, WitnessResult
 
@@ -51,10 +51,12 @@ def value_format_for(
 ) -> str:
     """The format a batch is written in: the one configured; otherwise ``"spark"`` when the
     batch is exactly Spark's Kafka-sink shape and no key column was named, else ``"json"``
-    (today's default, unchanged for every other shape)."""
+    (today's default, unchanged for every other shape). A batch with only the shape's column
+    names but one of them of another type is a `DataError` naming the column and its type
+    (the core's ``detect_spark_kafka_shape``), never JSON to the home topic without a word."""
     if configured is not None:
         return configured
-    if key is None and value_column is None and is_spark_kafka_shape(schema):
+    if key is None and value_column is None and detect_spark_kafka_shape(schema):
         return "spark"
     return "json"
 

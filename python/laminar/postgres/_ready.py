@@ -19,6 +19,7 @@ from laminar.errors import (
     IllegalStateError,
 )
 from laminar.metadata import ensure_schema, register_sink
+from laminar.postgres import _partners
 from laminar.postgres import _upsert as _pg_upsert
 from laminar.postgres._base import _IDLE, DEFAULT_SCHEMA, _safe_conninfo, _SinkBase
 from laminar.postgres._names import (
@@ -171,10 +172,51 @@ class _Ready(_SinkBase):
         self._plan = (schema, table, plan)
         return plan
 
+    def _participant(self, epoch: int | None) -> _partners.Participant | None:
+        """This sink as a scale-out participant of ``epoch`` (None when it is not one)."""
+        if self._two_phase_part is None or epoch is None:
+            return None
+        if self._key is None:
+            hint = "repartition the DataFrame by the unique index's columns before the sink"
+        else:
+            hint = (
+                "repartition the DataFrame by the key before the sink "
+                f"(df.repartition({', '.join(map(repr, self._key))}))"
+            )
+        return _partners.Participant(
+            self.sink_id, epoch, self._two_phase_part, self._shown_table(), hint
+        )
+
+    def _watch_connection(self) -> psycopg.Connection[Any]:
+        """A connection of its own for a `_partners.Watch` (autocommit)."""
+        return psycopg.connect(
+            self._dsn,
+            autocommit=True,
+            connect_timeout=max(1, round(self._connect_timeout_s)),
+            application_name="laminar partner watch",
+        )
+
     def _write_rows(
         self, conn: psycopg.Connection[Any], table: TableInfo, plan: CopyPlan, data: pa.Table
     ) -> tuple[int, int]:
-        """Append (COPY) or upsert (`_pg_upsert`) ``data``; return (rows, bytes) sent."""
+        """Append (COPY) or upsert (`_pg_upsert`) ``data``; return (rows, bytes) sent. A
+        scale-out participant's write that waits for another partition of its epoch is
+        refused (`_partners`) instead of waiting for ever."""
+        me = self._participant(self.transaction_state.epoch)
+        if me is None:
+            return self._write_data(conn, table, plan, data)
+        with _partners.Watch(me, conn.info.backend_pid, self._watch_connection) as watch:
+            try:
+                return self._write_data(conn, table, plan, data)
+            except psycopg.Error as e:
+                refusal = watch.refusal(e)
+                if refusal is None:
+                    raise
+                raise refusal from e
+
+    def _write_data(
+        self, conn: psycopg.Connection[Any], table: TableInfo, plan: CopyPlan, data: pa.Table
+    ) -> tuple[int, int]:
         if self._key is None:
             return copy_batch(conn, table, plan, data, slice_bytes=self._slice_bytes)
         return _pg_upsert.upsert_batch(

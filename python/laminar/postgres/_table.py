@@ -71,6 +71,15 @@ class UniqueIndex:
     #: Empty when ``INSERT … ON CONFLICT (columns)`` can use it as its arbiter; otherwise why not
     #: (``partial``, ``expression``, ``deferrable``, ``not valid``).
     unusable: str = ""
+    #: Per key column: the collation the index compares it under, ``(schema, name)``; None for
+    #: a type without collations (upsert mode finds a batch's duplicate keys under it).
+    collations: tuple[tuple[str, str] | None, ...] = ()
+    #: Per key column: whether that collation is deterministic (values equal only when their
+    #: bytes are; ICU collations created with ``deterministic = false`` are not).
+    deterministic: tuple[bool, ...] = ()
+    #: Per key column: the operator class, when its equality is not the one of the type's
+    #: default btree operator class (None otherwise): upsert mode cannot reproduce it.
+    other_equality: tuple[str | None, ...] = ()
 
     def describe(self) -> str:
         """``name (a, b)``, with why it cannot serve as a key when it cannot."""
@@ -139,15 +148,38 @@ _FINGERPRINT = (
     " FROM pg_class c WHERE c.oid = {}"
 )
 
-# The table's unique indexes: name, key columns in order (NULL for an expression), and whether
+# The table's unique indexes: name, key columns in order (NULL for an expression), whether
 # ON CONFLICT can infer it as the arbiter of a column list (not partial, no expression,
-# immediate, valid).
+# immediate, valid), and per key column: its collation (schema, name and whether it is
+# deterministic; NULL for a type without collations) and, when the column's operator class
+# compares with another equality operator than its input type's default btree class, the
+# class's name (text_pattern_ops keeps the default `=`; record_image_ops does not).
 _UNIQUE_INDEXES_QUERY = """
 SELECT x.relname, i.indpred IS NOT NULL, i.indexprs IS NOT NULL, NOT i.indimmediate,
        NOT i.indisvalid,
        array(SELECT a.attname FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
              LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-             WHERE k.ord <= i.indnkeyatts ORDER BY k.ord)
+             WHERE k.ord <= i.indnkeyatts ORDER BY k.ord),
+       array(SELECT n.nspname FROM unnest(i.indcollation::oid[]) WITH ORDINALITY AS k(coll, ord)
+             LEFT JOIN pg_collation c ON c.oid = k.coll
+             LEFT JOIN pg_namespace n ON n.oid = c.collnamespace ORDER BY k.ord),
+       array(SELECT c.collname FROM unnest(i.indcollation::oid[]) WITH ORDINALITY AS k(coll, ord)
+             LEFT JOIN pg_collation c ON c.oid = k.coll ORDER BY k.ord),
+       array(SELECT coalesce(c.collisdeterministic, true)
+             FROM unnest(i.indcollation::oid[]) WITH ORDINALITY AS k(coll, ord)
+             LEFT JOIN pg_collation c ON c.oid = k.coll ORDER BY k.ord),
+       array(SELECT CASE WHEN o.opcdefault OR EXISTS (
+                    SELECT 1 FROM pg_opclass d
+                    JOIN pg_amop de ON de.amopfamily = d.opcfamily AND de.amopstrategy = 3
+                     AND de.amoplefttype = d.opcintype AND de.amoprighttype = d.opcintype
+                    JOIN pg_amop oe ON oe.amopfamily = o.opcfamily AND oe.amopstrategy = 3
+                     AND oe.amoplefttype = o.opcintype AND oe.amoprighttype = o.opcintype
+                    WHERE d.opcmethod = o.opcmethod AND d.opcintype = o.opcintype
+                      AND d.opcdefault AND de.amopopr = oe.amopopr)
+                  THEN NULL ELSE format('%%I.%%I', cn.nspname, o.opcname) END
+             FROM unnest(i.indclass::oid[]) WITH ORDINALITY AS k(cls, ord)
+             JOIN pg_opclass o ON o.oid = k.cls
+             JOIN pg_namespace cn ON cn.oid = o.opcnamespace ORDER BY k.ord)
 FROM pg_index i JOIN pg_class x ON x.oid = i.indexrelid
 WHERE i.indrelid = %s AND i.indisunique
 ORDER BY i.indisprimary DESC, x.relname
@@ -216,9 +248,18 @@ def load_table(conn: psycopg.Connection[Any], name: TableName, where: str) -> Ta
         )
     fingerprint = conn.execute(sql.SQL(_FINGERPRINT).format(sql.Literal(int(oid)))).fetchone()
     unique_indexes = []
-    for index_name, partial, expression, deferrable, invalid, names in conn.execute(
-        _UNIQUE_INDEXES_QUERY, (oid,)
-    ).fetchall():
+    for (
+        index_name,
+        partial,
+        expression,
+        deferrable,
+        invalid,
+        names,
+        coll_schemas,
+        coll_names,
+        deterministic,
+        other_equality,
+    ) in conn.execute(_UNIQUE_INDEXES_QUERY, (oid,)).fetchall():
         flags = (
             ("partial", partial),
             ("expression", expression),
@@ -230,6 +271,12 @@ def load_table(conn: psycopg.Connection[Any], name: TableName, where: str) -> Ta
                 name=index_name,
                 columns=tuple(names),
                 unusable=", ".join(label for label, on in flags if on),
+                collations=tuple(
+                    None if name is None else (schema, name)
+                    for schema, name in zip(coll_schemas, coll_names, strict=True)
+                ),
+                deterministic=tuple(bool(d) for d in deterministic),
+                other_equality=tuple(other_equality),
             )
         )
     return TableInfo(

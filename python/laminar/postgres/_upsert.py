@@ -7,7 +7,8 @@ Per `write` call, in the epoch's transaction (after the epoch claim, before the 
                                    -- only when missing, on a side connection, committed at once
     COPY laminar."upsert_stage_<hash>" (…) FROM STDIN (FORMAT BINARY)   -- the same encoder
     INSERT INTO <table> AS t (<columns>)
-      SELECT DISTINCT ON (<key>) <columns> FROM <stage> ORDER BY <key>, <ordinal> DESC
+      SELECT DISTINCT ON (<key> COLLATE <c>) <columns> FROM <stage>
+      ORDER BY <key> COLLATE <c>, <ordinal> DESC
       ON CONFLICT (<key>) DO UPDATE SET <column> = EXCLUDED.<column>, …   -- DO NOTHING: key only
     DELETE FROM laminar."upsert_stage_<hash>"
 
@@ -29,7 +30,10 @@ Why these choices:
   is checked against, and it is atomic under concurrent inserts, where PostgreSQL 15's ``MERGE``
   can fail with a unique violation.
 - Duplicate keys in one batch: the last row (by position in the batch) wins, deterministically;
-  ``ON CONFLICT DO UPDATE`` cannot touch a row twice in one statement, hence ``DISTINCT ON``.
+  ``ON CONFLICT DO UPDATE`` cannot touch a row twice in one statement, hence ``DISTINCT ON`` —
+  under ``<c>``, the collation the key's unique index compares with (`upsert_key`): the staging
+  table's columns have their type's default collation, and a nondeterministic one (ICU,
+  case-insensitive, …) makes keys one that the stage would keep apart.
 - A null in a key column is a `DataError`: NULL never conflicts in a unique index, so such a row
   would be appended instead of replacing one.
 """
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -49,15 +54,17 @@ from laminar.errors import AuthorizationError, ConfigError, DataError
 from laminar.metadata import SCHEMA as META_SCHEMA
 from laminar.postgres._names import render_identifier
 from laminar.postgres._steps import DEFAULT_SLICE_BYTES, ColumnInfo, CopyPlan, copy_batch
-from laminar.postgres._table import TableInfo
+from laminar.postgres._table import TableInfo, UniqueIndex
 
 __all__ = [
     "MODES",
+    "UpsertKey",
     "check_key_in_plan",
     "check_privileges",
     "parse_mode",
     "resolve_key",
     "upsert_batch",
+    "upsert_key",
 ]
 
 #: The values of ``PostgresSink(mode=...)``.
@@ -97,11 +104,29 @@ def parse_mode(mode: object, key: object) -> tuple[str, tuple[str, ...] | None]:
     return "upsert", tuple(names)
 
 
+@dataclass(frozen=True)
+class UpsertKey:
+    """The upsert key as the table's unique indexes define it."""
+
+    #: The key's columns as the table names them, in the order given.
+    columns: tuple[str, ...]
+    #: Per column: the collation two of a batch's keys are compared under to find duplicates,
+    #: ``(schema, name)`` — the one of the indexes ``ON CONFLICT`` arbitrates with; None for a
+    #: type without collations.
+    collations: tuple[tuple[str, str] | None, ...]
+
+
 def resolve_key(table: TableInfo, key: Sequence[str]) -> tuple[str, ...]:
+    """The key's columns as the table names them, checked as `upsert_key` does."""
+    return upsert_key(table, key).columns
+
+
+def upsert_key(table: TableInfo, key: Sequence[str]) -> UpsertKey:
     """The key's columns as the table names them (exact, else the only one equal ignoring case),
     checked to be exactly the columns of a unique index ON CONFLICT can use (any order; not
-    partial, no expression, not deferrable). `ConfigError` naming the table, the key and the
-    unique indexes the table has."""
+    partial, no expression, not deferrable), with the collation each is compared under
+    (`_arbiter_collation`). `ConfigError` naming the table, the key and the unique indexes the
+    table has; or naming the column whose equality cannot be reproduced."""
     resolved = []
     for name in key:
         column = table.column(name)
@@ -116,13 +141,17 @@ def resolve_key(table: TableInfo, key: Sequence[str]) -> tuple[str, ...]:
             )
         resolved.append(column.name)
     wanted = set(resolved)
-    for index in table.unique_indexes:
-        if (
-            not index.unusable
-            and set(index.columns) == wanted
-            and len(index.columns) == len(wanted)
-        ):
-            return tuple(resolved)
+    # ON CONFLICT (<key>) arbitrates with every usable unique index on exactly these columns
+    arbiters = [
+        index
+        for index in table.unique_indexes
+        if not index.unusable and set(index.columns) == wanted and len(index.columns) == len(wanted)
+    ]
+    if arbiters:
+        return UpsertKey(
+            tuple(resolved),
+            tuple(_arbiter_collation(table, arbiters, name) for name in resolved),
+        )
     indexes = "; ".join(i.describe() for i in table.unique_indexes) or "none"
     columns = ", ".join(render_identifier(c) for c in resolved)
     raise ConfigError(
@@ -131,6 +160,51 @@ def resolve_key(table: TableInfo, key: Sequence[str]) -> tuple[str, ...]:
         f"TABLE {table.display} ADD UNIQUE ({columns}) — or pass key= the columns of an existing "
         "one (a partial, expression or deferrable index cannot be ON CONFLICT's arbiter)"
     )
+
+
+def _arbiter_collation(
+    table: TableInfo, arbiters: Sequence[UniqueIndex], column: str
+) -> tuple[str, str] | None:
+    """The collation under which ``column``'s values are one key for the ``arbiters`` (the
+    unique indexes ON CONFLICT uses for the key): the batch's duplicate keys are found under it,
+    so that ``DISTINCT ON`` keeps one row of each key exactly as the indexes see keys. A
+    deterministic collation compares bytes, so any of them gives the same keys; a
+    nondeterministic one (ICU, ``deterministic = false``: case- or accent-insensitive, ignoring
+    punctuation, Unicode-canonical) joins more values into one key, and wins. `ConfigError`
+    naming the column when the indexes' equality cannot be reproduced: an operator class whose
+    equality is not the type's default, or two different nondeterministic collations."""
+    seen: list[tuple[UniqueIndex, tuple[str, str] | None, bool]] = []
+    for index in arbiters:
+        at = index.columns.index(column)
+        other = index.other_equality[at] if at < len(index.other_equality) else None
+        if other is not None:
+            raise ConfigError(
+                f"table {table.display}: upsert key column {column!r} is compared by unique "
+                f"index {index.name} with operator class {other}, whose equality is not the "
+                "type's default; a batch's duplicate keys are found with the default one, which "
+                "could join keys the index keeps apart. Key the table on a unique index with the "
+                f"column's default operator class (e.g. ALTER TABLE {table.display} ADD UNIQUE "
+                f"({render_identifier(column)}))"
+            )
+        collation = index.collations[at] if at < len(index.collations) else None
+        deterministic = index.deterministic[at] if at < len(index.deterministic) else True
+        seen.append((index, collation, deterministic))
+    loose = {c for _, c, deterministic in seen if c is not None and not deterministic}
+    if len(loose) > 1:
+        listed = "; ".join(f"{index.name}: collation {_collation_sql(c)}" for index, c, _ in seen)
+        raise ConfigError(
+            f"table {table.display}: upsert key column {column!r} is compared under different "
+            f"nondeterministic collations by the unique indexes ON CONFLICT uses together for "
+            f"the key ({listed}): two values one index takes for the same key and the other "
+            "does not cannot be kept as one row. Drop all but one of these indexes"
+        )
+    if loose:
+        return loose.pop()
+    return next((c for _, c, _ in seen if c is not None), None)
+
+
+def _collation_sql(collation: tuple[str, str] | None) -> str:
+    return "none" if collation is None else ".".join(map(render_identifier, collation))
 
 
 def check_privileges(conn: psycopg.Connection[Any], table: TableInfo, role: str) -> None:
@@ -206,7 +280,8 @@ def upsert_batch(
     once (module doc)."""
     if data.num_rows == 0:
         return 0, 0
-    key = resolve_key(table, key)
+    arbiter = upsert_key(table, key)
+    key = arbiter.columns
     _check_keys_not_null(table, plan, data, key)
     ordinal = _free_name("laminar_ordinal", {t.name for t in plan.targets})
     layout = "\0".join(f"{t.name}\0{t.type_display}" for t in plan.targets)
@@ -216,6 +291,13 @@ def upsert_batch(
     source = _free_name("laminar_ordinal", set(plan.source_columns))
     columns = sql.SQL(", ").join(sql.Identifier(t.name) for t in plan.targets)
     keys = sql.SQL(", ").join(sql.Identifier(k) for k in key)
+    # the batch's duplicate keys, found under the collations the arbiter indexes compare with
+    distinct = sql.SQL(", ").join(
+        sql.Identifier(k)
+        if collation is None
+        else sql.SQL("{} COLLATE {}").format(sql.Identifier(k), sql.Identifier(*collation))
+        for k, collation in zip(key, arbiter.collations, strict=True)
+    )
     definitions = sql.SQL(", ").join(
         sql.SQL("{} {}").format(sql.Identifier(t.name), sql.SQL(t.type_display))
         for t in plan.targets
@@ -249,18 +331,29 @@ def upsert_batch(
         if updates
         else sql.SQL("DO NOTHING")
     )
-    conn.execute(
-        sql.SQL(
-            "INSERT INTO {table} AS t ({columns}) SELECT DISTINCT ON ({keys}) {columns}"
-            " FROM {stage} ORDER BY {keys}, {ordinal} DESC ON CONFLICT ({keys}) {action}"
-        ).format(
-            table=table.identifier,
-            columns=columns,
-            keys=keys,
-            stage=stage,
-            ordinal=sql.Identifier(ordinal),
-            action=action,
+    try:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {table} AS t ({columns}) SELECT DISTINCT ON ({distinct}) {columns}"
+                " FROM {stage} ORDER BY {distinct}, {ordinal} DESC ON CONFLICT ({keys}) {action}"
+            ).format(
+                table=table.identifier,
+                columns=columns,
+                distinct=distinct,
+                keys=keys,
+                stage=stage,
+                ordinal=sql.Identifier(ordinal),
+                action=action,
+            )
         )
-    )
+    except psycopg.errors.CardinalityViolation as e:
+        # cannot affect row a second time: two rows DISTINCT ON kept apart are one key for the
+        # arbiter — a BEFORE INSERT trigger that changes the key, say
+        shown = ", ".join(render_identifier(k) for k in key)
+        raise DataError(
+            f"table {table.display}: two rows of the batch with different keys became the same "
+            f"key ({shown}) for the table's unique index (a trigger that changes the key?), so "
+            f"neither can replace the other; nothing was written ({' '.join(str(e).split())})"
+        ) from e
     conn.execute(sql.SQL("DELETE FROM {}").format(stage))
     return rows, nbytes

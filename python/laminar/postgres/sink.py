@@ -54,6 +54,7 @@ from laminar.errors import (
     InDoubtError,
     LaminarError,
 )
+from laminar.postgres import _partners
 from laminar.postgres._base import DEFAULT_SCHEMA, ColumnsSpec
 from laminar.postgres._errors import is_connection_failure, sqlstate_of
 from laminar.postgres._recovery import _Recovery
@@ -159,6 +160,9 @@ class PostgresSink(_Recovery):
             else:
                 current = committed_epoch(conn, self.sink_id)
                 claimed = current is None or current < epoch
+                me = self._participant(epoch)
+                if claimed and me is not None:
+                    _partners.tag(conn, me)  # names this transaction as the epoch's partition
         except psycopg.Error as e:
             self._end_transaction_quietly()
             raise self._err(e, f"claiming epoch {epoch} in laminar.sink_epochs", epoch) from e

@@ -10,6 +10,7 @@ value is the *name* of an environment variable read on the server (`laminar.env`
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,10 @@ KNOWN = {
     "postgres.dsn.env": "the name of the environment variable holding the DSN on the server",
     "postgres.table": "the table, e.g. public.orders",
     "postgres.sink.id": "the PostgreSQL sink's id (default: the qualified table name)",
+    "postgres.mode": "append (default: every row is added) or upsert (rows replaced by "
+    "postgres.key)",
+    "postgres.key": "upsert mode's key: the columns of a unique index of the table, comma-"
+    "separated, e.g. window_start,user_id",
     "laminar.group": "the group id (alias: group); default from the sink ids",
     "group": "the group id (alias of laminar.group)",
     "laminar.state.dsn.env": "the decision database's DSN variable (needed without PostgreSQL)",
@@ -64,6 +69,9 @@ class SinkOptions:
     postgres_dsn_env: str | None = None
     postgres_table: str | None = None
     postgres_sink_id: str | None = None
+    #: ``postgres.mode`` and ``postgres.key`` (PostgresSink's ``mode=`` and ``key=``)
+    postgres_mode: str = "append"
+    postgres_key: tuple[str, ...] | None = None
     state_dsn_env: str | None = None
     group: str | None = None
     check_servers: bool = True
@@ -106,7 +114,11 @@ class SinkOptions:
 
         return [
             PostgresSink(
-                env(self.postgres_dsn_env), self.postgres_table, sink_id=self.postgres_sink_id
+                env(self.postgres_dsn_env),
+                self.postgres_table,
+                sink_id=self.postgres_sink_id,
+                mode=self.postgres_mode,
+                key=None if self.postgres_key is None else list(self.postgres_key),
             )
         ]
 
@@ -152,6 +164,48 @@ def _env_name(key: str, value: str) -> str:
             f"(letters, digits, '_'), e.g. ORDERS_PG_DSN; got a value that is not a name"
         )
     return name
+
+
+def _upsert_options(
+    found: Mapping[str, str], table: str | None
+) -> tuple[str, tuple[str, ...] | None]:
+    """``postgres.mode`` and ``postgres.key``, checked together (PostgresSink's own checks of
+    ``mode=``/``key=``, said in options): the mode and the key's column names."""
+    mode = found.get("postgres.mode", "append").strip().lower()
+    text = found.get("postgres.key")
+    if mode not in ("append", "upsert"):
+        raise ConfigError(
+            f"option 'postgres.mode' takes append (add every row) or upsert (replace rows by "
+            f"postgres.key), not {found['postgres.mode']!r}"
+        )
+    if table is None and ("postgres.mode" in found or text is not None):
+        raise ConfigError(
+            "options 'postgres.mode' and 'postgres.key' are for a PostgreSQL target: add "
+            "postgres.table and postgres.dsn.env, or drop them"
+        )
+    if text is None:
+        if mode == "upsert":
+            raise ConfigError(
+                "option 'postgres.mode' is upsert: give option 'postgres.key', the column(s) of a "
+                "unique index or primary key of the table, comma-separated (e.g. user_id or "
+                "window_start,user_id)"
+            )
+        return mode, None
+    if mode != "upsert":
+        raise ConfigError(
+            "option 'postgres.key' is only used in upsert mode: add option('postgres.mode', "
+            "'upsert') to replace rows by key, or drop postgres.key to append"
+        )
+    # comma-separated, as Spark's list options; a name with a comma goes in double quotes
+    names = [n.strip() for n in next(csv.reader([text], skipinitialspace=True), [])]
+    if not names or "" in names:
+        raise ConfigError(
+            f"option 'postgres.key' lists column names separated by commas, e.g. "
+            f"window_start,user_id; got {text!r}"
+        )
+    if len(set(names)) != len(names):
+        raise ConfigError(f"option 'postgres.key' names a column twice: {names}")
+    return mode, tuple(names)
 
 
 def parse_options(options: Mapping[str, Any], *, check_sinks: bool = True) -> SinkOptions:
@@ -206,6 +260,7 @@ def parse_options(options: Mapping[str, Any], *, check_sinks: bool = True) -> Si
             "format('laminar') needs a target: options kafka.bootstrap.servers + kafka.topic, "
             "and/or postgres.dsn.env + postgres.table"
         )
+    postgres_mode, postgres_key = _upsert_options(found, table)
     state_env = found.get("laminar.state.dsn.env")
     if table is None and state_env is None:
         raise ConfigError(
@@ -239,6 +294,8 @@ def parse_options(options: Mapping[str, Any], *, check_sinks: bool = True) -> Si
         postgres_dsn_env=None if dsn_env is None else _env_name("postgres.dsn.env", dsn_env),
         postgres_table=table,
         postgres_sink_id=found.get("postgres.sink.id"),
+        postgres_mode=postgres_mode,
+        postgres_key=postgres_key,
         state_dsn_env=None if state_env is None else _env_name("laminar.state.dsn.env", state_env),
         group=found.get("laminar.group") or found.get("group"),
         check_servers=_flag("laminar.check.servers", found.get("laminar.check.servers", "true")),

@@ -100,10 +100,13 @@ class LaminarDataSource(DataSource):
         self.sink_options = parse_options(options, check_sinks=False)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
-        if overwrite:
+        if overwrite and self.sink_options.postgres_mode != "upsert":
+            # complete mode: every batch is the whole result table. Upserted by key, the table
+            # becomes it (Spark gives Python sinks no update mode: docs/spark.md, "Upsert mode")
             raise ConfigError(
                 "format('laminar') appends each micro-batch exactly once; use outputMode "
-                "'append' or 'update' (not 'complete', which asks to overwrite)"
+                "'append', or 'complete' with option postgres.mode=upsert (each batch's rows "
+                "replace the table's rows by postgres.key); plain 'complete' asks to overwrite"
             )
         return LaminarStreamWriter(self.sink_options)
 

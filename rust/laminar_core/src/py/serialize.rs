@@ -509,6 +509,23 @@ fn is_spark_kafka_shape(schema: &Bound<'_, PyAny>) -> PyResult<bool> {
     Ok(kafka_shape::is_spark_shape(&schema))
 }
 
+/// Shape detection for a sink with no value option given: `True` for exactly Spark's
+/// Kafka-sink shape, `False` when a column is not one of its names (or there is no `value`), a
+/// `DataError` naming the column when every column has the shape's names but one has not its
+/// type (docs/kafka.md, "Which batches").
+#[pyfunction]
+fn detect_spark_kafka_shape(py: Python<'_>, schema: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let schema = import_schema(schema)?;
+    kafka_shape::detect_spark_shape(&schema).py_err(py)
+}
+
+/// Whether `name` is one of Kafka's internal topics (`__consumer_offsets`,
+/// `__transaction_state`, …), which no client may write.
+#[pyfunction]
+fn is_internal_kafka_topic(name: &str) -> bool {
+    kafka_shape::is_internal_topic(name.as_bytes())
+}
+
 fn pg_columns(columns: Vec<(String, String, i32)>) -> Vec<pgcopy::PgColumn> {
     columns
         .into_iter()
@@ -743,6 +760,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode_kafka, m)?)?;
     m.add_function(wrap_pyfunction!(check_kafka_schema, m)?)?;
     m.add_function(wrap_pyfunction!(is_spark_kafka_shape, m)?)?;
+    m.add_function(wrap_pyfunction!(detect_spark_kafka_shape, m)?)?;
+    m.add_function(wrap_pyfunction!(is_internal_kafka_topic, m)?)?;
     m.add_function(wrap_pyfunction!(iter_kafka, m)?)?;
     m.add_function(wrap_pyfunction!(encode_pg_copy, m)?)?;
     m.add_function(wrap_pyfunction!(iter_pg_copy, m)?)?;

@@ -97,49 +97,76 @@ fn header_struct(dt: &DataType) -> Option<&Field> {
     }
 }
 
-fn check_headers_type(field: &Field) -> CoreResult<()> {
-    let bad = || {
-        CoreError::Config(format!(
-            "column '{HEADERS}' has Arrow type {}; Spark's Kafka shape needs \
-             array<struct<key: string, value: binary>>",
-            field.data_type()
-        ))
+/// Whether `dt` is `array<struct<key: string, value: binary>>` (a list or large list).
+fn is_headers_type(dt: &DataType) -> bool {
+    let Some(DataType::Struct(fields)) = header_struct(dt).map(Field::data_type) else {
+        return false;
     };
-    let item = header_struct(field.data_type()).ok_or_else(bad)?;
-    let DataType::Struct(fields) = item.data_type() else {
-        return Err(bad());
-    };
-    let key = fields.iter().find(|f| f.name() == KEY).ok_or_else(bad)?;
-    let value = fields.iter().find(|f| f.name() == VALUE).ok_or_else(bad)?;
-    if fields.len() != 2 || !is_string_type(key.data_type()) || !is_byte_type(value.data_type()) {
-        return Err(bad());
+    let key = fields.iter().find(|f| f.name() == KEY);
+    let value = fields.iter().find(|f| f.name() == VALUE);
+    fields.len() == 2
+        && key.is_some_and(|k| is_string_type(k.data_type()))
+        && value.is_some_and(|v| is_byte_type(v.data_type()))
+}
+
+/// What a column named like one of the shape's needs when its type is not that (`None`: it
+/// fits, or the name is not one of the shape's).
+fn wrong_type(field: &Field) -> Option<&'static str> {
+    let dt = field.data_type();
+    match field.name().as_str() {
+        VALUE | KEY if !is_byte_type(dt) => Some("string or binary"),
+        TOPIC if !is_string_type(dt) => Some("string"),
+        PARTITION if !is_partition_type(dt) => Some("an integer"),
+        HEADERS if !is_headers_type(dt) => Some("array<struct<key: string, value: binary>>"),
+        _ => None,
     }
-    Ok(())
+}
+
+/// Whether every column of `schema` has one of the shape's names and `value` is among them,
+/// whatever their types.
+fn has_shape_names(schema: &Schema) -> bool {
+    let names = [KEY, VALUE, TOPIC, PARTITION, HEADERS];
+    schema.index_of(VALUE).is_ok()
+        && schema
+            .fields()
+            .iter()
+            .all(|f| names.contains(&f.name().as_str()))
 }
 
 /// Whether `schema` is exactly Spark's Kafka-sink shape: a byte-typed `value`, and otherwise
 /// only `key` (bytes), `topic` (string), `partition` (integer) and `headers` of their types.
 /// What a sink with no value option given writes as that shape.
 pub fn is_spark_shape(schema: &Schema) -> bool {
-    let mut has_value = false;
-    for field in schema.fields() {
-        let dt = field.data_type();
-        let fits = match field.name().as_str() {
-            VALUE => {
-                has_value = true;
-                is_byte_type(dt)
-            }
-            KEY => is_byte_type(dt),
-            TOPIC => is_string_type(dt),
-            PARTITION => is_partition_type(dt),
-            HEADERS => check_headers_type(field).is_ok(),
-            _ => false,
-        };
-        if !fits {
-            return false;
-        }
+    has_shape_names(schema) && schema.fields().iter().all(|f| wrong_type(f).is_none())
+}
+
+/// The shape detection of a sink with no value option given (docs/kafka.md, "Which
+/// batches"): `true` for exactly the shape ([`is_spark_shape`]), `false` when a column is not
+/// one of the shape's names (or there is no `value`: the batch is written as JSON). A batch
+/// whose columns all have the shape's names but one of them not its type — `partition` as a
+/// string, say — is a `DataError` naming the column and the type it needs: Spark's own Kafka
+/// sink refuses it too, and writing it as JSON to the sink's topic instead would change both
+/// the format and the destination without a word.
+pub fn detect_spark_shape(schema: &Schema) -> CoreResult<bool> {
+    if !has_shape_names(schema) {
+        return Ok(false);
     }
-    has_value
+    match schema
+        .fields()
+        .iter()
+        .find_map(|f| wrong_type(f).map(|want| (f, want)))
+    {
+        None => Ok(true),
+        Some((field, want)) => Err(CoreError::Data(format!(
+            "the batch has the columns of Spark's Kafka-sink shape (key, value, topic, \
+             partition, headers) but column '{}' has Arrow type {}, where the shape needs \
+             {want} (Spark's own Kafka sink refuses it too): cast the column, or set \
+             value_format=\"json\" (format('laminar'): option kafka.value.format=json) to write \
+             each row as a JSON object to the sink's topic",
+            field.name(),
+            field.data_type()
+        ))),
+    }
 }
 
 /// Plans the shape over `schema`: `(value index, key index, optional columns)`. Other columns
@@ -155,51 +182,22 @@ pub fn plan_spark(schema: &Schema) -> CoreResult<(usize, Option<usize>, RoutePla
             names()
         ))
     })?;
-    let typed = |idx: usize, ok: bool, want: &str| -> CoreResult<usize> {
-        if ok {
-            Ok(idx)
-        } else {
-            let field = schema.field(idx);
-            Err(CoreError::Config(format!(
+    let typed = |idx: usize| -> CoreResult<usize> {
+        let field = schema.field(idx);
+        match wrong_type(field) {
+            None => Ok(idx),
+            Some(want) => Err(CoreError::Config(format!(
                 "column '{}' has Arrow type {}; Spark's Kafka shape needs {want}",
                 field.name(),
                 field.data_type()
-            )))
+            ))),
         }
     };
-    typed(
-        value,
-        is_byte_type(schema.field(value).data_type()),
-        "string or binary",
-    )?;
-    let key = find(KEY)
-        .map(|i| {
-            typed(
-                i,
-                is_byte_type(schema.field(i).data_type()),
-                "string or binary",
-            )
-        })
-        .transpose()?;
-    let topic = find(TOPIC)
-        .map(|i| typed(i, is_string_type(schema.field(i).data_type()), "string"))
-        .transpose()?;
-    let partition = find(PARTITION)
-        .map(|i| {
-            typed(
-                i,
-                is_partition_type(schema.field(i).data_type()),
-                "an integer",
-            )
-        })
-        .transpose()?;
-    let headers = match find(HEADERS) {
-        Some(i) => {
-            check_headers_type(schema.field(i))?;
-            Some(i)
-        }
-        None => None,
-    };
+    typed(value)?;
+    let key = find(KEY).map(typed).transpose()?;
+    let topic = find(TOPIC).map(typed).transpose()?;
+    let partition = find(PARTITION).map(typed).transpose()?;
+    let headers = find(HEADERS).map(typed).transpose()?;
     Ok((
         value,
         key,
@@ -209,6 +207,21 @@ pub fn plan_spark(schema: &Schema) -> CoreResult<(usize, Option<usize>, RoutePla
             headers,
         },
     ))
+}
+
+/// The topics Kafka keeps its own state in: `Topic.isInternal` of Apache Kafka's clients
+/// (consumer offsets, transactions, share groups) and the KRaft metadata log. No client may
+/// produce to them; the brokers refuse it with an error that names neither the row nor the topic.
+pub const INTERNAL_TOPICS: [&str; 4] = [
+    "__consumer_offsets",
+    "__transaction_state",
+    "__share_group_state",
+    "__cluster_metadata",
+];
+
+/// Whether `name` is one of Kafka's [`INTERNAL_TOPICS`].
+pub fn is_internal_topic(name: &[u8]) -> bool {
+    INTERNAL_TOPICS.iter().any(|t| t.as_bytes() == name)
 }
 
 /// Kafka's topic name rule: 1-249 characters of `a-z A-Z 0-9 . _ -`, not `.` or `..`.
@@ -304,6 +317,14 @@ pub fn route(
                                 "row {row} names topic {:?}, which is not a valid Kafka topic \
                                  name (1-249 characters of a-z A-Z 0-9 . _ -, and not '.' or \
                                  '..')",
+                                String::from_utf8_lossy(name)
+                            )));
+                        }
+                        if is_internal_topic(name) {
+                            return Err(CoreError::Data(format!(
+                                "row {row} names topic {:?}, one of Kafka's internal topics \
+                                 (the brokers' own state), which no client may write: fix the \
+                                 row's 'topic'",
                                 String::from_utf8_lossy(name)
                             )));
                         }
@@ -607,6 +628,82 @@ mod tests {
             Err(CoreError::Data(msg)) => assert!(msg.contains("column 'partition'"), "{msg}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn internal_topics_are_data_errors_naming_the_row() {
+        for internal in INTERNAL_TOPICS {
+            let b = batch(
+                vec![Some("t"), Some(internal)],
+                vec![None, None],
+                headers_column(&[None, None]),
+            );
+            let (_, _, plan) = plan_spark(&b.schema()).unwrap_or_else(|e| panic!("{e}"));
+            match route(&plan, &[b], Some("home"), 3) {
+                Err(CoreError::Data(msg)) => {
+                    assert!(
+                        msg.contains(&format!("row 4 names topic \"{internal}\"")),
+                        "{msg}"
+                    );
+                    assert!(msg.contains("internal"), "{msg}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // a name that only looks like one is a topic like any other
+        assert!(!is_internal_topic(b"__consumer_offsets2"));
+        assert!(!is_internal_topic(b"_consumer_offsets"));
+    }
+
+    #[test]
+    fn shape_names_with_a_wrong_type_are_a_data_error_naming_the_column() {
+        let s = |fields: Vec<Field>| Schema::new(fields);
+        let value = Field::new(VALUE, DataType::Utf8, true);
+        let cases = [
+            (
+                Field::new(PARTITION, DataType::Utf8, true),
+                "'partition'",
+                "an integer",
+            ),
+            (
+                Field::new(TOPIC, DataType::Int32, true),
+                "'topic'",
+                "string",
+            ),
+            (
+                Field::new(KEY, DataType::Int64, true),
+                "'key'",
+                "string or binary",
+            ),
+            (
+                Field::new(HEADERS, DataType::Utf8, true),
+                "'headers'",
+                "array<struct<key: string, value: binary>>",
+            ),
+        ];
+        for (field, column, want) in cases {
+            let schema = s(vec![value.clone(), field]);
+            assert!(!is_spark_shape(&schema));
+            match detect_spark_shape(&schema) {
+                Err(CoreError::Data(msg)) => {
+                    assert!(msg.contains(&format!("column {column}")), "{msg}");
+                    assert!(msg.contains(&format!("needs {want}")), "{msg}");
+                    assert!(msg.contains("kafka.value.format=json"), "{msg}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let wrong_value = s(vec![Field::new(VALUE, DataType::Int64, true)]);
+        assert!(matches!(
+            detect_spark_shape(&wrong_value),
+            Err(CoreError::Data(_))
+        ));
+        // exactly the shape, or not the shape's names: no error
+        assert_eq!(detect_spark_shape(&s(vec![value.clone()])).ok(), Some(true));
+        let other = s(vec![value, Field::new("id", DataType::Int64, true)]);
+        assert_eq!(detect_spark_shape(&other).ok(), Some(false));
+        let no_value = s(vec![Field::new(PARTITION, DataType::Utf8, true)]);
+        assert_eq!(detect_spark_shape(&no_value).ok(), Some(false));
     }
 
     #[test]
