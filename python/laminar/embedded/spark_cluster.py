@@ -304,7 +304,7 @@ class SparkMaster(_SparkDaemon):
 class SparkWorker(_SparkDaemon):
     """A standalone worker: ``cores`` and ``memory`` to offer to executors, registered with the
     master at ``master_url``. Executors it launches are its child processes and log under
-    ``work_dir/<app id>/<executor id>/``."""
+    ``executor_logs/<app id>/<executor id>/``."""
 
     _NAME = "a Spark worker"
     _LOG_NAME = "spark-worker.log"
@@ -318,6 +318,7 @@ class SparkWorker(_SparkDaemon):
         memory: str,
         spark_home: Path,
         work_dir: Path,
+        executor_logs: Path,
         log_path: Path,
         env: Mapping[str, str],
         daemon_memory: str,
@@ -334,6 +335,8 @@ class SparkWorker(_SparkDaemon):
         self.master = master
         self.cores = cores
         self.memory = memory
+        #: The worker's ``--work-dir``: each executor's ``<app id>/<executor id>/stderr``.
+        self.executor_logs = executor_logs
 
     @property
     def worker_id(self) -> str | None:
@@ -369,7 +372,7 @@ class SparkWorker(_SparkDaemon):
             "--memory",
             self.memory,
             "--work-dir",
-            str(self._work / "work"),
+            str(self.executor_logs),
             self.master.url,
         ]
         self._spawn(args, "Spark worker", lambda: self.worker_id is not None)
@@ -408,8 +411,9 @@ class SparkCluster(EmbeddedServer):
 
     ``env`` is the environment of the workers (and so of their executors and Python workers)
     and of the Spark Connect server: how a deployment gives every node a variable
-    (``spark-env.sh``), which Spark never shows in its UI. ``conf`` adds Spark settings of the
-    application (``--conf``), e.g. ``spark.executorEnv.NAME``. The driver's web UI is on
+    (``spark-env.sh``), which Spark never shows in its UI; ``driver_env`` adds variables for the
+    Connect server (the driver) only. ``conf`` adds Spark settings of the application
+    (``--conf``), e.g. ``spark.executorEnv.NAME``. The driver's web UI is on
     (``ui_url``: its REST API is ``/api/v1``), on a free port.
 
     Start-up takes the master, then the workers, then the Connect server (which waits until a
@@ -431,6 +435,7 @@ class SparkCluster(EmbeddedServer):
         daemon_memory: str = "256m",
         python: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
+        driver_env: Mapping[str, str] | None = None,
         conf: Mapping[str, str] | None = None,
         kafka_connector: bool = False,
         spark_home: str | os.PathLike[str] | None = None,
@@ -440,7 +445,7 @@ class SparkCluster(EmbeddedServer):
         """Configure the cluster; nothing runs until `start`. Logs go to ``log_dir`` (default:
         the scratch directory): ``spark-master.log``, ``spark-worker-<i>.log``,
         ``spark-connect.log``, and each executor's ``stderr`` under
-        ``worker-<i>/work/<app id>/<executor id>/``."""
+        ``worker-<i>-executors/<app id>/<executor id>/``."""
         if workers < 1:
             raise EmbeddedServerError(f"a Spark cluster needs at least one worker, not {workers}")
         self.worker_count = workers
@@ -451,6 +456,7 @@ class SparkCluster(EmbeddedServer):
         self.daemon_memory = daemon_memory
         self.python = str(python) if python is not None else sys.executable
         self._env = dict(env or {})
+        self._driver_env = dict(driver_env or {})
         self._conf = dict(conf or {})
         self.kafka_connector = kafka_connector
         self._spark_home = Path(spark_home) if spark_home is not None else None
@@ -543,6 +549,7 @@ class SparkCluster(EmbeddedServer):
                         cores=self.worker_cores,
                         memory=self.worker_memory,
                         work_dir=work / f"worker-{i}",
+                        executor_logs=logs / f"worker-{i}-executors",
                         log_path=logs / f"spark-worker-{i}.log",
                         **common,
                     )
@@ -561,7 +568,7 @@ class SparkCluster(EmbeddedServer):
                     driver_memory=self.driver_memory,
                     conf=self._application_conf(),
                     kafka_connector=self.kafka_connector,
-                    env=self._env,
+                    env={**self._env, **self._driver_env},
                     spark_home=home,
                     log_path=logs / "spark-connect.log",
                     startup_timeout=self.startup_timeout,
