@@ -223,8 +223,8 @@ class Servers:
 
     def spark_cluster(self) -> SparkCluster:
         if self._spark_cluster is None:
-            secrets = Path(self.config._tmp_path_factory.mktemp("cluster-secrets"))  # type: ignore[attr-defined]
-            passfile = secrets / "pgpass"
+            folder = Path(self.config._tmp_path_factory.mktemp("cluster-pgpass"))  # type: ignore[attr-defined]
+            passfile = folder / "pgpass"
             passfile.write_text(f"*:*:*:*:{CLUSTER_ENV.passfile_secret}\n")
             passfile.chmod(0o600)
             pg = self.postgres().dsn
