@@ -1,7 +1,8 @@
 """``laminar.spark``: exactly-once streaming queries from a Spark Connect client (or classic Spark).
 
-(Just over 500 lines: the package's whole public API — start, foreach_batch, check_server,
-register — in one module, as users read it; the writer, source and options are submodules.)
+(Just under 600 lines, past the usual 500 lines: the package's whole public API — start,
+foreach_batch, check_server, register, warn_exposed_credentials — in one module, as users read
+it; the writer, source and options are submodules.)
 
     import laminar, laminar.spark
 
