@@ -1,10 +1,10 @@
 """``writeStream.format("laminar")`` on a Spark standalone cluster (a master, two workers, their
 executors and a Spark Connect server, each its own JVM: `laminar.embedded.SparkCluster`) into
 Kafka and PostgreSQL atomically, while executor JVMs and tasks' Python workers are SIGKILLed in
-the middle of a task, then stopped (a plain ``query.stop()`` mid-batch) and restarted from its
-checkpoint, and killed again: every row exactly once in both stores with its exact value (Kafka
-judged by its committed records, control batches replayed), nothing prepared, no transaction
-open.
+the middle of a task, then stopped (a plain ``query.stop()`` mid-batch), restarted from its
+checkpoint and killed again (and a worker restarted under a task): every row exactly once in
+both stores with its exact value (Kafka judged by its committed records, control batches
+replayed), nothing prepared, no transaction open.
 
 "Mid-task" is made certain, not left to timing: each task sleeps after each Arrow batch it
 writes (25 rows), and leaves a marker once its first one is written (its Kafka transaction is
@@ -38,7 +38,7 @@ from tests.fixtures import CLUSTER_ENV
 
 #: The kills of each run, in order, one per batch.
 RUN_1 = ("executor", "python worker", "executor", "python worker")
-RUN_2 = ("python worker", "executor")
+RUN_2 = ("python worker", "worker restart", "executor")
 
 
 class Killer:
@@ -63,6 +63,12 @@ class Killer:
             assert not victim.alive()
             # its Python daemon shuts its workers down once the JVM is gone
             wait_for(lambda: not alive(mark.pid), timeout=60, what="the worker to follow")
+        elif kind == "worker restart":
+            executor = self.cluster.executor_of(mark.pid)
+            assert executor is not None, f"{mark} runs on no executor"
+            self.cluster.restart_worker(executor.worker)  # its executors end with it
+            assert not executor.alive()
+            assert not alive(mark.pid)
         else:
             self.cluster.kill_python_worker(mark.pid)
         self.counts[kind] += 1
@@ -135,9 +141,10 @@ def test_executors_and_python_workers_sigkilled_mid_task_then_stopped_and_restar
         assert later, f"the task of the {kind} kill {m} was never retried to its end"
     print(
         f"\nSpark cluster faults: {killer.counts['executor']} executor kills, "
-        f"{killer.counts['python worker']} Python worker kills, {rows} rows in "
+        f"{killer.counts['python worker']} Python worker kills, "
+        f"{killer.counts['worker restart']} worker restart, {rows} rows in "
         f"{committed_batches(p.checkpoint)} batches ({batches_1} before the stop); "
         f"query.stop() took {stop_1:.1f} s and {stop_2:.1f} s; "
         f"{time.monotonic() - started:.0f} s in all"
     )
-    assert killer.counts == Counter({"executor": 3, "python worker": 3})
+    assert killer.counts == Counter({"executor": 3, "python worker": 3, "worker restart": 1})
