@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 
 from laminar.spark.source import LaminarDataSource, LaminarStreamWriter
-from tests.e2e.spark_helpers import assert_exactly_once, stop, wait_for
+from tests.e2e.spark_helpers import alive, assert_exactly_once, stop, wait_for
 from tests.integration.kafka_fill import settled_committed, settled_logs
 
 try:  # the data source below travels by value to the executors' Python workers
@@ -214,7 +214,7 @@ def wait_for_new_mid_task(
         for mark in marks(p.marks, "mid"):
             if mark.task in seen or mark.batch < min_batch:
                 continue
-            if done_statuses(p.marks, mark) is None and _alive(mark.pid):
+            if done_statuses(p.marks, mark) is None and alive(mark.pid):
                 found.append(mark)
                 return True
         return False
@@ -222,14 +222,6 @@ def wait_for_new_mid_task(
     what = "a task in the middle of its write"
     wait_for(mid_task, query=query, timeout=240, what=what, interval=0.1)
     return found[0]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-    return "State:\tZ" not in status
 
 
 # -- the judge ------------------------------------------------------------------------------------

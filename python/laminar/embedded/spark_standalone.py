@@ -21,7 +21,6 @@ from laminar.embedded._process import (
     EmbeddedServerError,
     ServerProcess,
     free_port,
-    log_tail,
     port_accepts,
     process_tree,
     wait_until,
@@ -180,6 +179,14 @@ class _SparkDaemon(EmbeddedServer):
         self.stop()
         self.start()
 
+    def _address_args(self) -> list[str]:
+        """``--host``, ``--port``, ``--webui-port``: free ports on first use, the same after."""
+        if not self.port:
+            self.port = free_port(self.host)
+        if not self.webui_port:
+            self.webui_port = free_port(self.host)
+        return ["--host", self.host, "--port", str(self.port), "--webui-port", str(self.webui_port)]
+
     def _launch(self, args: list[str], name: str, ready: Callable[[], bool]) -> None:
         """`_spawn` then `wait_ready`."""
         self._spawn(args, name, ready)
@@ -225,11 +232,7 @@ class _SparkDaemon(EmbeddedServer):
                 abort=process.exit_reason,
             )
         except EmbeddedServerError as e:
-            process.kill()
-            self._process = None
-            raise EmbeddedServerError(
-                f"{e.message}\nlog {self.log_path}:\n{log_tail(self.log_path, 40)}"
-            ) from None
+            raise self._start_failed(process, e) from None
         if self._started_at is not None:
             self.startup_seconds = time.monotonic() - self._started_at
             self._started_at = None
@@ -251,19 +254,7 @@ class SparkMaster(_SparkDaemon):
 
     def start(self) -> SparkMaster:
         """Start the master and wait until it is the ALIVE leader; return ``self``."""
-        if not self.port:
-            self.port = free_port(self.host)
-        if not self.webui_port:
-            self.webui_port = free_port(self.host)
-        args = [
-            "--host",
-            self.host,
-            "--port",
-            str(self.port),
-            "--webui-port",
-            str(self.webui_port),
-        ]
-        self._launch(args, "Spark master", self._elected)
+        self._launch(self._address_args(), "Spark master", self._elected)
         return self
 
     def alive_workers(self) -> list[dict[str, Any]]:
@@ -337,17 +328,8 @@ class SparkWorker(_SparkDaemon):
     def spawn(self) -> None:
         """Start the worker's JVM without waiting (`start` waits; the cluster starts its
         workers together, then waits for each)."""
-        if not self.port:
-            self.port = free_port(self.host)
-        if not self.webui_port:
-            self.webui_port = free_port(self.host)
         args = [
-            "--host",
-            self.host,
-            "--port",
-            str(self.port),
-            "--webui-port",
-            str(self.webui_port),
+            *self._address_args(),
             "--cores",
             str(self.cores),
             "--memory",
