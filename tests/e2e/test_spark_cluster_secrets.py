@@ -65,7 +65,7 @@ def executor_probe(worker_dsn: str, redacted_dsn: str, passfile_sha256: str) -> 
 
 
 def get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as response:
+    with urllib.request.urlopen(url, timeout=60) as response:
         return str(response.read().decode())
 
 

@@ -77,7 +77,7 @@ def _argument(argv: list[str], flag: str) -> str | None:
     return None
 
 
-def get_json(url: str, timeout: float = 5.0) -> Any:
+def get_json(url: str, timeout: float = 30.0) -> Any:
     with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (loopback http)
         return json.loads(response.read().decode())
 
@@ -164,9 +164,9 @@ class _SparkDaemon(EmbeddedServer):
         """The daemon's web UI (``/json/`` is its state as JSON)."""
         return f"http://{self.host}:{self.webui_port}"
 
-    def state(self) -> dict[str, Any]:
+    def state(self, timeout: float = 30.0) -> dict[str, Any]:
         """The daemon's ``/json/`` page (the master's lists workers and applications)."""
-        data: dict[str, Any] = get_json(f"{self.webui_url}/json/")
+        data: dict[str, Any] = get_json(f"{self.webui_url}/json/", timeout)
         return data
 
     def stop(self, *, timeout: float = 30.0) -> None:
@@ -264,7 +264,7 @@ class SparkMaster(_SparkDaemon):
 
     def _elected(self) -> bool:
         try:
-            return self.state().get("status") == "ALIVE"
+            return self.state(timeout=5.0).get("status") == "ALIVE"
         except OSError:
             return False
 
@@ -314,7 +314,7 @@ class SparkWorker(_SparkDaemon):
     def worker_id(self) -> str | None:
         """The id the master gave this worker (``worker-<time>-<host>-<port>``), once registered."""
         with contextlib.suppress(OSError):
-            for worker in self.master.state().get("workers", []):
+            for worker in self.master.state(timeout=5.0).get("workers", []):
                 if worker.get("port") == self.port and worker.get("state") == "ALIVE":
                     return str(worker.get("id"))
         return None
