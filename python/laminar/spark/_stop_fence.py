@@ -56,7 +56,7 @@ def fence_stopped(
                 epoch = stop_fence_epoch(in_flight, max(known, default=None))
                 fenced = _records.set_stop_fence(conn, group_id, epoch)
     except psycopg.Error as e:
-        raise map_pg_error(e, f"resolve_stopped: fencing group {group_id!r}") from e
+        raise map_pg_error(e, f"fencing the stopped batch of group {group_id!r}") from e
     log.info(
         "%s: stop fence up to epoch %d (a task of the stopped batch that finds its record "
         "missing writes nothing; the next run's writer lifts it)",
