@@ -11,6 +11,9 @@
   (``@on_both_brokers``), with that broker's capabilities.
 - ``spark_remote`` / ``spark_server`` / ``spark``: a Spark Connect server with Spark's Kafka
   connector (or ``$LAMINAR_SPARK_REMOTE``) and a client session on it.
+- ``spark_cluster``: a Spark standalone cluster (`SparkCluster`: a master, two workers, their
+  executors and a Spark Connect server on it, each its own JVM), one per run, with the test
+  database's DSN given to the executors the ways `CLUSTER_ENV` says.
 - Factories for tests that stop, kill or restart a server (they get their own instance:
   ``broker_factory`` an Apache Kafka broker, ``tansu_broker_factory`` a Tansu one), unique
   topic/table names, and ``clean_prepared_xacts`` for two-phase-commit tests.
@@ -42,6 +45,7 @@ from laminar.embedded import (
     KafkaBroker,
     KafkaCluster,
     S3Server,
+    SparkCluster,
     SparkConnectServer,
     TansuBroker,
     probe_broker,
@@ -128,6 +132,7 @@ class Servers:
     _spark: SparkConnectServer | None = None
     _spark_remote: str | None = None
     _registry: SchemaRegistry | None = None
+    _spark_cluster: SparkCluster | None = None
     _errors: dict[str, str] = field(default_factory=dict)
     startup_seconds: dict[str, float] = field(default_factory=dict)
     _owned: list[Any] = field(default_factory=list)
@@ -238,6 +243,36 @@ class Servers:
             self._registry = self._start("Schema Registry", registry.start)
         return self._registry
 
+    def spark_cluster(self) -> SparkCluster:
+        if self._spark_cluster is None:
+            folder = Path(self.config._tmp_path_factory.mktemp("cluster-pgpass"))  # type: ignore[attr-defined]
+            passfile = folder / "pgpass"
+            passfile.write_text(f"*:*:*:*:{CLUSTER_ENV.passfile_secret}\n")
+            passfile.chmod(0o600)
+            pg = self.postgres().dsn
+            cluster = SparkCluster(
+                workers=2,
+                log_dir=self.log_dir / "spark-cluster",
+                env={CLUSTER_ENV.worker_dsn: pg},
+                driver_env={
+                    CLUSTER_ENV.redacted_dsn: CLUSTER_ENV.dsn(pg, CLUSTER_ENV.redacted_secret),
+                    CLUSTER_ENV.shown_dsn: CLUSTER_ENV.dsn(pg, CLUSTER_ENV.shown_secret),
+                },
+                conf={
+                    **CLUSTER_ENV.executor_env(pg, passfile),
+                    # Spark kills a stopped task's Python worker 2-4 s after the stop by
+                    # default; 10 s makes that window (a worker may still reach its PREPARE)
+                    # wide enough to hit every time (tests/e2e/test_spark_cluster_stop.py)
+                    "spark.python.task.killTimeout": "10s",
+                    # every fault run kills executors and Python workers: several attempts of
+                    # one task may fail
+                    "spark.task.maxFailures": "8",
+                },
+            )
+            self._owned.append(cluster)
+            self._spark_cluster = self._start(CLUSTER_KIND, cluster.start)
+        return self._spark_cluster
+
     def close(self) -> None:
         for server in reversed(self._owned):
             try:
@@ -249,6 +284,51 @@ class Servers:
 
 KAFKA_KIND, TANSU_KIND = "Apache Kafka broker", "Tansu broker"
 KAFKA_CLUSTER_KIND = "Apache Kafka cluster (3 nodes)"
+CLUSTER_KIND = "Spark standalone cluster"
+
+
+@dataclass(frozen=True)
+class ClusterEnv:
+    """How the session's Spark cluster hands the executors the test database's DSN, each way
+    with a password of its own (the test cluster trusts local connections: the passwords are
+    sent, never checked), so a test can tell which one Spark shows (docs/spark.md, "Secrets on
+    executors"):
+
+    - ``worker_dsn``: in the workers' environment (as ``spark-env.sh`` sets it), no password;
+      what the fault tests' queries use;
+    - ``redacted_dsn``: ``spark.executorEnv.<name>`` with a name ``spark.redaction.regex``
+      covers (``…_SECRET``), the DSN with ``redacted_secret``;
+    - ``shown_dsn``: ``spark.executorEnv.<name>`` with a name it does not cover, the DSN with
+      ``shown_secret``: what Spark shows, and the readiness warning names;
+    - ``spark.executorEnv.PGPASSFILE``: libpq's password file, holding ``passfile_secret``.
+    """
+
+    worker_dsn: str = "LAMINAR_TEST_CLUSTER_PG_DSN"
+    redacted_dsn: str = "LAMINAR_TEST_CLUSTER_PG_DSN_SECRET"
+    shown_dsn: str = "LAMINAR_TEST_CLUSTER_PG_DSN_SHOWN"
+    redacted_secret: str = "Redacted-S3cret-pw"
+    shown_secret: str = "Shown-S3cret-pw"
+    passfile_secret: str = "Passfile-S3cret-pw"
+
+    @staticmethod
+    def dsn(pg_dsn: str, password: str) -> str:
+        """``pg_dsn`` as a URI with ``password`` (a URI: Spark would redact the key=value form's
+        ``password=`` by its value, whatever the variable's name)."""
+        parts = psycopg.conninfo.conninfo_to_dict(pg_dsn)
+        user, host = parts.get("user", ""), parts.get("host", "127.0.0.1")
+        port, db = parts.get("port", "5432"), parts.get("dbname", "")
+        return f"postgresql://{user}:{password}@{host}:{port}/{db}"
+
+    def executor_env(self, pg_dsn: str, passfile: Path) -> dict[str, str]:
+        """The ``spark.executorEnv.*`` settings of the cluster's application."""
+        return {
+            f"spark.executorEnv.{self.redacted_dsn}": self.dsn(pg_dsn, self.redacted_secret),
+            f"spark.executorEnv.{self.shown_dsn}": self.dsn(pg_dsn, self.shown_secret),
+            "spark.executorEnv.PGPASSFILE": str(passfile),
+        }
+
+
+CLUSTER_ENV = ClusterEnv()
 
 _SERVERS = pytest.StashKey[Servers]()
 
@@ -273,7 +353,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"postgres={where('LAMINAR_PG_DSN', 'embedded')}, "
         f"kafka={where('LAMINAR_KAFKA_BOOTSTRAP', 'embedded Apache Kafka')} (+ Tansu for the "
         "compatibility subset), "
-        f"spark={where('LAMINAR_SPARK_REMOTE', 'embedded Spark Connect')}; "
+        f"spark={where('LAMINAR_SPARK_REMOTE', 'embedded Spark Connect')} (+ an embedded "
+        "standalone cluster for the cluster tests); "
         f"CI={'true: a missing server fails' if IN_CI else 'false: a missing server skips'}",
     ]
 
@@ -485,6 +566,15 @@ def registry_factory(laminar_servers: Servers) -> Iterator[Callable[..., SchemaR
     yield make
     for server in reversed(made):
         server.close()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(laminar_servers: Servers) -> SparkCluster:
+    """The session's Spark standalone cluster (one per run, started on first use): a master,
+    two workers (one core, one 512 MiB executor each) and a Spark Connect server on it
+    (``spark_cluster.remote_url``); the test database reaches the executors as `CLUSTER_ENV`
+    says."""
+    return laminar_servers.spark_cluster()
 
 
 @pytest.fixture

@@ -24,7 +24,15 @@ from typing import Any, TypeAlias
 
 from laminar.errors import ConfigError
 
-__all__ = ["EnvValue", "Setting", "env", "is_deferred", "resolve", "resolve_mapping"]
+__all__ = [
+    "EnvValue",
+    "Setting",
+    "env",
+    "env_names",
+    "is_deferred",
+    "resolve",
+    "resolve_mapping",
+]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -67,7 +75,8 @@ class EnvValue:
             f"{what} comes from the environment variable {self.name}, which {state} in this "
             f"process (pid {os.getpid()}). Set it in the environment of the process that "
             "writes: for Spark Connect, the server's environment (its Python workers inherit "
-            "it; executors need spark.executorEnv." + self.name + ")"
+            "it); executors need it too, in a way Spark does not display (docs/spark.md, "
+            "'Secrets on executors')"
         )
 
 
@@ -99,3 +108,31 @@ def resolve_mapping(config: Mapping[str, Any], what: str) -> dict[str, Any]:
         key: (value.resolve(f"{what} {key!r}") if isinstance(value, EnvValue) else value)
         for key, value in config.items()
     }
+
+
+def env_names(*values: Any) -> list[str]:
+    """The names of the `EnvValue` settings in ``values`` — a sink, its attributes, their
+    mappings and sequences (a producer configuration) —, sorted: the environment variables the
+    writing process reads (`laminar.readiness.exposed_executor_env` checks them)."""
+    found: set[str] = set()
+    seen: set[int] = set()
+
+    def walk(value: Any, depth: int) -> None:
+        if isinstance(value, EnvValue):
+            found.add(value.name)
+            return
+        if depth > 3 or id(value) in seen or isinstance(value, (str, bytes, int, float)):
+            return
+        seen.add(id(value))
+        if isinstance(value, Mapping):
+            children: list[Any] = list(value.values())
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            children = list(value)
+        else:
+            children = list(getattr(value, "__dict__", {}).values())
+        for child in children:
+            walk(child, depth + 1)
+
+    for value in values:
+        walk(value, 0)
+    return sorted(found)

@@ -29,8 +29,8 @@ Version 2 adds the atomic groups' decision log and the distributed transactions
 
 Version 3 adds the stop fence of ``format("laminar")`` (docs/protocol.md §4, docs/formats.md)::
 
-    laminar.stop_fence(group_id PK, epoch, fenced_at)   set by resolve_stopped, read by the
-                        data source's tasks, lifted by the next run's writer
+    laminar.stop_fence(group_id PK, epoch, fenced_at)   set by the data source's abort and
+                        resolve_stopped, read by its tasks, lifted by the next run's writer
 """
 
 from __future__ import annotations

@@ -7,26 +7,41 @@ probe task by `laminar.spark.check_server` before a query starts. Settings given
 ``laminar.env(...)`` are read here, so a variable missing on the server shows up too.
 
 Every text in a result is redacted (DSN passwords, secret settings).
+
+`exposed_executor_env` is the other readiness question for a cluster: which credentials given
+to the executors through ``spark.executorEnv.NAME`` Spark shows in full (its UI, its REST API,
+the standalone workers' pages), read from a session's configuration (docs/spark.md, "Secrets on
+executors"); `laminar.spark.register` and `laminar.spark.start` warn with it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
-from laminar._redact import redact_dsn, redact_text
+from laminar._redact import parse_dsn, redact_dsn, redact_text
 from laminar._sink import TransactionalSink
 from laminar.errors import ConfigError, LaminarError
 from laminar.kafka._config import consumer_config, secret_values
 
-__all__ = ["SinkCheck", "check_sink", "check_sinks", "describe_process", "require_reachable"]
+__all__ = [
+    "SPARK_REDACTION_REGEX",
+    "ExposedVariable",
+    "SinkCheck",
+    "check_sink",
+    "check_sinks",
+    "describe_process",
+    "exposed_executor_env",
+    "require_reachable",
+]
 
 
 @dataclass(frozen=True)
@@ -182,3 +197,88 @@ def _check_kafka(sink: Any, timeout_s: float) -> str:
             )
         raise _UnreachableError(target, redact_text(str(found.error), secrets))
     return target
+
+
+# -- credentials Spark shows ----------------------------------------------------------------------
+
+#: Spark's default ``spark.redaction.regex``: a ``spark.*`` setting whose key *or* value matches
+#: it is shown as ``*********(redacted)`` (UI, REST API, the standalone workers' pages).
+SPARK_REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key"
+#: The prefix of the settings that set an executor's environment variables.
+EXECUTOR_ENV_PREFIX = "spark.executorEnv."
+# A variable name that reads as a credential, beyond what the default regex covers.
+_CREDENTIAL_NAME = re.compile(r"(?i)passw|passwd|pwd|(^|_)pw($|_)|secret|token|credential|apikey")
+# host:port[,host:port…]: a Kafka bootstrap list, no secret in it.
+_SERVER_LIST = re.compile(r"^\s*[\w.\-\[\]:]+:\d+(\s*,\s*[\w.\-\[\]:]+:\d+)*\s*$")
+
+
+def _secret_free(value: str) -> bool:
+    """Whether a sink's variable evidently holds no secret: a DSN without a password (libpq
+    then takes it from its password file or ``PGPASSWORD``) or a list of servers."""
+    if _SERVER_LIST.match(value):
+        return True
+    if "=" not in value and "://" not in value:
+        return False  # an opaque value (a SASL password?): counted as a secret
+    try:
+        return "password" not in parse_dsn(value, "a spark.executorEnv value")
+    except ConfigError:
+        return False
+
+
+@dataclass(frozen=True)
+class ExposedVariable:
+    """A ``spark.executorEnv.NAME`` setting whose value Spark shows in full and that carries a
+    credential (never the value itself)."""
+
+    name: str
+    #: Why it counts as a credential: named by a sink's setting, or what its value holds.
+    why: str
+
+    def message(self) -> str:
+        """The warning, with what to do instead."""
+        return (
+            f"spark.executorEnv.{self.name} ({self.why}) is shown in full by Spark — its UI, "
+            "its REST API (/api/v1/applications/<app>/environment) and the standalone workers' "
+            "pages — because neither the name nor the value matches spark.redaction.regex. Give "
+            "the executors the credential in a way Spark does not display: a variable name the "
+            f"regex covers (e.g. {self.name}_SECRET), libpq's password file "
+            "(spark.executorEnv.PGPASSFILE with a DSN without password), or the executors' own "
+            "environment (spark-env.sh, the cluster manager's secrets) — docs/spark.md, "
+            "'Secrets on executors'"
+        )
+
+
+def exposed_executor_env(
+    conf: Mapping[str, str], names: Iterable[str] = ()
+) -> list[ExposedVariable]:
+    """The credentials ``conf`` (a Spark session's configuration, ``spark.conf.getAll``) hands
+    the executors through ``spark.executorEnv.NAME`` that Spark shows in full: neither the key
+    nor the value matches ``spark.redaction.regex`` (Spark's default when unset), and the
+    variable holds a secret by laminar's own rules (a DSN with a password, a ``password=``), is
+    one of ``names`` (those a sink reads: ``….env`` options, ``laminar.env`` settings) and not
+    evidently secret-free (a DSN without a password, a server list), or is named like a
+    credential. A regex Python cannot compile is taken to cover nothing."""
+    pattern_text = conf.get("spark.redaction.regex") or SPARK_REDACTION_REGEX
+    try:
+        pattern: re.Pattern[str] | None = re.compile(pattern_text)
+    except re.error:
+        pattern = None
+    wanted = set(names)
+    exposed = []
+    for key, value in sorted(conf.items()):
+        if not key.startswith(EXECUTOR_ENV_PREFIX):
+            continue
+        value = str(value)
+        if pattern is not None and (pattern.search(key) or pattern.search(value)):
+            continue  # Spark redacts it
+        name = key[len(EXECUTOR_ENV_PREFIX) :]
+        if redact_text(value) != value or redact_dsn(value) != value:
+            why = "its value holds a password"
+        elif name in wanted and not _secret_free(value):
+            why = "a sink reads a setting from it"
+        elif _CREDENTIAL_NAME.search(name):
+            why = "named as a credential"
+        else:
+            continue
+        exposed.append(ExposedVariable(name, why))
+    return exposed

@@ -296,7 +296,8 @@ def test_killed_task_worker_failed_attempt_and_killed_commit(
     ds_spark: Any, kafka_broker: Any, pg_dsn: str, unique_name: Any, tmp_path: Path
 ) -> None:
     """Batch 1: a task's worker SIGKILLed after its PREPARE, and the commit process SIGKILLed
-    after the decision (the query fails); the restart completes batch 1 from its decision, then
+    after the decision (the query fails): Spark then calls ``abort``, which completes the
+    decided batch (never rolls it back); the restart's replay of batch 1 writes nothing, then
     in batch 2 a partition's attempt 0 fails and Spark retries it."""
     targets = "kafka+postgres"
     names = make_names(kafka_broker, unique_name, pg_dsn, targets)
@@ -319,9 +320,13 @@ def test_killed_task_worker_failed_attempt_and_killed_commit(
         prepared = conn.execute(
             "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE %s", (f"%{names['table']}%",)
         ).fetchone()
-    assert decided == [("commit",)], "decided, not completed"
-    assert prepared == (PARTS,), "every partition's participant waits for its completion"
-    query = start(ds_spark, targets, names, ckpt, **options)  # batch 1 replayed: completed
+        committed = conn.execute(
+            "SELECT epoch FROM laminar.sink_epochs WHERE sink_id LIKE %s", (f"%{names['table']}",)
+        ).fetchone()
+    assert decided == [], "the decided batch was completed and concluded by Spark's abort"
+    assert prepared == (0,), "nothing waits for the restart"
+    assert committed == (1,), "batch 1 is committed, ahead of Spark's commit log"
+    query = start(ds_spark, targets, names, ckpt, **options)  # batch 1 replayed: skipped
     try:
         wait_for(lambda: committed_batches(ckpt) >= 4, query=query, what="4 batches")
     finally:

@@ -81,6 +81,12 @@ def test_abort_rolls_the_prepared_participants_back(setup: dict[str, Any]) -> No
     first = [write_task(s["options"], 0, OWNER, p, iter(partition(p)), attempt="0") for p in (0, 1)]
     writer.abort([first[0], None], 0)  # Spark passes None for a failed task
     assert stores(s) == ([], [], [])
+    # the abort fenced batch 0: a task of it that arrives late writes nothing
+    late = write_task(s["options"], 0, OWNER, 1, iter(partition(1)), attempt="0-late")
+    assert {r.status for r in late.results} == {"skipped"}
+    assert stores(s) == ([], [], [])
+    # the restart: Spark creates its writer (lifting the fence), then the batch's tasks
+    writer = LaminarStreamWriter(s["options"])
     again = [write_task(s["options"], 0, OWNER, p, iter(partition(p)), attempt="1") for p in (0, 1)]
     writer.commit(again, 0)
     assert stores(s) == (expected(range(2)), expected(range(2)), [])

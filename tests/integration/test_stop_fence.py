@@ -216,12 +216,12 @@ def test_a_fence_with_nothing_in_flight_covers_the_next_epoch_until_a_new_run(
     late = [task(g, 2, p, f"0-{p}") for p in PARTS]
     assert {r.status for m in late for r in m.results} == {"skipped"}
     # a task of a later epoch is not fenced: it creates its record and prepares (Spark's abort
-    # of that batch rolls it back; the fence stays until a new run's writer)
+    # of that batch rolls it back and fences that batch too, until a new run's writer)
     later = task(g, 3, 0, "0-later")
     assert {r.status for r in later.results} == {"prepared"}
     abort_batch(g["options"], [later], 3)
     assert left_behind(g) == ([], [])
-    assert fence_of(g) == 2
+    assert fence_of(g) == 3, "Spark's abort fences the batch it aborts"
     # the next run: writer, batch 2 and batch 3 commit as usual
     run_batch(g, 2, "1")
     assert fence_of(g) is None

@@ -9,6 +9,9 @@ Used by Laminar's own tests and benchmarks, and by ``laminar demo``:
 - `TansuBroker` — a Kafka-protocol broker (Tansu), in memory or on durable storage.
 - `S3Server` — a local S3-compatible object store, the durable storage for `TansuBroker`.
 - `SparkConnectServer` — a Spark Connect server in its own JVM, ``local[2]``.
+- `SparkCluster` — a Spark standalone cluster: a master, workers and a Spark Connect server on
+  it, each its own JVM (executors and their Python workers too), with handles to SIGKILL an
+  executor or a task's Python worker and to restart a worker.
 - `probe_broker` — measures which exactly-once features a broker really provides.
 
 Every server runs as a child process in its own process group, logs to a file, and offers
@@ -22,14 +25,17 @@ from laminar.embedded.kafka_cluster import KafkaCluster
 from laminar.embedded.postgres import EphemeralPostgres, find_pg_bindir
 from laminar.embedded.probe import BrokerCapabilities, probe_broker
 from laminar.embedded.spark import SparkConnectServer
+from laminar.embedded.spark_cluster import ExecutorProcess, SparkCluster
 
 __all__ = [
     "BrokerCapabilities",
     "EmbeddedServerError",
     "EphemeralPostgres",
+    "ExecutorProcess",
     "KafkaBroker",
     "KafkaCluster",
     "S3Server",
+    "SparkCluster",
     "SparkConnectServer",
     "TansuBroker",
     "find_kafka_libs",

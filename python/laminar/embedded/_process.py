@@ -223,7 +223,8 @@ class ServerProcess:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log: IO[bytes] = open(log_path, "ab")  # noqa: SIM115 - the child keeps writing to it
         try:
-            log.write(f"--- {name}: {' '.join(self.argv)}\n".encode())
+            # the command line may carry a DSN (a Spark setting): its password is masked
+            log.write(f"--- {name}: {redact_text(' '.join(self.argv))}\n".encode())
             log.flush()
             self._popen: subprocess.Popen[bytes] = subprocess.Popen(
                 as_user(self.argv, user),

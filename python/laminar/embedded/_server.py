@@ -15,7 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, TypeVar
 
-from laminar.embedded._process import EmbeddedServerError, ServerProcess
+from laminar.embedded._process import EmbeddedServerError, ServerProcess, log_tail
 
 __all__ = ["EmbeddedServer", "KafkaAdmin"]
 
@@ -86,6 +86,15 @@ class EmbeddedServer:
         if self._process_finalizer is not None:
             self._process_finalizer.detach()
         self._process_finalizer = weakref.finalize(self, _terminate, process)
+
+    def _start_failed(
+        self, process: ServerProcess, error: EmbeddedServerError
+    ) -> EmbeddedServerError:
+        """SIGKILL a server that did not come up; the error to raise, with its log's tail."""
+        process.kill()
+        self._process = None
+        tail = log_tail(self.log_path, 40)
+        return EmbeddedServerError(f"{error.message}\nlog {self.log_path}:\n{tail}")
 
     def _end_process(self, timeout: float) -> None:
         """SIGTERM the process (SIGKILL after ``timeout``) and drop its safety net."""

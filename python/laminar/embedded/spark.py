@@ -15,7 +15,6 @@ from laminar.embedded._process import (
     EmbeddedServerError,
     ServerProcess,
     free_port,
-    log_tail,
     port_accepts,
     wait_until,
 )
@@ -217,11 +216,7 @@ class SparkConnectServer(EmbeddedServer):
                 abort=process.exit_reason,
             )
         except EmbeddedServerError as e:
-            process.kill()
-            self._process = None
-            raise EmbeddedServerError(
-                f"{e.message}\nlog {self.log_path}:\n{log_tail(self.log_path, 40)}"
-            ) from None
+            raise self._start_failed(process, e) from None
         self.startup_seconds = time.monotonic() - started
         return self
 

@@ -1,7 +1,8 @@
 """``laminar.spark``: exactly-once streaming queries from a Spark Connect client (or classic Spark).
 
-(Just over 500 lines: the package's whole public API — start, foreach_batch, check_server,
-register — in one module, as users read it; the writer, source and options are submodules.)
+(Just under 600 lines, past the usual 500 lines: the package's whole public API — start,
+foreach_batch, check_server, register, warn_exposed_credentials — in one module, as users read
+it; the writer, source and options are submodules.)
 
     import laminar, laminar.spark
 
@@ -45,12 +46,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from laminar import __version__, _lazy
+from laminar._settings import env_names
 from laminar._sink import TransactionalSink
 from laminar.errors import ConfigError
 from laminar.spark._handoff import VERSION_MISMATCH, install_advice, reduce_checked
 
 if TYPE_CHECKING:
-    from laminar.readiness import SinkCheck
+    from laminar.readiness import ExposedVariable, SinkCheck
     from laminar.spark.writer import EpochResult, ExactlyOnceWriter
 
 # The writer, the readiness checks and the scale-out protocol are imported where they are used:
@@ -65,6 +67,7 @@ __all__ = [
     "query_owner",
     "register",
     "start",
+    "warn_exposed_credentials",
 ]
 
 log = logging.getLogger("laminar.spark")
@@ -376,7 +379,8 @@ def register(spark: Any, *, check_server: bool = True, check_timeout_s: float = 
     """Register ``format("laminar")`` (`laminar.spark.source`) with ``spark``, a Spark Connect
     or classic session, after checking that the server's Python imports laminar at this
     client's version (`check_server`; the servers themselves are checked when a query starts,
-    from the driver and from each task's process)::
+    from the driver and from each task's process), and warning about credentials handed to the
+    executors in a way Spark shows (`warn_exposed_credentials`)::
 
         laminar.spark.register(spark)
         (df.writeStream.format("laminar")
@@ -388,7 +392,41 @@ def register(spark: Any, *, check_server: bool = True, check_timeout_s: float = 
 
     if check_server:
         _check_spark_server(spark, (), check_timeout_s)
+    warn_exposed_credentials(spark)
     spark.dataSource.register(LaminarDataSource)
+
+
+def warn_exposed_credentials(
+    spark: Any, names: Sequence[str] = (), *, options: Mapping[str, str] | None = None
+) -> list[ExposedVariable]:
+    """Warn (the ``laminar.spark`` logger) about each credential the session hands its executors
+    through ``spark.executorEnv.NAME`` that Spark shows in full — its UI, REST API and the
+    standalone workers' pages (`laminar.readiness.exposed_executor_env`) — and return them.
+    ``names`` are the variables a query's sinks read (``laminar.env`` settings); ``options``, a
+    ``format("laminar")`` query's options, adds those its ``….env`` options name. `register`
+    (without names: values and names that look like credentials) and `start` call it; a
+    session whose configuration cannot be read gives nothing. Docs: docs/spark.md, "Secrets on
+    executors"."""
+    from laminar.readiness import exposed_executor_env  # lazy: see top
+
+    names = list(names)
+    if options is not None:
+        from laminar.spark.options import parse_options  # lazy: see top
+
+        names += parse_options(options, check_sinks=False).env_names()
+
+    try:
+        entries = spark.conf.getAll  # a property in pyspark 4 (Connect and classic)
+        if callable(entries):
+            entries = entries()
+        conf = {str(k): str(v) for k, v in dict(entries).items()}
+    except Exception as e:  # an old or foreign session: nothing to check against
+        log.debug("cannot read the session's configuration to check spark.executorEnv: %s", e)
+        return []
+    exposed = exposed_executor_env(conf, names)
+    for variable in exposed:
+        log.warning("%s", variable.message())
+    return exposed
 
 
 # -- building and starting the query ------------------------------------------------------------
@@ -429,6 +467,7 @@ def start(
         )
     if check_server:
         _check_spark_server(df.sparkSession, writer, check_timeout_s)
+    warn_exposed_credentials(df.sparkSession, env_names(writer.sinks))
     function = ForeachBatchWriter(writer, checkpoint_location, check_timeout_s=check_timeout_s)
     stream = df.writeStream.foreachBatch(function).option("checkpointLocation", checkpoint_location)
     for key, value in (options or {}).items():

@@ -17,7 +17,7 @@ Both are one transaction on the decision database; the epoch is the core's
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import psycopg
@@ -33,10 +33,13 @@ __all__ = ["fence_stopped", "lift"]
 log = logging.getLogger("laminar.spark.source")
 
 
-def fence_stopped(dsn: str, group_id: str, sink_ids: Sequence[str]) -> int:
+def fence_stopped(
+    dsn: str, group_id: str, sink_ids: Sequence[str], *, batch_epochs: Iterable[int] = ()
+) -> int:
     """Fence ``group_id`` up to the highest epoch its stopped batch can carry (its unconcluded
-    records, else the epoch after its last commit: ``sink_ids`` are its PostgreSQL sinks; a
-    Kafka sink's commits are the group's ``txn_state`` rows); returns the fenced epoch.
+    records, ``batch_epochs`` — the epochs Spark's ``abort`` names —, else the epoch after its
+    last commit: ``sink_ids`` are its PostgreSQL sinks; a Kafka sink's commits are the group's
+    ``txn_state`` rows); returns the fenced epoch.
 
     Under the group's fence lock (exclusive): a task between its fence read and its record's
     creation is waited for, so its record is among those read here and rolled back after."""
@@ -46,14 +49,15 @@ def fence_stopped(dsn: str, group_id: str, sink_ids: Sequence[str]) -> int:
             with conn.transaction():
                 _records.lock_stop_fence(conn, group_id)
                 in_flight = [e for _, e, _, _ in _records.read_dt_states(conn, group_id)]
+                in_flight += list(batch_epochs)  # the batch in flight, known by its id
                 committed = [e for _, e in _records.read_sink_epochs(conn, sink_ids)]
                 committed += [r.epoch for r in _records.read_decisions(conn, group_id=group_id)]
                 known = [e for e in committed if e is not None]
                 epoch = stop_fence_epoch(in_flight, max(known, default=None))
                 fenced = _records.set_stop_fence(conn, group_id, epoch)
     except psycopg.Error as e:
-        raise map_pg_error(e, f"resolve_stopped: fencing group {group_id!r}") from e
-    log.warning(
+        raise map_pg_error(e, f"fencing the stopped batch of group {group_id!r}") from e
+    log.info(
         "%s: stop fence up to epoch %d (a task of the stopped batch that finds its record "
         "missing writes nothing; the next run's writer lifts it)",
         group_id,

@@ -137,6 +137,13 @@ class SinkOptions:
         parse_dsn(dsn, f"format('laminar'): the variable of {option}")
         return dsn
 
+    def env_names(self) -> list[str]:
+        """The environment variables the ``….env`` options name (sorted): where the query's
+        credentials come from on the driver and the executors."""
+        names = {self.postgres_dsn_env, self.state_dsn_env}
+        names.update(v.name for v in self.producer_config.values() if isinstance(v, EnvValue))
+        return sorted(n for n in names if n is not None)
+
     def group_id(self, sink_ids: list[str]) -> str:
         """``laminar.group``, else the id `laminar.exactly_once(..., scale_out=True)` gives the
         same sinks (so both ways in share one group's records)."""

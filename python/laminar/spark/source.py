@@ -18,8 +18,9 @@ entry points, not a second protocol:
   coordinators; its watcher pass spares this epoch's record). A second ``commit`` of the same
   batch finds the epoch committed and does nothing; a ``commit`` after one that died between
   decision and completion completes it; a failed vote rolls the epoch back.
-- ``abort(messages, batch_id)`` rolls the epoch's participants back through the core's
-  roll-back-and-conclude (`roll_back_distributed`: never a decided one).
+- ``abort(messages, batch_id)`` (a failed job, or ``query.stop()`` in the middle of a batch)
+  fences the group at the batch's epoch and resolves its leftovers by the watcher's rules, as
+  `resolve_stopped` does: an undecided epoch rolled back, a decided one completed.
 
 The epoch is Spark's batch id (``streaming.sql.batchId``, a task's local property) plus the
 group's epoch base; the owner is ``spark:<query id>`` (``sql.streaming.queryId``), the same
@@ -31,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -293,59 +294,67 @@ def commit_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int) -
     return done
 
 
-def abort_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int) -> None:
-    """The driver's ``abort``: roll back what the batch's tasks prepared, through the core's
-    roll-back-and-conclude (`roll_back_distributed`: never a decided epoch)."""
+def abort_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int) -> Any:
+    """The driver's ``abort``: Spark calls it when a batch's job failed, and when the query is
+    stopped in the middle of the batch (``query.stop()`` cancels the job, then aborts; it returns
+    once this did — docs/spark.md, "Stopping a query"). What `resolve_stopped` does, for this
+    batch: fence the group at the batch's epoch (its batch id plus the epoch base, and the
+    epochs of the messages: a task Spark has not killed yet that connects after this writes
+    nothing), then resolve the group's leftovers by the watcher's rules — an undecided epoch
+    rolled back and concluded, a decided one completed, never a decided one rolled back.
+    Returns the `laminar.protocol.watcher.WatcherReport`."""
     import psycopg  # lazy: see top
 
     from laminar.postgres._errors import map_pg_error  # lazy: see top
     from laminar.protocol import records as _records  # lazy: see top
-    from laminar.protocol.scaleout import (  # lazy: see top
-        dtid_for,
-        participant_factory,
-        roll_back_distributed,
-    )
 
-    kafka, _, group_id = _sinks(options)
-    got = _messages(messages)
+    _trace.mark("abort called", batch=batch_id)
+    _, _, group_id = _sinks(options)
+    epochs = {m.epoch for m in _messages(messages)}
     dsn = options.resolved_state_dsn()
-    lookup = participant_factory(kafka)
     try:
         with psycopg.connect(dsn, application_name=f"laminar abort {group_id}"[:63]) as conn:
-            epochs = {m.epoch for m in got}
-            if not epochs:
-                found = _records.read_ownership(conn, group_id, [])
-                epochs = {batch_id + (0 if found is None else found[1])}
-            conn.commit()
-            for epoch in sorted(epochs):
-                why = f"Spark aborted batch {batch_id}"
-                with contextlib.suppress(LaminarError):
-                    roll_back_distributed(conn, dtid_for(group_id, epoch), lookup, why=why)
+            found = _records.read_ownership(conn, group_id, [])
+            epochs.add(batch_id + (0 if found is None else found[1]))
     except psycopg.Error as e:
         raise map_pg_error(e, f"aborting batch {batch_id} of group {group_id!r}") from e
-    finally:
-        for sink in getattr(lookup, "built", {}).values():
-            with contextlib.suppress(LaminarError):
-                sink.close()
+    report = _resolve_group(options, batch_epochs=epochs)
+    _trace.mark("abort done", batch=batch_id)
+    log.info(
+        "%s: Spark aborted batch %d (epochs %s): fenced, %d resolved, %d unresolved",
+        group_id,
+        batch_id,
+        sorted(epochs),
+        report.resolved,
+        len(report.unresolved),
+    )
+    return report
 
 
 def resolve_stopped(options: Mapping[str, str]) -> Any:
-    """Resolve what a query stopped in the middle of a batch left prepared (the tasks Spark
-    interrupted may still prepare after the batch was abandoned): the watcher's rules for this
-    group (docs/protocol.md §4b), as the query's next start would through its replay — for a
-    query that will not run again. ``options`` are the query's ``format("laminar")`` options;
-    returns the `laminar.protocol.watcher.WatcherReport`.
+    """Resolve what a query stopped in the middle of a batch left prepared: the watcher's rules
+    for this group (docs/protocol.md §4b), as the query's next start would through its replay —
+    for a stop Spark did not follow with ``abort`` (the driver died, or the abort could not
+    reach the database) of a query that will not run again. ``options`` are the query's
+    ``format("laminar")`` options; returns the `laminar.protocol.watcher.WatcherReport`.
 
     First it fences the group (`laminar.spark._stop_fence`): a worker of the stopped batch that
     connects only after the resolution finds its record missing and writes nothing instead of
     creating it again; the query's next run lifts the fence when it creates its writer."""
+    return _resolve_group(parse_options(options))
+
+
+def _resolve_group(options: SinkOptions, *, batch_epochs: Iterable[int] = ()) -> Any:
+    """Fence the group (at ``batch_epochs`` too), then one watcher pass over its leftovers with
+    no waiting (``resolve_after_s=0``): `abort_batch` and `resolve_stopped`."""
     from laminar.protocol.scaleout import participant_factory  # lazy: see top
     from laminar.protocol.watcher import Watcher  # lazy: see top
     from laminar.spark import _stop_fence  # lazy: see top
 
-    kafka, postgres, group_id = _sinks(parse_options(options))
-    dsn = parse_options(options).resolved_state_dsn()
-    _stop_fence.fence_stopped(dsn, group_id, [s.sink_id for s in [*postgres, *kafka]])
+    kafka, postgres, group_id = _sinks(options)
+    dsn = options.resolved_state_dsn()
+    members = [s.sink_id for s in [*postgres, *kafka]]
+    _stop_fence.fence_stopped(dsn, group_id, members, batch_epochs=batch_epochs)
     lookup = participant_factory(kafka)
     watcher = Watcher(
         dsn,
