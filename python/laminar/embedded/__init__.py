@@ -9,6 +9,8 @@ Used by Laminar's own tests and benchmarks, and by ``laminar demo``:
 - `TansuBroker` — a Kafka-protocol broker (Tansu), in memory or on durable storage.
 - `S3Server` — a local S3-compatible object store, the durable storage for `TansuBroker`.
 - `SparkConnectServer` — a Spark Connect server in its own JVM, ``local[2]``.
+- `PrometheusServer` — a Prometheus server (Debian's package) scraping given targets and
+  evaluating rule files at short intervals.
 - `probe_broker` — measures which exactly-once features a broker really provides.
 
 Every server runs as a child process in its own process group, logs to a file, and offers
@@ -21,6 +23,7 @@ from laminar.embedded.kafka import KafkaBroker, find_kafka_libs
 from laminar.embedded.kafka_cluster import KafkaCluster
 from laminar.embedded.postgres import EphemeralPostgres, find_pg_bindir
 from laminar.embedded.probe import BrokerCapabilities, probe_broker
+from laminar.embedded.prometheus import PrometheusServer, find_prometheus, find_promtool
 from laminar.embedded.spark import SparkConnectServer
 
 __all__ = [
@@ -29,11 +32,14 @@ __all__ = [
     "EphemeralPostgres",
     "KafkaBroker",
     "KafkaCluster",
+    "PrometheusServer",
     "S3Server",
     "SparkConnectServer",
     "TansuBroker",
     "find_kafka_libs",
     "find_pg_bindir",
+    "find_prometheus",
+    "find_promtool",
     "find_tansu_binary",
     "free_port",
     "probe_broker",
