@@ -15,9 +15,10 @@ from __future__ import annotations
 import bisect
 import contextlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psycopg
+if TYPE_CHECKING:
+    import psycopg
 
 __all__ = ["BUCKETS_S", "bucket_counts", "count"]
 
@@ -63,8 +64,10 @@ def count(
     swallowed (module docstring)."""
     if conn is None or (committed_s is None and aborted <= 0):
         return
-    # in-function: the statements live with every other one over the schema (records.py), and
-    # laminar.protocol is not imported by this module's importers otherwise
+    # in-function: this module is imported by the data source's light driver-side entry points
+    # (laminar.spark.source); the statements live with every other one (records.py)
+    import psycopg
+
     from laminar.protocol import records as _records
 
     try:

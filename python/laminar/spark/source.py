@@ -43,7 +43,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from laminar import _trace
+from laminar import _stats, _trace
 from laminar.errors import ConfigError, LaminarError
 from laminar.spark.options import SinkOptions, parse_options
 
@@ -318,6 +318,7 @@ def abort_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int) ->
                 why = f"Spark aborted batch {batch_id}"
                 with contextlib.suppress(LaminarError):
                     roll_back_distributed(conn, dtid_for(group_id, epoch), lookup, why=why)
+            _stats.count(conn, group_id, aborted=len(epochs))  # laminar.commit_stats
     except psycopg.Error as e:
         raise map_pg_error(e, f"aborting batch {batch_id} of group {group_id!r}") from e
     finally:
