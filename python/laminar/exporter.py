@@ -74,7 +74,7 @@ def read_snapshot(conn: psycopg.Connection[Any]) -> Snapshot:
     written); its Kafka part is `read_kafka_behind`'s."""
     # in-function: these modules pull in the sinks; the collector's import stays light
     from laminar.postgres._steps import list_prepared
-    from laminar.protocol import records as _records
+    from laminar.protocol import records as _records  # (see above)
 
     snap = Snapshot()
     try:
@@ -165,7 +165,8 @@ def families(snap: Snapshot) -> Iterator[Metric]:
     last: dict[str, tuple[int, float, float]] = {}
 
     def newer(key: str, value: tuple[int, float, float], into: dict[str, Any]) -> None:
-        if key not in into or value[0] > into[key][0]:
+        """Keep the later epoch (of one epoch, its latest record: the smallest age)."""
+        if key not in into or (value[0], -value[2]) > (into[key][0], -into[key][2]):
             into[key] = value
 
     for sink_id, value in sorted(pg_epochs.items()):
@@ -382,7 +383,7 @@ class LaminarCollector(Collector):
         if self._kafka is None:
             self._kafka = _KafkaFactory(conn, dict(self._kafka_extra))
         else:
-            from laminar.protocol import records as _records
+            from laminar.protocol import records as _records  # as read_snapshot's
 
             self._kafka.configs = _records.read_kafka_registry(conn)
             conn.rollback()

@@ -127,6 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     reset.add_argument("sink_id", help="a sink id or atomic group id (as `status` lists it)")
     exporter = commands.add_parser(
         "exporter",
+        allow_abbrev=False,  # `--dsn postgresql://...` must not pass for `--dsn-env`
         help="serve Prometheus metrics read from the laminar schema (pip install "
         "'laminar[exporter]')",
         description="Serve /metrics for Prometheus: per group and sink the last committed epoch "

@@ -140,8 +140,9 @@ class Demo:
         """``laminar exporter`` over the demo's database, in this process (the ``demo`` extra's
         prometheus_client; without it the demo runs without)."""
         try:
+            # in-function: prometheus_client is the optional exporter extra (caught below)
             from laminar.cli.exporter import Exporter
-            from laminar.embedded import free_port
+            from laminar.embedded import free_port  # the servers load only when the demo runs
 
             exporter = Exporter(self.dsn, host="127.0.0.1", port=free_port(), kafka_extra={})
         except ImportError as e:
@@ -205,7 +206,7 @@ class Demo:
             from laminar.cli._demo_format import run_format  # in-function: pyspark's API
 
             return run_format(self)
-        from laminar.cli._demo_foreach import run_foreach_batch
+        from laminar.cli._demo_foreach import run_foreach_batch  # one way per run
 
         return run_foreach_batch(self)
 
@@ -239,7 +240,7 @@ class Demo:
 
         journal = _journal(self.journal_path)
         if self.o.way == "format":
-            from laminar.cli._demo_format import commit_latencies, recovery_of
+            from laminar.cli._demo_format import commit_latencies, recovery_of  # pyspark API
 
             latencies, per_batch = commit_latencies(journal)
             recovery = recovery_of(journal, crash)

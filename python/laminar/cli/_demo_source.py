@@ -79,7 +79,7 @@ class DemoStreamWriter(LaminarStreamWriter):
         self.demo = demo
 
     def write(self, iterator: Iterator[Any]) -> Any:
-        from pyspark import TaskContext
+        from pyspark import TaskContext  # as laminar.spark.source: in the task only
 
         ctx = TaskContext.get()
         batch = int(ctx.getLocalProperty("streaming.sql.batchId") or -1) if ctx else -1

@@ -68,9 +68,10 @@ def _kafka_extra(items: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items:
         key, sep, var = item.partition("=")
-        if not sep or not key.strip() or not var.strip():
+        if not sep or not key.strip() or not var.strip().isidentifier():
             raise ValueError(
-                f"--kafka-config-env takes KEY=VAR (an environment variable's name), got {item!r}"
+                "--kafka-config-env takes KEY=VAR, VAR an environment variable's name (the item "
+                "is not shown: it may hold a secret)"
             )
         value = os.environ.get(var.strip())
         if value is None:
@@ -91,9 +92,10 @@ class Exporter:
         port: int = DEFAULT_PORT,
         kafka_extra: dict[str, str] | None = None,
     ) -> None:
+        # in-function: prometheus_client is the optional exporter extra (run_from_args checks)
         from prometheus_client import CollectorRegistry
 
-        from laminar.exporter import LaminarCollector
+        from laminar.exporter import LaminarCollector  # imports prometheus_client too
 
         self.collector = LaminarCollector(dsn, kafka_extra=kafka_extra)
         self.registry = CollectorRegistry(auto_describe=False)
@@ -110,13 +112,13 @@ class Exporter:
 
     def text(self) -> str:
         """One scrape, in Prometheus' text format."""
-        from prometheus_client import generate_latest
+        from prometheus_client import generate_latest  # the optional extra (see __init__)
 
         return generate_latest(self.registry).decode()
 
     def start(self) -> Exporter:
         """Serve ``/metrics`` from a daemon thread; return ``self``."""
-        from prometheus_client import start_http_server
+        from prometheus_client import start_http_server  # the optional extra
 
         server, _ = start_http_server(self.port, self.host, registry=self.registry)
         self._server = server
@@ -159,6 +161,13 @@ def run_from_args(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
+    if not args.dsn_env.isidentifier():  # a DSN given where its variable's name goes
+        print(
+            "laminar exporter: --dsn-env takes the name of an environment variable (e.g. "
+            "LAMINAR_PG_DSN), not a DSN (not shown: it may hold a password)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     dsn = os.environ.get(args.dsn_env)
     if not dsn:
         print(
@@ -168,8 +177,9 @@ def run_from_args(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     try:
+        # in-function: `laminar --help` loads no more than the parser needs
         from laminar._redact import parse_dsn
-        from laminar.errors import ConfigError
+        from laminar.errors import ConfigError  # (as above)
 
         try:
             parse_dsn(dsn, f"${args.dsn_env}")
