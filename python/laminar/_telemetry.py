@@ -5,10 +5,11 @@ SDK up.
 Laminar never configures OpenTelemetry and never imports it: it uses the global tracer and meter
 providers when ``opentelemetry`` is already imported in the process *and* a provider other than
 the API's default (no-op proxy) is set — what ``opentelemetry-instrument`` or an application's
-own ``trace.set_tracer_provider(...)`` does. Otherwise every hook here is a dictionary lookup
-and returns: no import, no span object, no allocation (the cost is gated in
-``benches/bench_telemetry.py``). ``opentelemetry-api`` is not a dependency of the wheel; the
-``otel`` extra names it.
+own ``trace.set_tracer_provider(...)`` does (a provider named by ``OTEL_PYTHON_TRACER_PROVIDER``
+counts once the API loaded it: at the first ``get_tracer_provider()`` of the process).
+Otherwise every hook here is a few dictionary lookups and returns: no import, no span object,
+no allocation (the cost is gated in ``benches/bench_telemetry.py``). ``opentelemetry-api`` is
+not a dependency of the wheel; the ``otel`` extra names it.
 
 What is recorded (attributes: ``laminar.group``, ``laminar.sink``, ``laminar.epoch``,
 ``laminar.rows``, ``laminar.command``):
@@ -93,11 +94,14 @@ _DEFAULT_PROVIDERS = frozenset(
 )
 
 
-def _provider(module: str, getter: str) -> Any:
+def _provider(module: str, private: str, getter: str) -> Any:
+    """The global provider ``module.getter()`` when an SDK set one, else None. Fast path: the
+    API module's own global is still None (nothing set, nothing loaded from the environment),
+    without calling the getter (~3 µs for both providers otherwise)."""
     api = sys.modules.get(module)
-    if api is None:
+    if api is None or getattr(api, private, False) is None:
         return None
-    provider = getattr(api, getter)()
+    provider = getattr(sys.modules[module.removesuffix("._internal")], getter)()
     return None if type(provider).__name__ in _DEFAULT_PROVIDERS else provider
 
 
@@ -106,8 +110,10 @@ def _instruments() -> _Instruments | None:
     there is neither."""
     if "opentelemetry" not in sys.modules:
         return None
-    provider = _provider("opentelemetry.trace", "get_tracer_provider")
-    meter_provider = _provider("opentelemetry.metrics", "get_meter_provider")
+    provider = _provider("opentelemetry.trace", "_TRACER_PROVIDER", "get_tracer_provider")
+    meter_provider = _provider(
+        "opentelemetry.metrics._internal", "_METER_PROVIDER", "get_meter_provider"
+    )
     if provider is None and meter_provider is None:
         return None
     if _cache and _cache[0].provider is provider and _cache[0].meter_provider is meter_provider:
