@@ -16,7 +16,6 @@ import laminar.spark
 from laminar.cli._demo_spec import (
     TABLE,
     TOPIC,
-    DemoError,
     _crash_meaning,
     _journal,
     _pg_state,
@@ -141,16 +140,7 @@ def run_foreach_batch(demo: Demo) -> dict[str, Any]:
         query.stop()
     demo.progress.step("stopping the stream; draining the last batch (availableNow)")
     query = start_query(demo, crash=False, trigger={"availableNow": True})
-    _wait(
-        lambda: not query.isActive,
-        demo.progress,
-        demo._status,
-        query=None,
-        timeout=120,
-        what="the final batch",
-    )
-    if query.exception() is not None:
-        raise DemoError(f"the final batch failed: {query.exception()}")
+    demo.drain(query)
     return crash
 
 

@@ -24,7 +24,6 @@ from laminar.cli._demo_spec import (
     TASK_CRASH_POINT,
     TOPIC,
     TRANSACTIONAL_ID,
-    DemoError,
     _journal,
     _wait,
     crash_point_of,
@@ -214,16 +213,7 @@ def run_format(demo: Demo) -> dict[str, Any]:
         _stop_between_batches(query)
     demo.progress.step("stopping the stream; draining the last batch (availableNow)")
     query = _start(demo, {"availableNow": True})
-    _wait(
-        lambda: not query.isActive,
-        demo.progress,
-        demo._status,
-        query=None,
-        timeout=180,
-        what="the final batch",
-    )
-    if query.exception() is not None:
-        raise DemoError(f"the final batch failed: {query.exception()}")
+    demo.drain(query)
     return {**kills[0], "kills": kills}
 
 

@@ -40,6 +40,7 @@ from laminar.cli._demo_spec import (
     _pg_state,
     _round,
     _source_end,
+    _wait,
 )
 from laminar.kafka.log import KafkaLogClient
 
@@ -194,6 +195,19 @@ class Demo:
                 "timestamp AS created_at",
             )
         )
+
+    def drain(self, query: Any) -> None:
+        """Wait for the final ``availableNow`` run to end; a `DemoError` if it failed."""
+        _wait(
+            lambda: not query.isActive,
+            self.progress,
+            self._status,
+            query=None,
+            timeout=180,
+            what="the final batch",
+        )
+        if query.exception() is not None:
+            raise DemoError(f"the final batch failed: {query.exception()}")
 
     def _status(self) -> str:
         rows, epoch = _pg_state(self.dsn, "public.orders")

@@ -25,8 +25,6 @@ from laminar.embedded._process import (
     EmbeddedServerError,
     ServerProcess,
     free_port,
-    log_tail,
-    wait_until,
 )
 from laminar.embedded._server import EmbeddedServer
 
@@ -147,20 +145,7 @@ class PrometheusServer(EmbeddedServer):
         ]
         process = ServerProcess(argv, log_path=self.log_path, name="Prometheus", cwd=directory)
         self._adopt(process)
-        try:
-            wait_until(
-                self._ready,
-                timeout=self.startup_timeout,
-                what=f"Prometheus on {self.host}:{self.port}",
-                interval=0.2,
-                abort=process.exit_reason,
-            )
-        except EmbeddedServerError as e:
-            process.kill()
-            self._process = None
-            raise EmbeddedServerError(
-                f"{e.message}\nlog {self.log_path}:\n{log_tail(self.log_path, 40)}"
-            ) from None
+        self._await(process, self._ready, f"Prometheus on {self.host}:{self.port}")
         return self
 
     def stop(self, *, timeout: float = 30.0) -> None:
