@@ -79,14 +79,15 @@ def crash_point_of(choice: str, way: str = "foreachBatch") -> CrashPoint:
     ``format`` a short name of `COMMIT_CRASH_POINTS` or a point of the driver-side commit;
     `ConfigError` otherwise."""
     if way == "format":
-        point = point_named(COMMIT_CRASH_POINTS.get(choice, choice))
-        if point.name not in _COMMIT_POINTS:
+        name = COMMIT_CRASH_POINTS.get(choice, choice)
+        if name not in _COMMIT_POINTS:
             raise ConfigError(
                 f"--crash-at {choice}: with --way format the demo kills the driver-side commit "
                 f"between the decision and the completion; choose one of "
-                f"{sorted(COMMIT_CRASH_POINTS)} or {list(_COMMIT_POINTS)}"
+                f"{sorted(COMMIT_CRASH_POINTS)} or {list(_COMMIT_POINTS)} (--way foreachBatch "
+                "takes the atomic epoch's points)"
             )
-        return point
+        return point_named(name)
     point = point_named(CRASH_POINTS.get(choice, choice))
     if point.protocol != "atomic" or point.phase != "epoch":
         epoch_points = [p.name for p in CrashPoint.for_protocol("atomic") if p.phase == "epoch"]
