@@ -3,7 +3,8 @@
 # with a Rust toolchain and Python >= 3.10:
 #   1. system packages, with apt-get, only when missing (no apt-get update otherwise):
 #      PostgreSQL 15 server, a Java 17 runtime (Spark), the PostgreSQL JDBC driver (Spark JDBC
-#      benchmarks), a C linker for Rust, Python's venv module;
+#      benchmarks), a C linker for Rust, Python's venv module, Prometheus (the alert rules'
+#      tests: promtool and a real server);
 #   2. a virtualenv ($LAMINAR_VENV, default .venv) with laminar installed editable with its dev
 #      extras; the Rust extension is built in release by maturin. It is rebuilt only when the
 #      Rust sources or the packaging changed since the last run;
@@ -39,6 +40,10 @@ command -v useradd >/dev/null 2>&1 || [ -x /usr/sbin/useradd ] || missing+=(pass
 "$python" -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 # The benchmark gates count the core's instructions with callgrind (benches/hotpath.py).
 command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
+# The alert rules' tests: promtool and a real Prometheus (laminar.embedded.PrometheusServer).
+prometheus_missing=0
+command -v promtool >/dev/null 2>&1 || [ -x "${LAMINAR_PROMETHEUS_BIN:-/nonexistent}" ] ||
+    { missing+=(prometheus); prometheus_missing=1; }
 
 if [ ${#missing[@]} -gt 0 ]; then
     laminar_note "installing system packages: ${missing[*]}"
@@ -59,8 +64,12 @@ if [ ${#missing[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     "${sudo[@]}" apt-get update -qq
     "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    # Debian's package enables a prometheus service on :9090; the tests start their own.
+    if [ "$prometheus_missing" = 1 ] && [ -d /run/systemd/system ]; then
+        "${sudo[@]}" systemctl disable --now prometheus >/dev/null 2>&1 || true
+    fi
 else
-    laminar_note "system packages present (PostgreSQL 15, Java, JDBC driver, C linker, Maven)"
+    laminar_note "system packages present (PostgreSQL 15, Java, JDBC driver, C linker, Maven, Prometheus)"
 fi
 
 # -- 2. the virtualenv ----------------------------------------------------------------------------

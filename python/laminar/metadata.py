@@ -31,6 +31,12 @@ Version 3 adds the stop fence of ``format("laminar")`` (docs/protocol.md §4, do
 
     laminar.stop_fence(group_id PK, epoch, fenced_at)   set by the data source's abort and
                         resolve_stopped, read by its tasks, lifted by the next run's writer
+
+Version 4 adds the atomic groups' commit statistics, read by ``laminar exporter``
+(docs/formats.md §3, docs/operations.md "Metrics and alerts")::
+
+    laminar.commit_stats(group_id PK, commits, aborts, latency_sum_s, latency_buckets bigint[],
+                         updated_at)   counted by the writer after each epoch (laminar._stats)
 """
 
 from __future__ import annotations
@@ -207,8 +213,31 @@ _V3 = Migration(
     ),
 )
 
+_V4 = Migration(
+    4,
+    "commit statistics of the atomic groups (commit_stats): commits, aborts, commit latency",
+    (
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {t} ("
+            " group_id text PRIMARY KEY,"
+            " commits bigint NOT NULL DEFAULT 0,"
+            " aborts bigint NOT NULL DEFAULT 0,"
+            " latency_sum_s double precision NOT NULL DEFAULT 0,"
+            " latency_buckets bigint[] NOT NULL DEFAULT '{{}}',"
+            " updated_at timestamptz NOT NULL DEFAULT now())"
+        ).format(t=table("commit_stats")),
+        sql.SQL("COMMENT ON TABLE {} IS {}").format(
+            table("commit_stats"),
+            sql.Literal(
+                "laminar: each atomic group's commits, aborts and commit latency histogram "
+                "(docs/formats.md §3), read by laminar exporter"
+            ),
+        ),
+    ),
+)
+
 #: Every migration, in version order. Append new ones; never edit an applied one.
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3)
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4)
 
 #: The schema version this laminar writes.
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -1,9 +1,13 @@
 """``laminar demo`` as a user runs it (a subprocess of the ``laminar`` command), with short
-settings: it exits 0 and its JSON report proves exactly-once after a real SIGKILL of the writer.
+settings: it exits 0 and its JSON report proves exactly-once after a real SIGKILL.
 
-The demo starts its own PostgreSQL and broker; to spare a second JVM on small machines it is
-pointed at the session's Spark Connect server (``--spark-remote``) — the server the demo would
-otherwise start is the same `laminar.embedded.SparkConnectServer` the e2e tests use.
+Both ways: ``--way format`` (the default: ``writeStream.format("laminar")``, a task's Python
+worker killed mid-write and, with ``--crash-at``, the driver-side commit after the decision) on
+Apache Kafka (the default) and on Tansu; ``--way foreachBatch`` (its writer killed at each
+``--crash-at``). The format way starts its own Spark Connect server (the data source reads the
+DSN from the server's environment); the foreachBatch runs are pointed at the session's server
+(``--spark-remote``) to spare a JVM — the server the demo would otherwise start is the same
+`laminar.embedded.SparkConnectServer` the e2e tests use.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -43,6 +49,10 @@ def test_demo_proves_exactly_once_after_killing_the_writer(
             "50",
             "--crash-at",
             crash_at,
+            "--way",
+            "foreachBatch",
+            "--broker",
+            "tansu",
             "--json",
             "--spark-remote",
             spark_remote,
@@ -88,6 +98,72 @@ def test_demo_proves_exactly_once_after_killing_the_writer(
     assert latency["p99"] is not None
     # progress went to stderr, the report alone to stdout
     assert "SIGKILLed the foreachBatch worker" in result.stderr
+    assert (report["way"], report["broker"]) == ("foreachBatch", "tansu")
+    assert report["batch_latency_ms"]["batches"] > 0
+    assert report["exporter"]["metrics"]["laminar_up"] == 1.0
+
+
+def _metric(report: dict[str, Any], name: str) -> float:
+    """The exporter's figure for the demo's group in the report."""
+    (value,) = [v for k, v in report["exporter"]["metrics"].items() if k.startswith(name + "{")]
+    return float(value)
+
+
+@pytest.mark.timeout(900)  # its own Spark Connect server and broker: a few minutes when loaded
+@pytest.mark.parametrize(
+    "broker", ["kafka", "tansu"], ids=["apache-kafka+commit-killed", "tansu+task-killed"]
+)
+def test_the_data_source_demo_proves_exactly_once_after_killing_a_task_and_the_commit(
+    tmp_path: Path, broker: str
+) -> None:
+    """The way in: format("laminar"), a task's worker SIGKILLed mid-write; on Apache Kafka (the
+    default broker) also the driver-side commit between the decision and the completion."""
+    command = [sys.executable, "-m", "laminar.cli", "demo", "--duration", "10", "--rate", "40"]
+    command += ["--crash-at", "after-decision"] if broker == "kafka" else ["--broker", "tansu"]
+    command += ["--json", "--work-dir", str(tmp_path / "demo")]
+    result = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    report = json.loads(result.stdout)
+    assert report["ok"] is True, report["problems"]
+    assert (report["way"], report["broker"]) == ("format", broker)
+    produced = report["orders_produced"]
+    for store in ("postgres", "kafka"):
+        check = report[store]
+        assert (check["rows"], check["duplicates"], check["missing"]) == (produced, 0, 0), check
+    assert report["epochs_committed_postgres"] == report["epochs_committed_kafka"]
+    assert report["epochs_committed_kafka"] == report["batches"]
+    kills = report["crash"]["kills"]
+    assert kills[0]["what"] == "task's Python worker"
+    assert kills[0]["point"] == "scaleout.task_before_prepare"
+    assert kills[0]["decision_at_kill"] in (None, "prepare"), kills[0]  # nothing decided
+    assert (
+        "Task 0 in stage" in kills[0]["query_error"] or "Python worker" in (kills[0]["query_error"])
+    )
+    if broker == "kafka":
+        assert kills[1]["what"] == "driver-side commit"
+        assert kills[1]["point"] == "scaleout.after_decision"
+        assert kills[1]["decision_at_kill"] == "commit"  # decided, not completed
+        assert kills[1]["epoch"] == kills[0]["epoch"]
+    else:
+        assert len(kills) == 1
+    assert report["recovery"]["replayed_batch"] == kills[0]["epoch"]
+    assert report["batch_latency_ms"]["batches"] > 0
+    assert report["batch_latency_ms"]["p50"] is not None
+    assert report["commit_latency_ms"]["epochs"] >= report["batches"] - len(kills)
+    # the exporter, scraped at the end: the group's last epoch, its commits, nothing in doubt
+    assert report["exporter"]["url"].startswith("http://127.0.0.1:")
+    assert report["exporter"]["metrics"]["laminar_up"] == 1.0
+    assert _metric(report, "laminar_group_last_committed_epoch") == report["batches"] - 1
+    assert _metric(report, "laminar_group_epochs_in_doubt") == 0
+    assert _metric(report, "laminar_group_commits_total") >= report["batches"] - len(kills)
+    assert _metric(report, "laminar_group_aborts_total") >= 1  # Spark's abort of the batch
+    assert "SIGKILLed the task's Python worker" in result.stderr
 
 
 _WITH_CTRL_C = (
@@ -155,10 +231,16 @@ def _refused(address: str) -> bool:
 
 
 def test_demo_keep_leaves_the_servers_up_until_ctrl_c(spark_remote: str, tmp_path: Path) -> None:
-    demo = _Demo(spark_remote, tmp_path / "demo", "--duration", "5", "--rate", "20", "--keep")
-    pg_address, bootstrap = demo.servers()
+    demo = _Demo(
+        spark_remote, tmp_path / "demo", "--way", "foreachBatch", "--duration", "5", "--rate",
+        "20", "--keep",
+    )  # fmt: skip
+    pg_address, bootstrap = demo.servers()  # Apache Kafka, the default broker
     dsn = demo.wait_for(r"^\s+PostgreSQL\s+(postgresql://\S+)").group(1)
     assert demo.wait_for(r"^\s+Kafka\s+(\S+)").group(1) == bootstrap
+    exporter = demo.wait_for(r"^\s+exporter\s+(http://\S+)").group(1)
+    with urllib.request.urlopen(exporter, timeout=10) as response:  # kept up, it answers
+        assert "laminar_up 1.0" in response.read().decode()
     # the report is out and the servers still answer, holding what the demo wrote
     with psycopg.connect(dsn, connect_timeout=10) as conn:
         row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
@@ -174,6 +256,7 @@ def test_demo_keep_leaves_the_servers_up_until_ctrl_c(spark_remote: str, tmp_pat
     assert in_postgres == in_kafka == report["orders_produced"] > 0
     assert _refused(pg_address), "PostgreSQL outlived the demo"
     assert _refused(bootstrap), "the broker outlived the demo"
+    assert _refused(exporter.split("/")[2]), "the exporter outlived the demo"
     assert any("stopping the servers" in line for line in demo.seen), "".join(demo.seen)
 
 
@@ -181,7 +264,10 @@ def test_demo_keep_leaves_the_servers_up_until_ctrl_c(spark_remote: str, tmp_pat
 def test_demo_interrupted_mid_stream_stops_everything_it_started(
     spark_remote: str, tmp_path: Path, sig: signal.Signals
 ) -> None:
-    demo = _Demo(spark_remote, tmp_path / "demo", "--duration", "120", "--rate", "20")
+    demo = _Demo(
+        spark_remote, tmp_path / "demo", "--way", "foreachBatch", "--broker", "tansu",
+        "--duration", "120", "--rate", "20",
+    )  # fmt: skip
     pg_address, bootstrap = demo.servers()
     demo.wait_for(r"streaming 20 orders/s")
     demo.wait_for(r"last decided epoch \d+")  # a batch has committed: the query is running

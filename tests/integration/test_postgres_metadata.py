@@ -75,7 +75,7 @@ def test_v3_adds_the_stop_fence_to_a_v2_database(fresh_db: str) -> None:
         conn.commit()
     assert columns_of(fresh_db, "stop_fence") == []
     with psycopg.connect(fresh_db) as conn:
-        assert ensure_schema(conn) == SCHEMA_VERSION == 3
+        assert ensure_schema(conn, migrations=MIGRATIONS[:3]) == 3
     assert columns_of(fresh_db, "stop_fence") == [
         ("group_id", "text", False),
         ("epoch", "bigint", False),
@@ -86,6 +86,49 @@ def test_v3_adds_the_stop_fence_to_a_v2_database(fresh_db: str) -> None:
     assert query(fresh_db, "SELECT dtid, state FROM laminar.dt_state") == [
         ("laminar:g:1", "prepare")
     ]
+
+
+def test_v4_adds_the_commit_statistics_to_a_v3_database(fresh_db: str) -> None:
+    from laminar._stats import BUCKETS_S, count
+
+    with psycopg.connect(fresh_db) as conn:
+        assert ensure_schema(conn, migrations=MIGRATIONS[:3]) == 3
+        conn.execute("INSERT INTO laminar.stop_fence (group_id, epoch) VALUES ('g', 3)")
+        conn.commit()
+    assert columns_of(fresh_db, "commit_stats") == []
+    with psycopg.connect(fresh_db) as conn:
+        assert ensure_schema(conn) == SCHEMA_VERSION == 4
+    assert columns_of(fresh_db, "commit_stats") == [
+        ("group_id", "text", False),
+        ("commits", "bigint", False),
+        ("aborts", "bigint", False),
+        ("latency_sum_s", "double precision", False),
+        ("latency_buckets", "ARRAY", False),
+        ("updated_at", "timestamp with time zone", False),
+    ]
+    assert query(fresh_db, "SELECT group_id, epoch FROM laminar.stop_fence") == [("g", 3)]
+    # counted as the writer counts: element-wise into the buckets, best effort, own transaction
+    with psycopg.connect(fresh_db) as conn:
+        count(conn, "g", committed_s=0.02)
+        count(conn, "g", committed_s=0.02, aborted=2)
+        count(conn, "g", committed_s=100.0)
+        count(conn, "g", aborted=1)
+        count(conn, "other", aborted=1)
+        conn.execute("SELECT 1")  # a transaction open: not counted, nothing committed for it
+        count(conn, "g", committed_s=1.0)
+        conn.rollback()
+    ((commits, aborts, total, buckets),) = query(
+        fresh_db,
+        "SELECT commits, aborts, latency_sum_s, latency_buckets FROM laminar.commit_stats"
+        " WHERE group_id = 'g'",
+    )
+    assert (commits, aborts, total) == (3, 3, 100.04)
+    assert len(buckets) == len(BUCKETS_S) + 1
+    assert buckets[2] == 2  # 0.02 s: (0.01, 0.025]
+    assert buckets[-1] == 1  # above 60 s
+    assert sum(buckets) == 3
+    other = "SELECT commits, aborts FROM laminar.commit_stats WHERE group_id = 'other'"
+    assert query(fresh_db, other) == [(0, 1)]
 
 
 def test_migrating_twice_changes_nothing(fresh_db: str) -> None:

@@ -45,3 +45,12 @@ def test_v3_appends_the_stop_fence_table() -> None:
     assert 'CREATE TABLE IF NOT EXISTS "laminar"."stop_fence"' in text
     for column in ("group_id text PRIMARY KEY", "epoch bigint NOT NULL", "fenced_at timestamptz"):
         assert column in text
+
+
+def test_v4_appends_the_commit_statistics_table() -> None:
+    v4 = MIGRATIONS[3]
+    assert v4.version == 4
+    text = " ".join(s.as_string(None) for s in v4.statements)
+    assert 'CREATE TABLE IF NOT EXISTS "laminar"."commit_stats"' in text
+    for column in ("group_id text PRIMARY KEY", "commits bigint", "latency_buckets bigint[]"):
+        assert column in text

@@ -1,10 +1,12 @@
-"""The ``laminar`` command line: ``demo``, ``status``, ``resolve``, ``recover``, ``reset``.
+"""The ``laminar`` command line: ``demo``, ``status``, ``resolve``, ``recover``, ``reset``,
+``exporter``.
 
 Every command but ``demo`` works on a decision database: ``--dsn`` or ``$LAMINAR_PG_DSN`` (its
 password never appears in the output). Kafka markers are read with each Kafka sink's settings as
 registered in ``laminar.sinks.config`` (secrets are not stored there: give them with
 ``--kafka-config sasl.password=...``). Output is a human-readable table; ``--json`` prints one
-JSON document instead.
+JSON document instead. ``exporter`` serves Prometheus metrics read from the same database, given
+by the name of the environment variable holding its DSN (`laminar.cli.exporter`).
 
 Exit codes:
 
@@ -29,6 +31,7 @@ from typing import Any
 
 from laminar import __version__
 from laminar._redact import parse_dsn
+from laminar.cli import exporter as _exporter
 from laminar.cli.demo import add_arguments, run_from_args
 from laminar.errors import ConfigError
 from laminar.protocol import admin as _admin
@@ -122,6 +125,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     common(reset)
     reset.add_argument("sink_id", help="a sink id or atomic group id (as `status` lists it)")
+    exporter = commands.add_parser(
+        "exporter",
+        allow_abbrev=False,  # `--dsn postgresql://...` must not pass for `--dsn-env`
+        help="serve Prometheus metrics read from the laminar schema (pip install "
+        "'laminar[exporter]')",
+        description="Serve /metrics for Prometheus: per group and sink the last committed epoch "
+        "and its age, epochs in doubt, prepared and open transactions, stop fences, commits, "
+        "aborts and commit latency (docs/operations.md). The DSN comes from an environment "
+        "variable (--dsn-env), never from the command line.",
+    )
+    _exporter.add_arguments(exporter)
     return parser
 
 
@@ -134,6 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "demo":
         return run_from_args(args)
+    if args.command == "exporter":
+        return _exporter.run_from_args(args)
     if not args.dsn:
         print(
             f"laminar {args.command}: give the decision database with --dsn or $LAMINAR_PG_DSN",

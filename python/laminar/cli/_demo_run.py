@@ -19,9 +19,13 @@ import psycopg
 
 import laminar
 import laminar.spark
+from laminar.cli._demo_foreach import recovery_of as _foreach_recovery
 from laminar.cli._demo_spec import (
+    DSN_VAR,
     EXIT_OK,
     EXIT_PROOF_FAILED,
+    EXPORTER_SHOWN,
+    GROUP,
     TABLE,
     TOPIC,
     TRANSACTIONAL_ID,
@@ -30,16 +34,14 @@ from laminar.cli._demo_spec import (
     DemoReport,
     Progress,
     _check,
-    _crash_meaning,
+    _foreach_batch_latencies,
     _journal,
     _percentile,
     _pg_state,
     _round,
     _source_end,
     _wait,
-    crash_point_of,
 )
-from laminar.cli._demo_writer import DemoForeachBatch
 from laminar.kafka.log import KafkaLogClient
 
 
@@ -60,35 +62,59 @@ class Demo:
         self.remote = ""
         self.spark: Any = None
         self.killed_pid: int | None = None
+        #: the format way's second hold: its driver-side commit (``--crash-at``)
+        self.commit_hold_path = self.dir / "held-commit"
+        self.killed: set[int] = set()
+        self.exporter: Any = None
 
     # -- servers --------------------------------------------------------------------------------
 
     def start_servers(self) -> None:
         # In-function: the embedded servers load only when the demo runs.
-        from laminar.embedded import EphemeralPostgres, SparkConnectServer, TansuBroker
+        from laminar.embedded import (
+            EphemeralPostgres,
+            KafkaBroker,
+            SparkConnectServer,
+            TansuBroker,
+        )
 
+        if self.o.way == "format" and self.o.spark_remote is not None:
+            raise DemoError(
+                "--way format needs a Spark server of its own: the data source reads the "
+                "PostgreSQL DSN from the server's environment (postgres.dsn.env), so drop "
+                "--spark-remote, or use --way foreachBatch"
+            )
         logs = self.dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         pg = EphemeralPostgres(log_path=logs / "postgres.log")
-        broker = TansuBroker(log_path=logs / "tansu.log")
-        spark = None
-        if self.o.spark_remote is None:
-            spark = SparkConnectServer(log_path=logs / "spark-connect.log")
-        # Registered before they start, so that a failure or Ctrl-C stops what did start.
-        for server in (pg, broker, spark):
-            if server is not None:
-                self.stack.callback(server.stop)
-        what = "PostgreSQL, the Kafka broker (Tansu)" + (
-            " and a Spark Connect server" if spark is not None else ""
+        broker: Any = (
+            KafkaBroker(log_path=logs / "kafka.log")
+            if self.o.broker == "kafka"
+            else TansuBroker(log_path=logs / "tansu.log")
         )
-        self.progress.step(f"starting {what} ...")
+        broker_name = "Apache Kafka" if self.o.broker == "kafka" else "Tansu"
+        # Registered before they start, so that a failure or Ctrl-C stops what did start.
+        self.stack.callback(pg.stop)
+        self.stack.callback(broker.stop)
+        with_spark = " and a Spark Connect server" if self.o.spark_remote is None else ""
+        self.progress.step(f"starting PostgreSQL, the Kafka broker ({broker_name}){with_spark} ...")
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
-            futures = {pool.submit(s.start): s for s in (pg, broker, spark) if s is not None}
+            futures: dict[concurrent.futures.Future[Any], Any] = {
+                pool.submit(s.start): s for s in (pg, broker)
+            }
+            # the data source's tasks read the DSN from the Spark server's environment: the
+            # server starts once PostgreSQL has its port
+            spark = None
             while futures:
                 done, _ = concurrent.futures.wait(futures, timeout=0.5)
                 for f in done:
                     f.result()
-                    futures.pop(f)
+                    if futures.pop(f) is pg and self.o.spark_remote is None:
+                        spark = SparkConnectServer(
+                            log_path=logs / "spark-connect.log", env={DSN_VAR: pg.dsn}
+                        )
+                        self.stack.callback(spark.stop)
+                        futures[pool.submit(spark.start)] = spark
                 self.progress.status(f"waiting for {len(futures)} server(s)")
         self.dsn = pg.dsn
         self.bootstrap = broker.bootstrap_servers
@@ -100,6 +126,7 @@ class Demo:
                 f"CREATE TABLE {TABLE} (order_id bigint NOT NULL, customer text NOT NULL,"
                 " amount numeric(10, 2) NOT NULL, created_at timestamptz NOT NULL)"
             )
+        self.start_exporter()
         # In-function: pyspark is the optional `demo` extra (checked by `run`).
         from pyspark.sql import SparkSession
 
@@ -107,8 +134,24 @@ class Demo:
         self.stack.callback(self._stop_session)
         self.progress.step(
             f"servers up: PostgreSQL {pg.host}:{pg.port}, Kafka {self.bootstrap}, "
-            f"Spark {self.remote}"
+            f"Spark {self.remote}" + (f", exporter {self.exporter.url}" if self.exporter else "")
         )
+
+    def start_exporter(self) -> None:
+        """``laminar exporter`` over the demo's database, in this process (the ``demo`` extra's
+        prometheus_client; without it the demo runs without)."""
+        try:
+            # in-function: prometheus_client is the optional exporter extra (caught below)
+            from laminar.cli.exporter import Exporter
+            from laminar.embedded import free_port  # the servers load only when the demo runs
+
+            exporter = Exporter(self.dsn, host="127.0.0.1", port=free_port(), kafka_extra={})
+        except ImportError as e:
+            self.progress.step(f"no exporter ({e}): pip install 'laminar[exporter]'")
+            return
+        exporter.start()
+        self.stack.callback(exporter.stop)
+        self.exporter = exporter
 
     def _stop_session(self) -> None:
         """Stop the demo's queries (a shared server keeps running), a writer still held at
@@ -116,10 +159,12 @@ class Demo:
         with contextlib.suppress(Exception):
             for query in self.spark.streams.active:
                 query.stop()
-        with contextlib.suppress(Exception):
-            pid = int(self.hold_path.read_text().split()[0])
-            if pid != self.killed_pid and b"python" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                os.kill(pid, signal.SIGKILL)
+        for hold in (self.hold_path, self.commit_hold_path):
+            with contextlib.suppress(Exception):
+                pid = int(hold.read_text().split()[0])
+                alive = b"python" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                if pid != self.killed_pid and pid not in self.killed and alive:
+                    os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(Exception):
             self.spark.stop()
 
@@ -151,28 +196,18 @@ class Demo:
             )
         )
 
-    def start_query(self, crash: bool, trigger: dict[str, Any]) -> Any:
-        kafka, postgres = self.sinks()
-        writer = laminar.exactly_once(kafka, postgres, redo=self.o.redo)  # type: ignore[arg-type]
-        inner = laminar.spark.foreach_batch(writer, checkpoint_location=str(self.checkpoint))
-        function = DemoForeachBatch(
-            inner,
-            str(self.journal_path),
-            f"{crash_point_of(self.o.crash_at).name}@{self._crash_occurrence()}" if crash else None,
-            str(self.hold_path) if crash else None,
+    def drain(self, query: Any) -> None:
+        """Wait for the final ``availableNow`` run to end; a `DemoError` if it failed."""
+        _wait(
+            lambda: not query.isActive,
+            self.progress,
+            self._status,
+            query=None,
+            timeout=180,
+            what="the final batch",
         )
-        return (
-            self.orders()
-            .writeStream.foreachBatch(function)
-            .option("checkpointLocation", str(self.checkpoint))
-            .queryName("laminar_demo_orders")
-            .trigger(**trigger)
-            .start()
-        )
-
-    def _crash_occurrence(self) -> int:
-        # About a third into the run, never in the first epoch.
-        return max(2, int(self.o.duration_s / 3 / self.o.trigger_s))
+        if query.exception() is not None:
+            raise DemoError(f"the final batch failed: {query.exception()}")
 
     def _status(self) -> str:
         rows, epoch = _pg_state(self.dsn, "public.orders")
@@ -180,100 +215,14 @@ class Demo:
         return f"last decided epoch {decided} · PostgreSQL rows {rows}"
 
     def run_pipeline(self) -> dict[str, Any]:
-        kafka, postgres = self.sinks()
-        self.progress.step(
-            "checking the Spark server's Python (laminar importable, servers reachable)"
-        )
-        laminar.spark.check_server(self.spark, [kafka, postgres])
-        processing = {"processingTime": f"{int(self.o.trigger_s * 1000)} milliseconds"}
-        begun = time.monotonic()
-        point = crash_point_of(self.o.crash_at).name
-        self.progress.step(
-            f"streaming {self.o.rate} orders/s (rate-micro-batch, {self.o.rows_per_batch} per "
-            f"epoch) into Kafka topic {TOPIC!r} + table {TABLE} atomically; the writer will "
-            f"hold at {point} ({self.o.crash_at}) in epoch {self._crash_occurrence() - 1}"
-        )
-        query = self.start_query(crash=True, trigger=processing)
-        try:
-            _wait(
-                lambda: self.hold_path.exists() and self.hold_path.read_text().strip() != "",
-                self.progress,
-                self._status,
-                query=query,
-                timeout=max(120.0, self.o.duration_s * 4),
-                what=f"the writer to reach {point}",
-            )
-            pid = int(self.hold_path.read_text().split()[0])
-            held_epoch = max(
-                (e["epoch"] for e in _journal(self.journal_path) if e["event"] == "batch"),
-                default=-1,
-            )
-            _, decided = _pg_state(self.dsn, postgres.sink_id)
-            kafka_marker = kafka.last_committed_epoch()
-            kafka.close()
-            self.progress.step(
-                f"writer pid {pid} is inside epoch {held_epoch} at {point}: "
-                f"{_crash_meaning(self.o.crash_at)} (PostgreSQL decided epoch {decided}, "
-                f"Kafka committed epoch {kafka_marker})"
-            )
-            os.kill(pid, signal.SIGKILL)
-            self.killed_pid = pid
-            killed_at = time.monotonic() - begun
-            self.progress.step(f"SIGKILLed the foreachBatch worker (pid {pid}) mid-epoch")
-            deadline = time.monotonic() + 60
-            while query.isActive and time.monotonic() < deadline:
-                time.sleep(0.25)
-            error = query.exception()
-            reason = str(error).strip().splitlines()[0] if error is not None else "none"
-            self.progress.step(f"the query failed as a crash makes it: {reason[:120]}")
-        finally:
-            with contextlib.suppress(Exception):
-                query.stop()
-        crash = {
-            "point": point,
-            "when": self.o.crash_at,
-            "epoch": held_epoch,
-            "worker_pid": pid,
-            "killed": True,
-            "after_s": round(killed_at, 1),
-            "postgres_decided_epoch": decided,
-            "kafka_committed_epoch": kafka_marker,
-            "query_error": reason[:300],
-        }
+        """The stream, the crash and the restarts, by ``--way``; what the crash was."""
+        if self.o.way == "format":
+            from laminar.cli._demo_format import run_format  # in-function: pyspark's API
 
-        self.progress.step("restarting the query from its checkpoint (recovery runs first)")
-        query = self.start_query(crash=False, trigger=processing)
-        try:
-            remaining = max(self.o.duration_s - (time.monotonic() - begun), 2 * self.o.trigger_s)
-            _wait(
-                lambda: (
-                    time.monotonic() - begun >= self.o.duration_s
-                    and any(
-                        e["event"] == "done" and e["epoch"] > held_epoch
-                        for e in _journal(self.journal_path)
-                    )
-                ),
-                self.progress,
-                self._status,
-                query=query,
-                timeout=remaining + 120,
-                what="the restarted query to commit new epochs",
-            )
-        finally:
-            query.stop()
-        self.progress.step("stopping the stream; draining the last batch (availableNow)")
-        query = self.start_query(crash=False, trigger={"availableNow": True})
-        _wait(
-            lambda: not query.isActive,
-            self.progress,
-            self._status,
-            query=None,
-            timeout=120,
-            what="the final batch",
-        )
-        if query.exception() is not None:
-            raise DemoError(f"the final batch failed: {query.exception()}")
-        return crash
+            return run_format(self)
+        from laminar.cli._demo_foreach import run_foreach_batch  # one way per run
+
+        return run_foreach_batch(self)
 
     # -- the proof ------------------------------------------------------------------------------
 
@@ -289,6 +238,11 @@ class Demo:
                 "SELECT epoch FROM laminar.txn_state WHERE transactional_id = %s",
                 (TRANSACTIONAL_ID,),
             ).fetchone()
+            # nothing left in doubt: no distributed transaction open, nothing prepared
+            left = conn.execute(
+                "SELECT (SELECT count(*) FROM laminar.dt_state),"
+                " (SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'laminar:%%')"
+            ).fetchone()
         with KafkaLogClient(self.bootstrap) as client:
             logs = client.read_topic(TOPIC)
         committed = [r for p in sorted(logs) for r in logs[p].committed]
@@ -299,8 +253,15 @@ class Demo:
         pg_check = _check(pg_ids, produced)
 
         journal = _journal(self.journal_path)
-        latencies = [float(e["commit_ms"]) for e in journal if e.get("commit_ms") is not None]
-        recovery = self._recovery(journal, crash)
+        if self.o.way == "format":
+            from laminar.cli._demo_format import commit_latencies, recovery_of  # pyspark API
+
+            latencies, per_batch = commit_latencies(journal)
+            recovery = recovery_of(journal, crash)
+        else:
+            latencies = [float(e["commit_ms"]) for e in journal if e.get("commit_ms") is not None]
+            per_batch = _foreach_batch_latencies(journal)
+            recovery = _foreach_recovery(journal, crash)
         problems = []
         if not pg_check.ok:
             problems.append(f"PostgreSQL: {pg_check}")
@@ -317,6 +278,10 @@ class Demo:
             )
         if decision is not None and int(decision[0]) > max(kafka_epochs, default=-1):
             problems.append(f"a decided epoch ({decision[0]}) is still missing in Kafka")
+        if left is not None and any(left):
+            problems.append(
+                f"left in doubt: {left[0]} distributed transaction(s), {left[1]} prepared"
+            )
         return DemoReport(
             ok=not problems,
             orders_produced=produced,
@@ -326,13 +291,27 @@ class Demo:
             epochs_committed_postgres=None if pg_epoch is None else pg_epoch + 1,
             epochs_committed_kafka=len(kafka_epochs),
             commit_latency_ms={
-                "source": "atomic group commit, steps 1-8 per epoch (ExactlyOnceWriter."
+                "source": "the driver-side commit of each batch (decision and completion)"
+                if self.o.way == "format"
+                else "atomic group commit, steps 1-8 per epoch (ExactlyOnceWriter."
                 "last_commit_ms, the figure laminar.sinks.last_commit_ms keeps)",
                 "epochs": len(latencies),
                 "p50": _round(_percentile(latencies, 50)),
                 "p99": _round(_percentile(latencies, 99)),
                 "max": _round(max(latencies, default=None)),
             },
+            batch_latency_ms={
+                "source": "first task's start to the commit's end"
+                if self.o.way == "format"
+                else "foreachBatch's call to its return",
+                "batches": len(per_batch),
+                "p50": _round(_percentile(per_batch, 50)),
+                "p99": _round(_percentile(per_batch, 99)),
+                "max": _round(max(per_batch, default=None)),
+            },
+            exporter=self.exporter_metrics(),
+            way=self.o.way,
+            broker=self.o.broker,
             crash=crash,
             recovery=recovery,
             seconds=round(seconds, 1),
@@ -341,39 +320,23 @@ class Demo:
                 "postgres_dsn": self.dsn,
                 "kafka_bootstrap": self.bootstrap,
                 "spark_remote": self.remote,
+                **({"exporter": self.exporter.url} if self.exporter else {}),
             },
         )
 
-    def _recovery(self, journal: list[dict[str, Any]], crash: dict[str, Any]) -> dict[str, Any]:
-        epoch = crash.get("epoch")
-        killed = crash.get("worker_pid")
-        after = [e for e in journal if e.get("pid") != killed]
-        messages = [str(e["message"]) for e in after if e["event"] == "log"]
-        replay = [e for e in after if e["event"] == "done" and e.get("epoch") == epoch]
-        replay_committed = bool(replay and replay[0].get("committed"))
-        if any("by EndTxn" in m for m in messages):
-            path = (
-                f"EndTxn: epoch {epoch}'s prepared Kafka transaction was committed with the "
-                "producer id/epoch recorded in the decision; Spark's replay of the batch was "
-                + ("written" if replay_committed else "skipped (already committed)")
-            )
-        elif any("from the redo log" in m for m in messages):
-            path = f"redo log: epoch {epoch}'s records re-produced from laminar.redo"
-        elif any("replay completed" in m or "waiting for Spark's replay" in m for m in messages):
-            path = f"Spark's replay: the decided epoch {epoch} was completed in Kafka by the replay"
-        elif replay_committed:
-            path = (
-                f"abort + replay: epoch {epoch} was not decided, the new producer's "
-                "init_transactions aborted its prepared records and Spark's replay wrote it"
-            )
-        else:
-            path = f"none needed: epoch {epoch} was already complete; the replay was skipped"
-        return {
-            "path": path,
-            "replayed_batch": epoch,
-            "replay": "written" if replay_committed else "skipped",
-            "messages": messages,
-        }
+    def exporter_metrics(self) -> dict[str, Any]:
+        """A few of the exporter's metrics for the demo's group, scraped now."""
+        if self.exporter is None:
+            return {}
+        text = self.exporter.text()
+        shown = {}
+        for name in EXPORTER_SHOWN:
+            for line in text.splitlines():
+                if line.startswith((name + "{", name + " ")) and (
+                    "group=" not in line or f'group="{GROUP}"' in line
+                ):
+                    shown[line.split(" ")[0]] = float(line.rsplit(" ", 1)[1])
+        return {"url": self.exporter.url, "metrics": shown}
 
     # -- output ---------------------------------------------------------------------------------
 
@@ -381,17 +344,22 @@ class Demo:
         if self.o.json:
             print(json.dumps(r.to_dict(), indent=2), file=self.out, flush=True)
             return
-        lat = r.commit_latency_ms
+        lat, per_batch = r.commit_latency_ms, r.batch_latency_ms
         verdict = "PASS: every order exactly once in both stores" if r.ok else "FAIL"
+        way = 'writeStream.format("laminar")' if r.way == "format" else "foreachBatch"
+        broker = "Apache Kafka" if r.broker == "kafka" else "Tansu"
         lines = [
             "",
-            "laminar demo: exactly-once report",
+            f"laminar demo: exactly-once report ({way} on {broker} + PostgreSQL)",
             f"  source            {r.orders_produced} orders in {r.batches} batches "
             "(per Spark's offset log)",
-            f"  crash             worker pid {r.crash['worker_pid']} SIGKILLed in epoch "
-            f"{r.crash['epoch']} at {r.crash['point']} ({r.crash['when']})",
-            f"  recovery          {r.recovery['path']}",
         ]
+        for kill in r.crash.get("kills") or [r.crash]:
+            lines.append(
+                f"  crash             {kill.get('what', 'worker')} pid {kill['worker_pid']} "
+                f"SIGKILLed in epoch {kill['epoch']} at {kill['point']} ({kill['when']})"
+            )
+        lines.append(f"  recovery          {r.recovery['path']}")
         for name, c in (("PostgreSQL", r.postgres), ("Kafka", r.kafka)):
             extra = (
                 f", {c.uncommitted_in_log} aborted/uncommitted records in the log (not counted)"
@@ -406,9 +374,14 @@ class Demo:
             f"  epochs committed  PostgreSQL {r.epochs_committed_postgres} · Kafka "
             f"{r.epochs_committed_kafka}",
             f"  commit latency    p50 {lat['p50']} ms · p99 {lat['p99']} ms over "
-            f"{lat['epochs']} epochs (atomic commit, steps 1-8)",
-            f"  result            {verdict}  ({r.seconds} s)",
+            f"{lat['epochs']} epochs ({lat['source']})",
+            f"  batch latency     p50 {per_batch['p50']} ms · p99 {per_batch['p99']} ms · max "
+            f"{per_batch['max']} ms over {per_batch['batches']} batches ({per_batch['source']})",
         ]
+        if r.exporter:
+            lines.append(f"  exporter          {r.exporter['url']}")
+            lines += [f"    {k} {v:g}" for k, v in r.exporter["metrics"].items()]
+        lines.append(f"  result            {verdict}  ({r.seconds} s)")
         lines += [f"  problem: {p}" for p in r.problems]
         print("\n".join(lines), file=self.out, flush=True)
 
@@ -418,7 +391,8 @@ class Demo:
             f"  PostgreSQL   {self.dsn}\n"
             f"  Kafka        {self.bootstrap}   (topic {TOPIC})\n"
             f"  Spark        {self.remote}\n"
-            f"  try          laminar status --dsn '{self.dsn}'",
+            + (f"  exporter     {self.exporter.url}\n" if self.exporter else "")
+            + f"  try          laminar status --dsn '{self.dsn}'",
             file=self.progress.stream,  # stderr under --json: stdout holds the report alone
             flush=True,
         )

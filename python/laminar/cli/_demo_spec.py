@@ -22,6 +22,22 @@ from laminar.errors import ConfigError
 TOPIC = "orders"
 TABLE = "public.orders"
 TRANSACTIONAL_ID = "laminar-demo-orders"
+#: The demo's atomic group: the default group id of its two sinks (their ids, sorted, joined).
+GROUP = "+".join(sorted((TABLE, TRANSACTIONAL_ID)))
+#: The environment variable of the demo's Spark server holding the PostgreSQL DSN
+#: (format("laminar")'s ``postgres.dsn.env``: a DSN is never an option).
+DSN_VAR = "LAMINAR_DEMO_PG_DSN"
+#: The exporter's metrics the report shows (the demo group's, and the exporter's own).
+EXPORTER_SHOWN = (
+    "laminar_group_last_committed_epoch",
+    "laminar_group_commits_total",
+    "laminar_group_aborts_total",
+    "laminar_group_epochs_in_doubt",
+    "laminar_group_commit_latency_seconds_count",
+    "laminar_group_commit_latency_seconds_sum",
+    "laminar_prepared_transactions",
+    "laminar_up",
+)
 
 #: ``--crash-at`` short names → the crash point (docs/engine.md §6) the writer holds at. Any
 #: point an atomic epoch reaches is accepted too, by its name (``atomic.after_kafka_prepare``)
@@ -38,9 +54,40 @@ _CRASH_MEANING = {
 }
 
 
-def crash_point_of(choice: str) -> CrashPoint:
-    """The crash point a ``--crash-at`` value names: a short name of `CRASH_POINTS`, or a point
-    an atomic epoch reaches (its name or legacy name); `ConfigError` otherwise."""
+#: The ways the demo writes (``--way``): Spark's own sink API (the data source, executors as
+#: participants) and ``foreachBatch``.
+WAYS = ("format", "foreachBatch")
+#: The brokers (``--broker``): Apache Kafka (a JVM) or Tansu (none; it neither fences nor hides
+#: aborted records: README, "Broker compatibility").
+BROKERS = ("kafka", "tansu")
+
+#: ``format("laminar")``: the point a task's worker holds at (its partition written, Kafka's
+#: transaction open with its records, PostgreSQL's COPY done, nothing prepared yet).
+TASK_CRASH_POINT = "scaleout.task_before_prepare"
+#: ``format("laminar")``'s ``--crash-at`` short names: the driver-side commit's points.
+COMMIT_CRASH_POINTS = {
+    # the decision committed in PostgreSQL; the participants prepared, not completed
+    "after-decision": "scaleout.after_decision",
+}
+#: Points of the driver-side commit a ``--crash-at`` name may also give.
+_COMMIT_POINTS = ("scaleout.after_decision", "scaleout.mid_completion")
+
+
+def crash_point_of(choice: str, way: str = "foreachBatch") -> CrashPoint:
+    """The crash point a ``--crash-at`` value names for ``way``: for ``foreachBatch`` a short
+    name of `CRASH_POINTS` or a point an atomic epoch reaches (its name or legacy name); for
+    ``format`` a short name of `COMMIT_CRASH_POINTS` or a point of the driver-side commit;
+    `ConfigError` otherwise."""
+    if way == "format":
+        name = COMMIT_CRASH_POINTS.get(choice, choice)
+        if name not in _COMMIT_POINTS:
+            raise ConfigError(
+                f"--crash-at {choice}: with --way format the demo kills the driver-side commit "
+                f"between the decision and the completion; choose one of "
+                f"{sorted(COMMIT_CRASH_POINTS)} or {list(_COMMIT_POINTS)} (--way foreachBatch "
+                "takes the atomic epoch's points)"
+            )
+        return point_named(name)
     point = point_named(CRASH_POINTS.get(choice, choice))
     if point.protocol != "atomic" or point.phase != "epoch":
         epoch_points = [p.name for p in CrashPoint.for_protocol("atomic") if p.phase == "epoch"]
@@ -69,16 +116,25 @@ class DemoOptions:
     duration_s: float = 30.0
     rate: int = 100
     trigger_s: float = 1.0
-    crash_at: str = "after-decision"
+    #: foreachBatch: where the writer is killed (None: after-decision); format: the
+    #: driver-side commit killed too (None: only the task's worker)
+    crash_at: str | None = None
     redo: str = "replay"
     keep: bool = False
     json: bool = False
     spark_remote: str | None = None
     work_dir: str | None = None
+    way: str = "format"
+    broker: str = "kafka"
 
     @property
     def rows_per_batch(self) -> int:
         return max(1, round(self.rate * self.trigger_s))
+
+    @property
+    def crash_choice(self) -> str:
+        """The foreachBatch way's ``--crash-at`` (its default: after-decision)."""
+        return self.crash_at or "after-decision"
 
 
 @dataclass
@@ -115,6 +171,13 @@ class DemoReport:
     seconds: float
     problems: list[str] = field(default_factory=list)
     servers: dict[str, str] = field(default_factory=dict)
+    #: ``format`` or ``foreachBatch``, and the broker it ran on
+    way: str = "foreachBatch"
+    broker: str = "tansu"
+    #: per micro-batch: first task's start (format) or foreachBatch's call, to the commit's end
+    batch_latency_ms: dict[str, str | float | int | None] = field(default_factory=dict)
+    #: ``laminar exporter``'s URL and a few of its metrics at the end
+    exporter: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -246,3 +309,16 @@ def _percentile(values: list[float], q: int) -> float | None:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
+
+
+def _foreach_batch_latencies(journal: list[dict[str, Any]]) -> list[float]:
+    """foreachBatch's call to its return, per committed epoch (ms), from the worker's journal."""
+    begun: dict[tuple[int, int], float] = {}
+    found = []
+    for e in journal:
+        key = (int(e.get("pid", 0)), int(e.get("epoch", -1)))
+        if e["event"] == "batch":
+            begun[key] = float(e["t"])
+        elif e["event"] == "done" and e.get("committed") and key in begun:
+            found.append((float(e["t"]) - begun[key]) * 1000)
+    return found

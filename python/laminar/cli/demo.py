@@ -2,23 +2,28 @@
 
 What it does, on embedded servers it starts and stops itself (`laminar.embedded`):
 
-1. a PostgreSQL cluster, a Kafka-protocol broker (Tansu) and a Spark Connect server;
+1. a PostgreSQL cluster, a Kafka broker (Apache Kafka by default, ``--broker tansu`` for the
+   JVM-less Tansu), a Spark Connect server, and ``laminar exporter`` over the database;
 2. a streaming query of "orders" (Spark's ``rate-micro-batch`` source: batch ``b`` holds the
    orders ``b * rows_per_batch`` up to the next batch's first, the same on every replay) written
-   by `laminar.spark` into the topic ``orders`` and the table ``public.orders`` as one atomic
-   group (docs/protocol.md §3);
-3. a crash in the middle of an epoch: the process running ``foreachBatch`` holds at a protocol
-   step (by default after the PostgreSQL decision, with the Kafka transaction prepared but not
-   committed) and is SIGKILLed from here;
-4. the query restarted from its checkpoint: the new writer recovers (the decided epoch is
-   completed in Kafka) and Spark's replay of the interrupted batch is skipped or written;
+   into the topic ``orders`` and the table ``public.orders`` as one atomic group
+   (docs/protocol.md §3-4) — by default the way in, ``writeStream.format("laminar")``, Spark's
+   tasks as two-phase participants and the driver-side commit deciding (`_demo_format`), or with
+   ``--way foreachBatch`` by `laminar.spark`'s foreachBatch writer (`_demo_foreach`);
+3. a crash in the middle of an epoch: a process holds at a protocol step and is SIGKILLed from
+   here — format: a task's Python worker mid-write (its rows written, nothing prepared) and,
+   with ``--crash-at``, the driver-side commit between the decision and the completion;
+   foreachBatch: the worker running it (by default after the PostgreSQL decision);
+4. the query restarted from its checkpoint: recovery completes or rolls back what the crash
+   left, and Spark's replay of the interrupted batch is skipped or written;
 5. the query drained to a clean end (``availableNow``) and a report that proves exactly-once:
    every order the source produced (per Spark's offset log, not per laminar) is in PostgreSQL
-   (by key) and among Kafka's *committed* records (read with `laminar.kafka.log`) exactly once.
+   (by key) and among Kafka's *committed* records (read with `laminar.kafka.log`) exactly once,
+   nothing left in doubt; with commit and per-batch latency and a few of the exporter's metrics.
 
-The writer side runs in the Spark server's Python worker; what it saw (epochs, commit latency,
-recovery messages) reaches this process through a JSON-lines file in the demo's directory, which
-works because the embedded server runs on this machine.
+The writer side runs in the Spark server's Python processes; what it saw reaches this process
+through a JSON-lines journal in the demo's directory, which works because the embedded server
+runs on this machine.
 """
 
 from __future__ import annotations
@@ -33,12 +38,14 @@ from typing import Any, TextIO
 
 from laminar.cli._demo_run import Demo
 from laminar.cli._demo_spec import (
+    BROKERS,
     CRASH_POINTS,
     EXIT_ERROR,
     EXIT_INTERRUPTED,
     TABLE,
     TOPIC,
     TRANSACTIONAL_ID,
+    WAYS,
     DemoError,
     DemoOptions,
     DemoReport,
@@ -113,6 +120,11 @@ def run(options: DemoOptions, out: TextIO = sys.stdout) -> int:
 
 
 def _crash_choice(value: str) -> str:
+    """A ``--crash-at`` value one of the ways knows (which one is checked with ``--way``)."""
+    for way in WAYS:
+        with contextlib.suppress(ConfigError):
+            crash_point_of(value, way)
+            return value
     try:
         crash_point_of(value)
     except ConfigError as e:
@@ -129,13 +141,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--rate", type=int, default=100, metavar="N", help="orders per second (100)"
     )
     parser.add_argument(
+        "--way",
+        choices=WAYS,
+        default="format",
+        help="format: writeStream.format('laminar'), Spark's tasks as the participants "
+        "(default); foreachBatch: laminar.spark's foreachBatch writer",
+    )
+    parser.add_argument(
+        "--broker",
+        choices=BROKERS,
+        default="kafka",
+        help="kafka: Apache Kafka (default; a JVM, jars from bootstrap); tansu: Tansu (no JVM; "
+        "it neither fences nor hides aborted records, laminar stays exactly-once on it)",
+    )
+    parser.add_argument(
         "--crash-at",
         type=_crash_choice,
-        default="after-decision",
+        default=None,
         metavar="POINT",
-        help="where the writer is killed: after-decision (PostgreSQL committed, Kafka prepared; "
-        "default), after-flush (Kafka prepared, nothing decided), or any point of an atomic "
-        "epoch by name (atomic.after_lock ... atomic.after_kafka_commit; atomic.step1-8 too)",
+        help="format: also kill the driver-side commit, at after-decision (decided, not "
+        "completed) or scaleout.mid_completion (a task's worker is always killed mid-write); "
+        "foreachBatch: where the writer is killed: after-decision (PostgreSQL committed, Kafka "
+        "prepared; default), after-flush (Kafka prepared, nothing decided), or any point of an "
+        "atomic epoch by name (atomic.after_lock ... atomic.after_kafka_commit; atomic.step1-8)",
     )
     parser.add_argument(
         "--redo",
@@ -147,15 +175,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keep",
         action="store_true",
-        help="leave the servers up after the report (prints DSN, bootstrap, Spark URL) until "
-        "Ctrl-C",
+        help="leave the servers and the exporter up after the report (prints DSN, bootstrap, "
+        "Spark URL, the exporter's URL) until Ctrl-C",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "--spark-remote",
         metavar="URL",
         help="use this Spark Connect server (sc://host:port) instead of starting one; its "
-        "Python must import laminar and it must run on this machine",
+        "Python must import laminar and it must run on this machine (--way foreachBatch only: "
+        "the data source reads its DSN from its own server's environment)",
     )
     parser.add_argument(
         "--work-dir", metavar="DIR", help="keep the checkpoint, journal and logs here"
@@ -167,6 +196,19 @@ def run_from_args(args: argparse.Namespace) -> int:
     if args.duration <= 0 or args.rate <= 0:
         print("laminar demo: --duration and --rate must be > 0", file=sys.stderr)
         return EXIT_ERROR
+    try:
+        if args.crash_at is not None:
+            crash_point_of(args.crash_at, args.way)
+    except ConfigError as e:
+        print(f"laminar demo: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.way == "format" and args.spark_remote is not None:
+        print(
+            "laminar demo: --spark-remote needs --way foreachBatch: format('laminar') reads the "
+            "PostgreSQL DSN from the Spark server's environment, so the demo starts its own",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     return run(
         DemoOptions(
             duration_s=args.duration,
@@ -177,5 +219,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             json=args.json,
             spark_remote=args.spark_remote,
             work_dir=args.work_dir,
+            way=args.way,
+            broker=args.broker,
         )
     )

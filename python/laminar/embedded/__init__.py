@@ -12,6 +12,8 @@ Used by Laminar's own tests and benchmarks, and by ``laminar demo``:
 - `SparkCluster` — a Spark standalone cluster: a master, workers and a Spark Connect server on
   it, each its own JVM (executors and their Python workers too), with handles to SIGKILL an
   executor or a task's Python worker and to restart a worker.
+- `PrometheusServer` — a Prometheus server (Debian's package) scraping given targets and
+  evaluating rule files at short intervals.
 - `probe_broker` — measures which exactly-once features a broker really provides.
 
 Every server runs as a child process in its own process group, logs to a file, and offers
@@ -24,6 +26,7 @@ from laminar.embedded.kafka import KafkaBroker, find_kafka_libs
 from laminar.embedded.kafka_cluster import KafkaCluster
 from laminar.embedded.postgres import EphemeralPostgres, find_pg_bindir
 from laminar.embedded.probe import BrokerCapabilities, probe_broker
+from laminar.embedded.prometheus import PrometheusServer, find_prometheus, find_promtool
 from laminar.embedded.spark import SparkConnectServer
 from laminar.embedded.spark_cluster import ExecutorProcess, SparkCluster
 
@@ -34,12 +37,15 @@ __all__ = [
     "ExecutorProcess",
     "KafkaBroker",
     "KafkaCluster",
+    "PrometheusServer",
     "S3Server",
     "SparkCluster",
     "SparkConnectServer",
     "TansuBroker",
     "find_kafka_libs",
     "find_pg_bindir",
+    "find_prometheus",
+    "find_promtool",
     "find_tansu_binary",
     "free_port",
     "probe_broker",

@@ -10,12 +10,12 @@ from __future__ import annotations
 import shutil
 import signal
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, TypeVar
 
-from laminar.embedded._process import EmbeddedServerError, ServerProcess, log_tail
+from laminar.embedded._process import EmbeddedServerError, ServerProcess, log_tail, wait_until
 
 __all__ = ["EmbeddedServer", "KafkaAdmin"]
 
@@ -95,6 +95,24 @@ class EmbeddedServer:
         self._process = None
         tail = log_tail(self.log_path, 40)
         return EmbeddedServerError(f"{error.message}\nlog {self.log_path}:\n{tail}")
+
+    def _await(self, process: ServerProcess, ready: Callable[[], bool], what: str) -> None:
+        """Wait until ``ready()`` (up to ``self.startup_timeout``); on a timeout or the process's
+        exit, kill it and raise an `EmbeddedServerError` with the tail of its log."""
+        try:
+            wait_until(
+                ready,
+                timeout=float(getattr(self, "startup_timeout", 60.0)),
+                what=what,
+                interval=0.2,
+                abort=process.exit_reason,
+            )
+        except EmbeddedServerError as e:
+            process.kill()
+            self._process = None
+            raise EmbeddedServerError(
+                f"{e.message}\nlog {self.log_path}:\n{log_tail(self.log_path, 40)}"
+            ) from None
 
     def _end_process(self, timeout: float) -> None:
         """SIGTERM the process (SIGKILL after ``timeout``) and drop its safety net."""

@@ -26,8 +26,6 @@ from laminar.embedded._process import (
     EmbeddedServerError,
     ServerProcess,
     free_port,
-    log_tail,
-    wait_until,
 )
 from laminar.embedded._server import EmbeddedServer
 from laminar.embedded.kafka import find_java, laminar_cache_dir
@@ -129,20 +127,7 @@ class SchemaRegistry(EmbeddedServer):
         ]
         process = ServerProcess(argv, log_path=self.log_path, name="Apicurio Registry", cwd=app)
         self._adopt(process)
-        try:
-            wait_until(
-                self._answers,
-                timeout=self.startup_timeout,
-                what=f"the schema registry on {self.host}:{self.port}",
-                interval=0.2,
-                abort=process.exit_reason,
-            )
-        except EmbeddedServerError as e:
-            process.kill()
-            self._process = None
-            raise EmbeddedServerError(
-                f"{e.message}\nlog {self.log_path}:\n{log_tail(self.log_path, 40)}"
-            ) from None
+        self._await(process, self._answers, f"the schema registry on {self.host}:{self.port}")
         return self
 
     def stop(self, *, timeout: float = 30.0) -> None:

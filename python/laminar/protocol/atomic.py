@@ -25,6 +25,7 @@ import psycopg
 import pyarrow as pa  # type: ignore[import-untyped]
 from psycopg.conninfo import conninfo_to_dict
 
+from laminar import _stats, _telemetry
 from laminar._core import AtomicGroupMachine, Command, Event, owner_decision
 from laminar._input import materialize
 from laminar._redact import redact_config, redact_dsn
@@ -236,15 +237,16 @@ class AtomicGroup(DistributedDriver):
         """Write Spark batch ``batch_id`` (epoch ``epoch_base + batch_id``) atomically to every
         sink that needs it, with the writer's retries; False if all had it. A stream is read
         once, here, so that every sink and every attempt write the same rows."""
-        self._batch = materialize(batch)
+        self._batch = data = materialize(batch)
         self._locked_at = None
         try:
-            self._run(lambda: self.machine.write_epoch(batch_id))
+            with _telemetry.epoch("epoch", self.group_id, None, rows=data.num_rows):
+                self._counted(lambda: self._run(lambda: self.machine.write_epoch(batch_id)))
         finally:
             self._batch = None
             self._kept.clear()
-        if self.machine.committed and self._locked_at is not None:
-            self.last_commit_ms = (time.perf_counter() - self._locked_at) * 1000
+        if self.machine.committed:
+            _telemetry.written("epoch", self.group_id, data.num_rows, data.nbytes)
         return self.machine.committed
 
     def write_scaled(self, epoch: int, tasks: Callable[[int], Sequence[Any]]) -> bool:
@@ -272,12 +274,28 @@ class AtomicGroup(DistributedDriver):
         self._tasks = tasks
         self._locked_at = None
         try:
-            self._run(begin)
+            with _telemetry.epoch("epoch", self.group_id, None):
+                self._counted(lambda: self._run(begin))
         finally:
             self._tasks = None
+        return self.machine.committed
+
+    def _counted(self, run: Callable[[], None]) -> None:
+        """Run an epoch; keep its commit latency and count its outcome in
+        ``laminar.commit_stats`` (`laminar._stats`: attempts rolled back, the commit)."""
+        try:
+            run()
+        except InDoubtError:
+            raise
+        except Exception:
+            _stats.count(self.conn, self.group_id, aborted=self.machine.attempts)
+            raise
         if self.machine.committed and self._locked_at is not None:
             self.last_commit_ms = (time.perf_counter() - self._locked_at) * 1000
-        return self.machine.committed
+            committed_s = self.last_commit_ms / 1000
+            _stats.count(
+                self.conn, self.group_id, committed_s=committed_s, aborted=self.machine.attempts - 1
+            )
 
     def _run(self, begin: Callable[[], None]) -> None:
         begin()

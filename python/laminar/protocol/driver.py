@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from laminar import _telemetry
 from laminar._core import Command, Event
 from laminar._faults import crash_point
 from laminar.errors import (
@@ -80,6 +81,7 @@ def drive(machine: Machine, perform: Callable[[Command], Event]) -> None:
     machine undoes what it opened, then re-raised as it was.
     """
     caught: dict[str, BaseException] = {}
+    perform = _telemetry.traced(perform)  # spans around the steps (itself when tracing is off)
     while (command := machine.poll()) is not None:
         try:
             event = perform(command)

@@ -1,6 +1,6 @@
 """The decision records: the statements over the ``laminar`` schema's ``sinks``,
-``sink_epochs``, ``txn_state``, ``redo``, ``dt_state``, ``dt_participant`` and ``stop_fence`` tables
-(docs/protocol.md §7, docs/engine.md §3-4).
+``sink_epochs``, ``txn_state``, ``redo``, ``dt_state``, ``dt_participant``, ``stop_fence`` and
+``commit_stats`` tables (docs/protocol.md §7, docs/engine.md §3-4).
 
 Over 500 lines on purpose: it is the one home of every statement over the laminar schema (issue
 13), grouped by table; splitting it would spread them again.
@@ -35,6 +35,7 @@ __all__ = [
     "committed_epoch",
     "committed_epochs",
     "conclude_dt",
+    "count_outcome",
     "create_dt",
     "delete_redo",
     "lift_stop_fence",
@@ -42,11 +43,13 @@ __all__ = [
     "lock_partition",
     "lock_stop_fence",
     "mark_participants",
+    "read_commit_stats",
     "read_decisions",
     "read_dt_state",
     "read_dt_states",
     "read_dt_status",
     "read_kafka_registry",
+    "read_metric_sinks",
     "read_ownership",
     "read_participant_decisions",
     "read_participants",
@@ -55,6 +58,7 @@ __all__ = [
     "read_sink_epochs",
     "read_status_sinks",
     "read_stop_fence",
+    "read_stop_fences",
     "record_decision",
     "record_epoch_totals",
     "redo_blobs",
@@ -616,3 +620,65 @@ def lift_stop_fence(conn: psycopg.Connection[Any], group_id: str) -> int | None:
     """Delete the group's fence; the epoch it held (None: there was none)."""
     row = conn.execute(_LIFT_FENCE, (group_id,)).fetchone()
     return None if row is None else int(row[0])
+
+
+# -- laminar.commit_stats and the exporter's reads (docs/formats.md §3 version 4,
+# -- docs/operations.md "Metrics and alerts"; laminar._stats, laminar.exporter) -----------------
+
+_COUNT_OUTCOME = sql.SQL(
+    "INSERT INTO {t} AS s (group_id, commits, aborts, latency_sum_s, latency_buckets)"
+    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (group_id) DO UPDATE SET"
+    " commits = s.commits + EXCLUDED.commits, aborts = s.aborts + EXCLUDED.aborts,"
+    " latency_sum_s = s.latency_sum_s + EXCLUDED.latency_sum_s,"
+    " latency_buckets = ARRAY(SELECT coalesce(a, 0) + coalesce(b, 0) FROM"
+    " unnest(s.latency_buckets, EXCLUDED.latency_buckets) WITH ORDINALITY AS u(a, b, i)"
+    " ORDER BY i), updated_at = now()"
+).format(t=table("commit_stats"))
+_COMMIT_STATS = sql.SQL(
+    "SELECT group_id, commits, aborts, latency_sum_s, latency_buckets FROM {t} ORDER BY group_id"
+).format(t=table("commit_stats"))
+_STOP_FENCES = sql.SQL(
+    "SELECT group_id, epoch, extract(epoch FROM clock_timestamp() - fenced_at) FROM {t}"
+    " ORDER BY group_id"
+).format(t=table("stop_fence"))
+_METRIC_SINKS = sql.SQL(
+    "SELECT s.sink_id, s.kind, s.config -> 'sinks', s.generation, e.epoch,"
+    " extract(epoch FROM e.committed_at), extract(epoch FROM clock_timestamp() - e.committed_at)"
+    " FROM {s} s LEFT JOIN {e} e USING (sink_id) ORDER BY s.sink_id"
+).format(s=table("sinks"), e=table("sink_epochs"))
+
+
+def count_outcome(
+    conn: psycopg.Connection[Any],
+    group_id: str,
+    *,
+    commits: int,
+    aborts: int,
+    latency_s: float,
+    buckets: Sequence[int],
+) -> None:
+    """Add one epoch's outcome to the group's ``laminar.commit_stats`` row (``buckets``: the
+    latency histogram's counts to add, element-wise, `laminar._stats.BUCKETS_S`)."""
+    conn.execute(_COUNT_OUTCOME, (group_id, commits, aborts, latency_s, list(buckets)))
+
+
+def read_commit_stats(
+    conn: psycopg.Connection[Any],
+) -> list[tuple[str, int, int, float, list[int]]]:
+    """``(group_id, commits, aborts, latency_sum_s, latency_buckets)`` of every group."""
+    return [
+        (str(g), int(c), int(a), float(s), [int(n or 0) for n in (b or [])])
+        for g, c, a, s, b in conn.execute(_COMMIT_STATS).fetchall()
+    ]
+
+
+def read_stop_fences(conn: psycopg.Connection[Any]) -> list[tuple[str, int, float]]:
+    """``(group_id, epoch, age_s)`` of every stop fence in place."""
+    return [(str(g), int(e), float(a)) for g, e, a in conn.execute(_STOP_FENCES).fetchall()]
+
+
+def read_metric_sinks(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    """The exporter's registry rows: ``(sink_id, kind, members, generation, epoch,
+    committed_at_unix_s, age_s)`` (``members``: an atomic group's sink ids; the epoch columns
+    are a PostgreSQL sink's ``sink_epochs`` row, None without one)."""
+    return [tuple(r) for r in conn.execute(_METRIC_SINKS).fetchall()]

@@ -31,7 +31,7 @@ from typing import Any
 import psycopg
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from laminar import _trace
+from laminar import _telemetry, _trace
 from laminar._core import (
     Command,
     Event,
@@ -216,7 +216,8 @@ class ScaleOutTask:
         )
         driver = _TaskDriver(self, part, batches, pgs, kas)
         try:
-            drive(machine, driver.perform)
+            with _telemetry.epoch("task", self.group_id, self.epoch):
+                drive(machine, driver.perform)
         finally:
             driver.close()
         return [ParticipantResult(*row) for row in machine.results]
@@ -289,7 +290,7 @@ class _TaskDriver(DistributedDriver):
         return super()._perform(c)
 
     def _write(self) -> int:
-        count = 0
+        count = nbytes = 0
         opened = list(self.participants.values())
         for batch in _chain(self.first, self.batches):
             if batch is None or batch.num_rows == 0:
@@ -297,6 +298,8 @@ class _TaskDriver(DistributedDriver):
             for sink in opened:
                 sink.write(batch)
             count += batch.num_rows
+            nbytes += batch.nbytes
+        _telemetry.written("task", self.task.group_id, count, nbytes)
         return count
 
     def _release(self, *, prepared: bool) -> None:
