@@ -230,9 +230,10 @@ class RegistryClient:
             # registry may refuse the second with a conflict although the schema is now
             # there (Apicurio's "artifact … already exists"). Only a schema the subject does
             # not hold is a refused change.
-            schema_id = self._registered(subject, schema)
-            if schema_id is None:
+            held = self._registered(subject, schema)
+            if held is None:
                 raise self._refused(subject, schema, refused.message) from None
+            schema_id = held
         with self._lock:
             self._ids[key] = schema_id
             self._schemas[schema_id] = schema
