@@ -894,7 +894,7 @@ __all__ += [
 
 @final
 class LogRecord:
-    """One record as it sits in the log (``laminar.kafka_log.LogRecord``): compared, hashed and
+    """One record as it sits in the log (``laminar.kafka.log.LogRecord``): compared, hashed and
     shown by its fields, like a frozen dataclass."""
 
     def __new__(
@@ -1242,7 +1242,7 @@ _RefusalKind = Literal[
 ]
 _End = Literal["ok", "refused", "failed"]
 _ParticipantKind = Literal["attempt", "postgres", "kafka"]
-#: A task's result row in ``laminar.scaleout.RESULT_SCHEMA``'s order: part, attempt,
+#: A task's result row in ``laminar.protocol.scaleout.RESULT_SCHEMA``'s order: part, attempt,
 #: participant, kind, resource, records, prepared_state, marker, status.
 _ResultRow = tuple[int, str, str, str, str, int, str, int | None, str]
 
