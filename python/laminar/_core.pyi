@@ -1260,11 +1260,7 @@ class CrashPoint:
         """The points of one protocol."""
     @staticmethod
     def parse(name: str) -> CrashPoint:
-        """The point a name or a legacy name (``atomic.step7``) denotes; ``ValueError`` if
-        none."""
-    @staticmethod
-    def legacy_names() -> dict[str, str]:
-        """Legacy name (``atomic.step1`` … ``atomic.step8``) → name."""
+        """The point a name (``atomic.after_decision``) denotes; ``ValueError`` if none."""
     @property
     def name(self) -> str:
         """``<protocol>.<step>``, as ``LAMINAR_CRASH_AT`` takes it."""
@@ -1277,9 +1273,6 @@ class CrashPoint:
     @property
     def position(self) -> Literal["after", "within"]:
         """Right after its command, or within it."""
-    @property
-    def legacy_name(self) -> str | None:
-        """The name it had before points were named after their steps."""
     @property
     def in_task(self) -> bool:
         """Whether a scale-out task (not the coordinator) reaches it."""
