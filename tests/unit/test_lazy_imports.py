@@ -1,4 +1,4 @@
-"""Hostile review of the lazy imports (PEP 562 ``__getattr__`` in `laminar`, `laminar.spark`;
+"""The lazy imports (PEP 562 ``__getattr__`` in `laminar`, `laminar.spark`;
 `laminar._lazy`): every public name and path of the eager ``import laminar`` still works
 in a fresh interpreter, in any order, and what Spark's driver-side processes unpickle loads in a
 process that imported only ``laminar.spark.source``."""
