@@ -111,15 +111,16 @@ def test_the_console_script_is_laminar_cli_main() -> None:
     assert 'laminar = "laminar.cli:main"' in pyproject
 
 
-def module_level_imports(name: str) -> set[str]:
+def module_level_imports(name: str, *, everywhere: bool = False) -> set[str]:
     """The laminar modules `name` imports when it is loaded (not inside functions, not under
-    TYPE_CHECKING), each ``from package import module`` resolved to the module."""
+    TYPE_CHECKING), each ``from package import module`` resolved to the module; ``everywhere``:
+    also the imports inside functions and under TYPE_CHECKING."""
     path = PACKAGE.parent / (name.replace(".", "/"))
     file = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
     tree = ast.parse(file.read_text())
     found: set[str] = set()
     known = set(modules())
-    for node in tree.body:
+    for node in ast.walk(tree) if everywhere else tree.body:
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("laminar"))
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("laminar"):
@@ -129,11 +130,14 @@ def module_level_imports(name: str) -> set[str]:
                     continue  # the extension module, which imports nothing of the package
                 child = f"{module}.{alias.name}"
                 found.add(child if child in known else module)
+    if everywhere:
+        found.discard("laminar")  # the root package: loaded before any of its modules anyway
     return {m for m in found if m in known and m != name}
 
 
-def test_no_module_level_import_cycle() -> None:
-    graph = {name: module_level_imports(name) for name in modules()}
+def import_cycles(*, everywhere: bool = False) -> list[list[str]]:
+    """The import cycles between the package's modules, each as the path that closes it."""
+    graph = {name: module_level_imports(name, everywhere=everywhere) for name in modules()}
     state: dict[str, int] = {}
     cycles: list[list[str]] = []
 
@@ -149,7 +153,26 @@ def test_no_module_level_import_cycle() -> None:
     for name in graph:
         if name not in state:
             visit(name, [name])
-    assert cycles == []
+    return cycles
+
+
+def test_no_module_level_import_cycle() -> None:
+    assert import_cycles() == []
+
+
+#: Cycles closed only by an import inside a function (issue 25, item 5: to go); no other may
+#: appear — e.g. embedded/_server.py ↔ embedded/broker.py, removed when Tansu's module became
+#: embedded/tansu.py and the admin helpers moved beside `KafkaAdmin`.
+KNOWN_DEFERRED_CYCLES = {
+    frozenset({"laminar.cli._demo_run", "laminar.cli._demo_foreach"}),
+    frozenset({"laminar.cli._demo_run", "laminar.cli._demo_format"}),
+    frozenset({"laminar.spark", "laminar.spark.writer"}),
+}
+
+
+def test_no_new_import_cycle_through_a_function_level_import() -> None:
+    found = {frozenset(cycle) for cycle in import_cycles(everywhere=True)}
+    assert found - KNOWN_DEFERRED_CYCLES == set()
 
 
 def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
