@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from laminar.errors import ConfigError
-from laminar.metadata import MIGRATIONS, applied_version, ensure_schema
+from laminar.metadata import MIGRATIONS, SCHEMA_VERSION, applied_version, ensure_schema
 from laminar.spark.source import LaminarStreamWriter, resolve_stopped, write_task
 from tests.integration.test_stop_fence import (
     PARTS,
@@ -92,7 +92,7 @@ def test_a_database_at_schema_version_2(
         assert applied_version(conn) == 2, "the writer's lift does not migrate"
     resolve_stopped(g["raw"])
     with psycopg.connect(fresh_db) as conn:
-        assert applied_version(conn) == 3, "resolve_stopped migrates to version 3"
+        assert applied_version(conn) == SCHEMA_VERSION, "resolve_stopped migrates to the last"
     assert fence_of(g) == 0
     run_batch(g, 0, "1")
     run_batch(g, 1, "1")
