@@ -179,7 +179,7 @@ def bench_atomic_recovery_time(world: World, benchmark: Any, tmp_path: Path, pat
     tid = f"tid-{topic}"
     redo = "log" if path == "redo_log" else "replay"
     argv = [world.bootstrap, topic, world.dsn, table, tid, "3", str(tmp_path / "ckpt"), redo]
-    assert killed(run_writer(argv, "atomic.step7@2"))
+    assert killed(run_writer(argv, "atomic.after_decision@2"))
     if path != "end_txn":
         abort_prepared(world.bootstrap, tid)
     writer = laminar.exactly_once(

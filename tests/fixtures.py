@@ -50,7 +50,7 @@ from laminar.embedded import (
     TansuBroker,
     probe_broker,
 )
-from laminar.embedded.broker import create_topic
+from laminar.embedded._server import create_topic
 from laminar.embedded.registry import SchemaRegistry
 
 IN_CI = os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")

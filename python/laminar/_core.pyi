@@ -894,7 +894,7 @@ __all__ += [
 
 @final
 class LogRecord:
-    """One record as it sits in the log (``laminar.kafka_log.LogRecord``): compared, hashed and
+    """One record as it sits in the log (``laminar.kafka.log.LogRecord``): compared, hashed and
     shown by its fields, like a frozen dataclass."""
 
     def __new__(
@@ -1242,7 +1242,7 @@ _RefusalKind = Literal[
 ]
 _End = Literal["ok", "refused", "failed"]
 _ParticipantKind = Literal["attempt", "postgres", "kafka"]
-#: A task's result row in ``laminar.scaleout.RESULT_SCHEMA``'s order: part, attempt,
+#: A task's result row in ``laminar.protocol.scaleout.RESULT_SCHEMA``'s order: part, attempt,
 #: participant, kind, resource, records, prepared_state, marker, status.
 _ResultRow = tuple[int, str, str, str, str, int, str, int | None, str]
 
@@ -1260,11 +1260,7 @@ class CrashPoint:
         """The points of one protocol."""
     @staticmethod
     def parse(name: str) -> CrashPoint:
-        """The point a name or a legacy name (``atomic.step7``) denotes; ``ValueError`` if
-        none."""
-    @staticmethod
-    def legacy_names() -> dict[str, str]:
-        """Legacy name (``atomic.step1`` … ``atomic.step8``) → name."""
+        """The point a name (``atomic.after_decision``) denotes; ``ValueError`` if none."""
     @property
     def name(self) -> str:
         """``<protocol>.<step>``, as ``LAMINAR_CRASH_AT`` takes it."""
@@ -1277,9 +1273,6 @@ class CrashPoint:
     @property
     def position(self) -> Literal["after", "within"]:
         """Right after its command, or within it."""
-    @property
-    def legacy_name(self) -> str | None:
-        """The name it had before points were named after their steps."""
     @property
     def in_task(self) -> bool:
         """Whether a scale-out task (not the coordinator) reaches it."""

@@ -5,11 +5,10 @@ Each protocol step calls ``crash_point(point)`` with one of the core's crash poi
 commands, the sinks name theirs. Nothing happens unless the environment variable
 ``LAMINAR_CRASH_AT`` names that point, as ``name`` or ``name@n`` (crash on the n-th time the point
 is reached in this process; several points separated by commas). A name is a point's name
-(``atomic.after_decision``) or its legacy numbered name (``atomic.step7``); a name that is no
-point is a `ConfigError`, in the variable as in a call — a misspelt point never silently does
-nothing. The check is a test of an empty dict, so the hooks cost nothing in production. Tests set
-the variable in a child process and verify that, after a restart and recovery, every record is in
-each store exactly once.
+(``atomic.after_decision``); a name that is no point is a `ConfigError`, in the variable as in a
+call — a misspelt point never silently does nothing. The check is a test of an empty dict, so
+the hooks cost nothing in production. Tests set the variable in a child process and verify
+that, after a restart and recovery, every record is in each store exactly once.
 
 ``LAMINAR_CRASH_HOLD=<file>`` turns the kill into a *hold*: the process appends ``<pid> <point>``
 to the file and then sleeps where it stands, with its transaction open, until something outside
@@ -74,16 +73,12 @@ FAIL_POINTS: dict[str, str] = {
 
 
 def point_named(name: str) -> CrashPoint:
-    """The crash point ``name`` (or its legacy name) denotes; a `ConfigError` listing the
-    points if none."""
+    """The crash point ``name`` denotes; a `ConfigError` listing the points if none."""
     try:
         return CrashPoint.parse(name)
     except ValueError:
         known = ", ".join(p.name for p in CrashPoint.all())
-        raise ConfigError(
-            f"{name!r} is not a crash point; the points are: {known} (and the legacy names "
-            f"{', '.join(CrashPoint.legacy_names())})"
-        ) from None
+        raise ConfigError(f"{name!r} is not a crash point; the points are: {known}") from None
 
 
 def _parse(spec: str) -> dict[str, int]:

@@ -123,13 +123,13 @@ def test_rate_source_into_both_across_stop_and_restart(
     [
         # Kafka flushed (prepared), no decision yet: the next producer's init aborts it; the
         # replay of the batch writes the epoch to both stores.
-        ("atomic.step4", "replay", False),
+        ("atomic.after_kafka_prepare", "replay", False),
         # decided (PostgreSQL committed), Kafka prepared: recovery completes Kafka's part
         # (EndTxn with the recorded producer id/epoch, else the replay) and the replay is
         # skipped.
-        ("atomic.step7", "replay", True),
+        ("atomic.after_decision", "replay", True),
         # the same with a redo log: Kafka's part needs no replay; the log is dropped after.
-        ("atomic.step7", "log", True),
+        ("atomic.after_decision", "log", True),
     ],
 )
 def test_worker_sigkilled_mid_epoch_then_query_restarted(

@@ -1,6 +1,6 @@
 """The atomic pair writing Spark's Kafka-sink shape routed over three topics (not a test module):
 the epochs, the stores they need, and the exact check of both stores after recovery — Kafka's
-committed records replayed by ``laminar.kafka_log`` (`kafka_shape_helpers.assert_exact`), and
+committed records replayed by ``laminar.kafka.log`` (`kafka_shape_helpers.assert_exact`), and
 PostgreSQL's rows, each once with its exact key, value, topic and partition."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Helpers of the tests that call the data source's entry points directly (`laminar.spark.source`:
 `write_task`, `commit_batch`, `resolve_stopped`, `LaminarStreamWriter`), without Spark: the
 partitions they write and what each store holds afterwards (Kafka judged by its committed
-records with control batches replayed, `laminar.kafka_log`)."""
+records with control batches replayed, `laminar.kafka.log`)."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ def shape_table(epoch: int, home: str, rows: int = ROWS, *, topics: int = 2) -> 
         None if i % 3 == 0 else [{"key": "trace", "value": f"t{n}".encode()}]
         for i, n in enumerate(ids)
     ]
-    if topics > 2:  # a second header (another name: laminar.kafka_log keeps one value per
+    if topics > 2:  # a second header (another name: laminar.kafka.log keeps one value per
         # name), null or empty
         for i, h in enumerate(headers):
             if h is not None and i % 5 == 0:

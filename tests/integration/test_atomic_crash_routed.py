@@ -3,7 +3,7 @@
 SIGKILL at every crash point of the core's enum (`CrashPoint.for_protocol`: every step of an
 epoch, of a start-up and of a recovery), for ``redo="replay"`` and ``redo="log"``, then
 restarted: every record is in its topic once and only once with its exact key, value, partition
-and headers (committed records with control batches replayed by ``laminar.kafka_log``), and
+and headers (committed records with control batches replayed by ``laminar.kafka.log``), and
 every row once in PostgreSQL (docs/protocol.md §3; docs/formats.md §2, the redo blob's version 2).
 
 The harness is `test_atomic_crash`'s (one writer process per run, `atomic_crash_writer.py` with

@@ -39,13 +39,13 @@ def test_a_zombie_coordinator_paused_mid_epoch_cannot_commit_after_a_new_one_sta
     real = driver_module.crash_point
     began = CrashPoint.parse("atomic.after_kafka_begin")
 
-    def pause_at_step2(point: CrashPoint | str) -> None:
+    def pause_after_kafka_begin(point: CrashPoint | str) -> None:
         if point == began and threading.current_thread().name == "zombie":
             paused.set()
             resume.wait(60)
         real(point)
 
-    monkeypatch.setattr(driver_module, "crash_point", pause_at_step2)
+    monkeypatch.setattr(driver_module, "crash_point", pause_after_kafka_begin)
     outcome: list[BaseException | laminar.EpochResult] = []
 
     def run_zombie() -> None:

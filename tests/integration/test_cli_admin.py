@@ -179,7 +179,7 @@ def test_status_and_resolve_a_crashed_atomic_writer(
     create_table(pg_dsn, table)
     tid = f"tid-{topic}"
     argv = [kafka_bootstrap, topic, pg_dsn, table, tid, "3", str(tmp_path / "ckpt"), "replay"]
-    assert killed(run_writer(argv, "atomic.step7@2"))
+    assert killed(run_writer(argv, "atomic.after_decision@2"))
     abort_prepared(kafka_bootstrap, tid)  # the broker gave the transaction up
     assert main(["status", "--dsn", pg_dsn, "--json"]) == 5
     doc = json.loads(capsys.readouterr().out)

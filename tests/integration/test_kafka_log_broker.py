@@ -1,7 +1,7 @@
 """laminar.kafka.log against the real brokers: the control records it sees, and committed-only
 records whatever the broker's read_committed does. Compatibility subset: every test runs on
-Apache Kafka and on Tansu, whose read_committed shows aborted records — kafka_log is what makes
-Laminar's own checks hold there."""
+Apache Kafka and on Tansu, whose read_committed shows aborted records — laminar.kafka.log is what
+makes Laminar's own checks hold there."""
 
 from __future__ import annotations
 
@@ -73,8 +73,8 @@ def test_aborted_records_are_never_committed_records(
     assert [r.value for r in read_committed(kafka_bootstrap, topic_name)] == [b"kept-1", b"kept-2"]
     log = read_partition(kafka_bootstrap, topic_name, 0)
     assert [r.value for r in log.aborted] == [b"aborted-1", b"aborted-2"]
-    # Where the broker's read_committed does not filter aborted records (Tansu), kafka_log is
-    # the only correct reader; where it does, both agree.
+    # Where the broker's read_committed does not filter aborted records (Tansu), laminar.kafka.log
+    # is the only correct reader; where it does, both agree.
     seen = consumer_values(kafka_bootstrap, topic_name, 1, expect=4, timeout=3.0)
     if kafka_broker.capabilities.hides_aborted_records:
         assert seen == [b"kept-1", b"kept-2"]

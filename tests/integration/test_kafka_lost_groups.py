@@ -28,7 +28,8 @@ def delete_groups(bootstrap: str, groups: list[str]) -> None:
 def test_a_decided_epoch_is_completed_once_after_the_sink_lost_its_groups(
     world: dict[str, str], redo: str, lost: tuple[str, ...]
 ) -> None:
-    crashed = run_writer(args(world, redo), "atomic.step7@2")  # epoch 1 decided, Kafka prepared
+    # epoch 1 decided, Kafka prepared
+    crashed = run_writer(args(world, redo), "atomic.after_decision@2")
     assert killed(crashed), crashed.stdout + crashed.stderr[-2000:]
     assert crashed.stdout.splitlines() == ["epoch 0: committed"]
 

@@ -272,7 +272,7 @@ def test_an_expired_marker_is_replaced_by_the_header_witness(
 ) -> None:
     """The marker group is deleted (as offsets.retention.minutes would expire it); the last
     committed epoch is then read from the laminar.epoch headers of the committed records, which
-    kafka_log tells apart from an aborted later epoch on any broker."""
+    laminar.kafka.log tells apart from an aborted later epoch on any broker."""
     from confluent_kafka.admin import AdminClient
 
     tid = f"tid-{topic}"

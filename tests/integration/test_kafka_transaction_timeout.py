@@ -3,7 +3,7 @@
 on a real Apache Kafka broker (docs/protocol.md §3, "Completing Kafka's part", and §8).
 
 The writer (the atomic pair, a subprocess) is SIGKILLed right after PostgreSQL decided epoch 1
-(`atomic.step7`), its Kafka transaction prepared with ``transaction.timeout.ms`` = 3 s. The
+(`atomic.after_decision`), its Kafka transaction prepared with ``transaction.timeout.ms`` = 3 s. The
 broker aborts it (it checks every second: `laminar.embedded.kafka.SINGLE_NODE_SETTINGS`). Then:
 
 - ``laminar status`` reports the decided epoch Kafka does not hold (exit 5, in doubt);
@@ -70,7 +70,7 @@ def test_a_prepared_transaction_the_broker_timed_out_is_reported_and_completed_o
 ) -> None:
     world = own_world
     monkeypatch.setenv("LAMINAR_TEST_TRANSACTION_TIMEOUT_MS", str(TRANSACTION_TIMEOUT_MS))
-    crashed = run_writer(args(world, redo), "atomic.step7@2")
+    crashed = run_writer(args(world, redo), "atomic.after_decision@2")
     assert killed(crashed), crashed.stdout + crashed.stderr[-2000:]
     assert crashed.stdout.splitlines() == ["epoch 0: committed"]
 

@@ -6,7 +6,7 @@ creates its writer, and writes the batch exactly once.
 
 The data source's entry points are called directly (no Spark), against a real PostgreSQL and a
 real Apache Kafka broker; Kafka is judged by its committed records with control batches
-replayed (`laminar.kafka_log`), never by a ``read_committed`` consumer."""
+replayed (`laminar.kafka.log`), never by a ``read_committed`` consumer."""
 
 from __future__ import annotations
 

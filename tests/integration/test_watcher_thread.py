@@ -68,7 +68,7 @@ def test_the_watcher_thread_resolves_a_crashed_epoch_and_a_stray_participant(
         # 1. another writer of the group decides epoch 1 and dies before Kafka commits it
         crashed = run_writer(
             [kafka_bootstrap, topic, pg_dsn, table, tid, "2", str(checkpoint), "replay"],
-            "atomic.step7",
+            "atomic.after_decision",
         )
         assert killed(crashed), crashed.stdout + crashed.stderr[-2000:]
         # 2. a participant of the group's table prepared with no decision (a dead task)

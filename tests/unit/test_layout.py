@@ -1,9 +1,9 @@
-"""The package layout (docs/engine.md, "Package layout"): every documented public path and name
-imports, the compatibility paths are the very objects of their new homes, no module-level import
-cycle, and no module over ~500 lines without a reason written at its top.
+"""The package layout (docs/engine.md, "Layout"): every documented public path and name imports,
+no old path of before the layout does, no module-level import cycle, and no module over ~500
+lines without a reason written at its top.
 
-Black-box tests import the public paths; a later move that forgets a compatibility path fails
-here rather than in a user's program.
+Black-box tests import the public paths; a move that forgets one fails here rather than in a
+user's program.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "laminar.errors": ("LaminarError", "ConfigError", "InDoubtError", "InvalidStateEncoding"),
     "laminar.metadata": ("ensure_schema", "MIGRATIONS"),
     "laminar.cli": ("main",),
-    "laminar.demo": ("add_arguments", "run_from_args", "TABLE", "TOPIC"),
+    "laminar.cli.demo": ("add_arguments", "run_from_args", "TABLE", "TOPIC"),
     "laminar.spark": (
         "start",
         "foreach_batch",
@@ -37,17 +37,21 @@ PUBLIC: dict[str, tuple[str, ...]] = {
         "ExactlyOnceWriter",
         "exactly_once",
     ),
-    "laminar.spark_source": ("LaminarDataSource", "resolve_stopped"),
-    "laminar.spark_options": ("SinkOptions", "parse_options"),
-    "laminar.kafka_log": ("read_committed", "KafkaLogClient", "ClientSecurity"),
-    "laminar.sinks": ("KafkaSink", "PostgresSink", "TransactionalSink"),
-    "laminar.sinks.kafka": ("KafkaSink",),
-    "laminar.sinks.postgres": ("PostgresSink",),
-    "laminar.sinks.base": ("TransactionalSink",),
-    "laminar.coordinator": ("EpochResult", "ExactlyOnceWriter", "exactly_once"),
-    "laminar.watcher": ("Watcher",),
-    "laminar.recovery": ("resolve_kafka_sinks",),
-    "laminar.scaleout": ("ScaleOutCoordinator", "ScaleOutTask", "ParticipantResult", "RESULT_DDL"),
+    "laminar.spark.source": ("LaminarDataSource", "resolve_stopped"),
+    "laminar.spark.options": ("SinkOptions", "parse_options"),
+    "laminar.spark.writer": ("EpochResult", "ExactlyOnceWriter", "exactly_once"),
+    "laminar.kafka.log": ("read_committed", "KafkaLogClient", "ClientSecurity"),
+    "laminar.kafka.sink": ("KafkaSink",),
+    "laminar.postgres.sink": ("PostgresSink",),
+    "laminar._sink": ("TransactionalSink",),
+    "laminar.protocol.watcher": ("Watcher",),
+    "laminar.protocol.recovery": ("resolve_kafka_sinks",),
+    "laminar.protocol.scaleout": (
+        "ScaleOutCoordinator",
+        "ScaleOutTask",
+        "ParticipantResult",
+        "RESULT_DDL",
+    ),
     "laminar.readiness": ("require_reachable", "describe_process"),
     "laminar.embedded": (
         "EphemeralPostgres",
@@ -60,20 +64,22 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     ),
 }
 
-# Old module path -> the module that now holds its code.
-COMPAT = {
-    "laminar.sinks.kafka": "laminar.kafka.sink",
-    "laminar.sinks.postgres": "laminar.postgres.sink",
-    "laminar.sinks.base": "laminar._sink",
-    "laminar.kafka_log": "laminar.kafka.log",
-    "laminar.coordinator": "laminar.spark.writer",
-    "laminar.watcher": "laminar.protocol.watcher",
-    "laminar.recovery": "laminar.protocol.recovery",
-    "laminar.scaleout": "laminar.protocol.scaleout",
-    "laminar.demo": "laminar.cli.demo",
-    "laminar.spark_source": "laminar.spark.source",
-    "laminar.spark_options": "laminar.spark.options",
-}
+# Paths of before the layout (re-exports of the modules above until they were deleted): none
+# imports, so nothing can lean on them again.
+GONE = (
+    "laminar.sinks",
+    "laminar.sinks.kafka",
+    "laminar.sinks.postgres",
+    "laminar.sinks.base",
+    "laminar.kafka_log",
+    "laminar.coordinator",
+    "laminar.watcher",
+    "laminar.recovery",
+    "laminar.scaleout",
+    "laminar.demo",
+    "laminar.spark_source",
+    "laminar.spark_options",
+)
 
 
 def modules() -> list[str]:
@@ -94,15 +100,10 @@ def test_every_documented_public_path_and_name_imports(path: str) -> None:
     assert missing == [], f"{path} lacks {missing}"
 
 
-@pytest.mark.parametrize("old", sorted(COMPAT))
-def test_a_compatibility_path_re_exports_its_new_home(old: str) -> None:
-    shim = importlib.import_module(old)
-    home = importlib.import_module(COMPAT[old])
-    assert shim.__doc__ is not None
-    assert COMPAT[old] in shim.__doc__
-    assert shim.__all__, old
-    for name in shim.__all__:
-        assert getattr(shim, name) is getattr(home, name), f"{old}.{name}"
+@pytest.mark.parametrize("old", GONE)
+def test_an_old_path_does_not_import(old: str) -> None:
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
 
 
 def test_the_console_script_is_laminar_cli_main() -> None:
@@ -110,15 +111,16 @@ def test_the_console_script_is_laminar_cli_main() -> None:
     assert 'laminar = "laminar.cli:main"' in pyproject
 
 
-def module_level_imports(name: str) -> set[str]:
+def module_level_imports(name: str, *, everywhere: bool = False) -> set[str]:
     """The laminar modules `name` imports when it is loaded (not inside functions, not under
-    TYPE_CHECKING), each ``from package import module`` resolved to the module."""
+    TYPE_CHECKING), each ``from package import module`` resolved to the module; ``everywhere``:
+    also the imports inside functions and under TYPE_CHECKING."""
     path = PACKAGE.parent / (name.replace(".", "/"))
     file = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
     tree = ast.parse(file.read_text())
     found: set[str] = set()
     known = set(modules())
-    for node in tree.body:
+    for node in ast.walk(tree) if everywhere else tree.body:
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("laminar"))
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("laminar"):
@@ -128,11 +130,14 @@ def module_level_imports(name: str) -> set[str]:
                     continue  # the extension module, which imports nothing of the package
                 child = f"{module}.{alias.name}"
                 found.add(child if child in known else module)
+    if everywhere:
+        found.discard("laminar")  # the root package: loaded before any of its modules anyway
     return {m for m in found if m in known and m != name}
 
 
-def test_no_module_level_import_cycle() -> None:
-    graph = {name: module_level_imports(name) for name in modules()}
+def import_cycles(*, everywhere: bool = False) -> list[list[str]]:
+    """The import cycles between the package's modules, each as the path that closes it."""
+    graph = {name: module_level_imports(name, everywhere=everywhere) for name in modules()}
     state: dict[str, int] = {}
     cycles: list[list[str]] = []
 
@@ -148,13 +153,32 @@ def test_no_module_level_import_cycle() -> None:
     for name in graph:
         if name not in state:
             visit(name, [name])
-    assert cycles == []
+    return cycles
+
+
+def test_no_module_level_import_cycle() -> None:
+    assert import_cycles() == []
+
+
+#: Cycles closed only by an import inside a function (issue 25, item 5: to go); no other may
+#: appear — e.g. embedded/_server.py ↔ embedded/broker.py, removed when Tansu's module became
+#: embedded/tansu.py and the admin helpers moved beside `KafkaAdmin`.
+KNOWN_DEFERRED_CYCLES = {
+    frozenset({"laminar.cli._demo_run", "laminar.cli._demo_foreach"}),
+    frozenset({"laminar.cli._demo_run", "laminar.cli._demo_format"}),
+    frozenset({"laminar.spark", "laminar.spark.writer"}),
+}
+
+
+def test_no_new_import_cycle_through_a_function_level_import() -> None:
+    found = {frozenset(cycle) for cycle in import_cycles(everywhere=True)}
+    assert found - KNOWN_DEFERRED_CYCLES == set()
 
 
 def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
     # One interpreter per module: an import that only works after another module has loaded
     # (an order-dependent cycle) fails here. Modules needing an optional extra are skipped by name.
-    optional = {"laminar.spark.source", "laminar.spark_source"}  # pyspark's data source API
+    optional = {"laminar.spark.source"}  # pyspark's data source API
     script = (
         "import importlib, subprocess, sys\n"
         "bad = []\n"

@@ -34,14 +34,10 @@ def test_every_crash_point_is_named_after_its_step_and_listed_once() -> None:
     assert sum(per_protocol) == len(points)
 
 
-def test_the_numbered_atomic_steps_map_to_named_points() -> None:
-    legacy = CrashPoint.legacy_names()
-    assert sorted(legacy) == [f"atomic.step{n}" for n in range(1, 9)]
-    assert legacy["atomic.step7"] == "atomic.after_decision"
-    assert CrashPoint.parse("atomic.step4") == CrashPoint.parse("atomic.after_kafka_prepare")
-    assert CrashPoint.parse("atomic.step8").legacy_name == "atomic.step8"
+def test_a_point_is_parsed_by_its_name_only() -> None:
+    assert CrashPoint.parse("atomic.after_kafka_prepare").name == "atomic.after_kafka_prepare"
     with pytest.raises(ValueError, match=r"CrashPoint\.all"):
-        CrashPoint.parse("atomic.step9")
+        CrashPoint.parse("atomic.step7")  # the numbered names of before are no points
 
 
 def test_every_crash_point_the_package_reaches_is_in_the_enum() -> None:
@@ -133,8 +129,8 @@ def test_each_point_says_when_it_is_reached_and_whether_the_epoch_is_decided() -
         decided = [p.decided for p in epoch]
         # once an epoch's point is decided, every later one is
         assert decided == sorted(decided), protocol
-    assert CrashPoint.parse("atomic.step7").decided
-    assert not CrashPoint.parse("atomic.step6").decided
+    assert CrashPoint.parse("atomic.after_decision").decided
+    assert not CrashPoint.parse("atomic.after_decision_rows").decided
     assert CrashPoint.parse("atomic.after_fence").phase == "start"
     assert {p.phase for p in CrashPoint.for_protocol("recovery")} == {"recovery"}
     assert all(p.in_task == (p.phase == "task") for p in CrashPoint.all())

@@ -143,12 +143,12 @@ def test_a_misspelt_crash_point_is_an_error_not_a_no_op() -> None:
     assert "before" not in result.stdout
 
 
-def test_a_legacy_numbered_name_arms_its_point() -> None:
+def test_names_arm_their_points_and_a_numbered_name_of_before_is_refused() -> None:
     from laminar import _faults
 
-    assert _faults._parse("atomic.step7@2, kafka.after_begin") == {
+    assert _faults._parse("atomic.after_decision@2, kafka.after_begin") == {
         "atomic.after_decision": 2,
         "kafka.after_begin": 1,
     }
-    with pytest.raises(ConfigError, match=r"atomic\.step9"):
-        _faults._parse("atomic.step9")
+    with pytest.raises(ConfigError, match=r"'atomic\.step7' is not a crash point"):
+        _faults._parse("atomic.step7")

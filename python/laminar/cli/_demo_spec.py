@@ -40,8 +40,8 @@ EXPORTER_SHOWN = (
 )
 
 #: ``--crash-at`` short names → the crash point (docs/engine.md §6) the writer holds at. Any
-#: point an atomic epoch reaches is accepted too, by its name (``atomic.after_kafka_prepare``)
-#: or its legacy numbered name (``atomic.step4``), resolved by `CrashPoint.parse`.
+#: point an atomic epoch reaches is accepted too, by its name (``atomic.after_kafka_prepare``),
+#: resolved by `CrashPoint.parse`.
 CRASH_POINTS = {
     # PostgreSQL committed the decision; Kafka's transaction is prepared (flushed), not committed.
     "after-decision": "atomic.after_decision",
@@ -75,7 +75,7 @@ _COMMIT_POINTS = ("scaleout.after_decision", "scaleout.mid_completion")
 
 def crash_point_of(choice: str, way: str = "foreachBatch") -> CrashPoint:
     """The crash point a ``--crash-at`` value names for ``way``: for ``foreachBatch`` a short
-    name of `CRASH_POINTS` or a point an atomic epoch reaches (its name or legacy name); for
+    name of `CRASH_POINTS` or a point an atomic epoch reaches (its name); for
     ``format`` a short name of `COMMIT_CRASH_POINTS` or a point of the driver-side commit;
     `ConfigError` otherwise."""
     if way == "format":

@@ -163,7 +163,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "completed) or scaleout.mid_completion (a task's worker is always killed mid-write); "
         "foreachBatch: where the writer is killed: after-decision (PostgreSQL committed, Kafka "
         "prepared; default), after-flush (Kafka prepared, nothing decided), or any point of an "
-        "atomic epoch by name (atomic.after_lock ... atomic.after_kafka_commit; atomic.step1-8)",
+        "atomic epoch by name (atomic.after_lock ... atomic.after_kafka_commit)",
     )
     parser.add_argument(
         "--redo",

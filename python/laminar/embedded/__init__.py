@@ -21,7 +21,6 @@ Every server runs as a child process in its own process group, logs to a file, a
 """
 
 from laminar.embedded._process import EmbeddedServerError, free_port
-from laminar.embedded.broker import S3Server, TansuBroker, find_tansu_binary
 from laminar.embedded.kafka import KafkaBroker, find_kafka_libs
 from laminar.embedded.kafka_cluster import KafkaCluster
 from laminar.embedded.postgres import EphemeralPostgres, find_pg_bindir
@@ -29,6 +28,7 @@ from laminar.embedded.probe import BrokerCapabilities, probe_broker
 from laminar.embedded.prometheus import PrometheusServer, find_prometheus, find_promtool
 from laminar.embedded.spark import SparkConnectServer
 from laminar.embedded.spark_cluster import ExecutorProcess, SparkCluster
+from laminar.embedded.tansu import S3Server, TansuBroker, find_tansu_binary
 
 __all__ = [
     "BrokerCapabilities",

@@ -31,8 +31,7 @@ from laminar.embedded._process import (
     run_checked,
     wait_until,
 )
-from laminar.embedded._server import EmbeddedServer, KafkaAdmin
-from laminar.embedded.broker import answers_metadata
+from laminar.embedded._server import EmbeddedServer, KafkaAdmin, answers_metadata
 
 __all__ = [
     "KAFKA_VERSION",

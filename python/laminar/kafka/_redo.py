@@ -2,8 +2,8 @@
 decided epoch, each to its own topic and partition with its own headers when the blob is
 version 2 (Spark's Kafka-sink shape), into the sink's open transaction.
 
-Shared by the recovery machine's driver (``produce_redo``) and `laminar.recovery.redo_from_log`;
-kept apart from both so that neither imports the other.
+Shared by the recovery machine's driver (``produce_redo``) and
+`laminar.protocol.recovery.redo_from_log`; kept apart from both so that neither imports the other.
 """
 
 from __future__ import annotations

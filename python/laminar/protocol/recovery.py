@@ -18,10 +18,9 @@ commit; `resolve_kafka_sinks` serves the scale-out writer, the resolution watche
 ``laminar recover``.
 
 Vocabulary: to **resolve** an in-doubt transaction is to finish it by its recorded decision
-(commit it, or roll it back) — the one word the code, the CLI and docs/ use. Older names keep
-working and mean the same: ``settle_kafka_sinks`` (= `resolve_kafka_sinks`), ``laminar recover``
-(= resolve everything a watcher pass finds), "complete" (= resolve a decided epoch by committing
-it). The decision records' statements are `laminar.protocol.records`'.
+(commit it, or roll it back) — the one word the code, the CLI and docs/ use. ``laminar recover``
+resolves everything a watcher pass finds; "complete" is to resolve a decided epoch by committing
+it. The decision records' statements are `laminar.protocol.records`'.
 """
 
 from __future__ import annotations
@@ -55,7 +54,6 @@ __all__ = [
     "redo_from_log",
     "refusal_error",
     "resolve_kafka_sinks",
-    "settle_kafka_sinks",
 ]
 
 log = logging.getLogger("laminar.protocol.recovery")
@@ -119,7 +117,3 @@ def redo_from_log(conn: psycopg.Connection[Any], sink: Any, epoch: int) -> bool:
     delete_redo(conn, sink.sink_id, epoch)
     conn.commit()
     return True
-
-
-#: The name `resolve_kafka_sinks` had before the vocabulary was made one (kept: add, never rename).
-settle_kafka_sinks = resolve_kafka_sinks

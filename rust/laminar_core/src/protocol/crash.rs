@@ -87,7 +87,7 @@ pub enum Position {
 }
 
 macro_rules! crash_points {
-    ($( $(#[$doc:meta])* $variant:ident = $name:literal, $protocol:ident, $position:ident $after:literal, $phase:ident, $decided:literal $(, legacy $legacy:literal)?; )*) => {
+    ($( $(#[$doc:meta])* $variant:ident = $name:literal, $protocol:ident, $position:ident $after:literal, $phase:ident, $decided:literal; )*) => {
         /// A crash point (module docs).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum CrashPoint {
@@ -130,37 +130,29 @@ macro_rules! crash_points {
             pub fn decided(self) -> bool {
                 match self { $( CrashPoint::$variant => $decided, )* }
             }
-
-            /// The name it had before the points were named after their steps (`atomic.stepN`),
-            /// which `LAMINAR_CRASH_AT` and `laminar demo --crash-at` still accept.
-            pub fn legacy_name(self) -> Option<&'static str> {
-                match self { $( CrashPoint::$variant => crash_points!(@legacy $($legacy)?), )* }
-            }
         }
     };
-    (@legacy $legacy:literal) => { Some($legacy) };
-    (@legacy) => { None };
 }
 
 crash_points! {
     /// Start-up: the generation was bumped (the previous coordinator is fenced).
     AtomicAfterFence = "atomic.after_fence", Atomic, After "bump_generation", Start, false;
     /// Step 1: the decision transaction holds the group's row lock; generation checked.
-    AtomicAfterLock = "atomic.after_lock", Atomic, After "lock_group", Epoch, false, legacy "atomic.step1";
+    AtomicAfterLock = "atomic.after_lock", Atomic, After "lock_group", Epoch, false;
     /// Step 2: every Kafka sink's transaction is open.
-    AtomicAfterKafkaBegin = "atomic.after_kafka_begin", Atomic, After "sink_begin", Epoch, false, legacy "atomic.step2";
+    AtomicAfterKafkaBegin = "atomic.after_kafka_begin", Atomic, After "sink_begin", Epoch, false;
     /// Step 3: every record is produced.
-    AtomicAfterProduce = "atomic.after_produce", Atomic, After "sink_write", Epoch, false, legacy "atomic.step3";
+    AtomicAfterProduce = "atomic.after_produce", Atomic, After "sink_write", Epoch, false;
     /// Step 4: Kafka is prepared (markers sent, flushed).
-    AtomicAfterKafkaPrepare = "atomic.after_kafka_prepare", Atomic, After "sink_prepare", Epoch, false, legacy "atomic.step4";
+    AtomicAfterKafkaPrepare = "atomic.after_kafka_prepare", Atomic, After "sink_prepare", Epoch, false;
     /// Step 5: the rows (and the redo records) are in the decision transaction.
-    AtomicAfterRows = "atomic.after_rows", Atomic, After "replace_redo", Epoch, false, legacy "atomic.step5";
+    AtomicAfterRows = "atomic.after_rows", Atomic, After "replace_redo", Epoch, false;
     /// Step 6: the decision rows (`txn_state`) are in the decision transaction.
-    AtomicAfterDecisionRows = "atomic.after_decision_rows", Atomic, After "record_decision", Epoch, false, legacy "atomic.step6";
+    AtomicAfterDecisionRows = "atomic.after_decision_rows", Atomic, After "record_decision", Epoch, false;
     /// Step 7: the decision committed; Kafka is still prepared.
-    AtomicAfterDecision = "atomic.after_decision", Atomic, After "commit_decision", Epoch, true, legacy "atomic.step7";
+    AtomicAfterDecision = "atomic.after_decision", Atomic, After "commit_decision", Epoch, true;
     /// Step 8: Kafka committed (or failed to, and is completed next).
-    AtomicAfterKafkaCommit = "atomic.after_kafka_commit", Atomic, After "sink_commit", Epoch, true, legacy "atomic.step8";
+    AtomicAfterKafkaCommit = "atomic.after_kafka_commit", Atomic, After "sink_commit", Epoch, true;
 
     /// Recovery: an `EndTxn` was sent (accepted or not).
     RecoveryAfterEndTxn = "recovery.after_end_txn", Recovery, After "end_txn", Recovery, true;
@@ -223,12 +215,9 @@ impl CrashPoint {
             .collect()
     }
 
-    /// The point a name (or a legacy name) denotes.
+    /// The point a name denotes.
     pub fn from_name(name: &str) -> Option<CrashPoint> {
-        CrashPoint::ALL
-            .iter()
-            .copied()
-            .find(|p| p.name() == name || p.legacy_name() == Some(name))
+        CrashPoint::ALL.iter().copied().find(|p| p.name() == name)
     }
 
     /// Whether a scale-out point is reached in a task (not in the coordinator).
@@ -257,26 +246,8 @@ mod tests {
             assert_eq!(Protocol::from_name(protocol), Some(p.protocol()));
             assert!(!step.chars().any(|c| c.is_ascii_digit()), "{p}");
             assert_eq!(CrashPoint::from_name(p.name()), Some(*p));
-            if let Some(legacy) = p.legacy_name() {
-                assert!(names.insert(legacy), "{legacy} twice");
-                assert_eq!(CrashPoint::from_name(legacy), Some(*p));
-            }
         }
-        assert_eq!(CrashPoint::from_name("atomic.step9"), None);
-    }
-
-    #[test]
-    fn the_eight_atomic_steps_keep_their_old_names() {
-        let legacy: Vec<&str> = CrashPoint::for_protocol(Protocol::Atomic)
-            .into_iter()
-            .filter_map(CrashPoint::legacy_name)
-            .collect();
-        let expected: Vec<String> = (1..=8).map(|n| format!("atomic.step{n}")).collect();
-        assert_eq!(legacy, expected);
-        assert_eq!(
-            CrashPoint::from_name("atomic.step7"),
-            Some(CrashPoint::AtomicAfterDecision)
-        );
+        assert_eq!(CrashPoint::from_name("atomic.step7"), None);
     }
 
     #[test]

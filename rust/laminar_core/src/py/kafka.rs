@@ -20,11 +20,11 @@ use crate::kafka::{KafkaError, wire};
 
 static KAFKA_LOG_ERROR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
-/// A core Kafka error as `laminar.kafka_log.KafkaLogError`.
+/// A core Kafka error as `laminar.kafka.log.KafkaLogError`.
 pub fn to_py_err(py: Python<'_>, err: KafkaError) -> PyErr {
     let class = KAFKA_LOG_ERROR.get_or_try_init(py, || {
         Ok::<_, PyErr>(
-            py.import("laminar.kafka_log")?
+            py.import("laminar.kafka.log")?
                 .getattr("KafkaLogError")?
                 .unbind(),
         )
@@ -40,7 +40,7 @@ pub fn shared(data: PyBackedBytes) -> Bytes {
     Bytes::from_owner(data)
 }
 
-/// One record as it sits in the log (`laminar.kafka_log.LogRecord`).
+/// One record as it sits in the log (`laminar.kafka.log.LogRecord`).
 #[pyclass(module = "laminar._core", name = "LogRecord", frozen)]
 pub struct LogRecord {
     #[pyo3(get)]
@@ -202,7 +202,7 @@ impl LogRecord {
     }
 }
 
-/// A batch as the tuple `laminar.kafka_log.RecordBatch` is built from.
+/// A batch as the tuple `laminar.kafka.log.RecordBatch` is built from.
 fn batch_tuple<'py>(
     py: Python<'py>,
     topic: &Py<PyString>,

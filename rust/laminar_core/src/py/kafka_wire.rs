@@ -1,5 +1,5 @@
 //! Bindings of `kafka::wire`: one `encode_*` (request frame) and one `decode_*` (answer) per
-//! request `laminar.kafka_log` sends. Python moves the frames; nothing here does I/O.
+//! request `laminar.kafka.log` sends. Python moves the frames; nothing here does I/O.
 
 use kafka_protocol::messages::{
     ApiVersionsRequest, EndTxnRequest, FetchRequest, FindCoordinatorRequest, ListOffsetsRequest,

@@ -48,7 +48,7 @@ impl PyCrashPoint {
             .collect())
     }
 
-    /// The point a name or a legacy name (`atomic.step7`) denotes.
+    /// The point a name (`atomic.after_decision`) denotes.
     #[staticmethod]
     fn parse(name: &str) -> PyResult<PyCrashPoint> {
         CrashPoint::from_name(name)
@@ -58,15 +58,6 @@ impl PyCrashPoint {
                     "unknown crash point {name:?}; CrashPoint.all() lists them"
                 ))
             })
-    }
-
-    /// Legacy name → name.
-    #[staticmethod]
-    fn legacy_names() -> std::collections::BTreeMap<&'static str, &'static str> {
-        CrashPoint::ALL
-            .iter()
-            .filter_map(|p| Some((p.legacy_name()?, p.name())))
-            .collect()
     }
 
     #[getter]
@@ -90,11 +81,6 @@ impl PyCrashPoint {
             Position::After => "after",
             Position::Within => "within",
         }
-    }
-
-    #[getter]
-    fn legacy_name(&self) -> Option<&'static str> {
-        self.0.legacy_name()
     }
 
     #[getter]

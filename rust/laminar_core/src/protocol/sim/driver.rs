@@ -1,5 +1,5 @@
 //! The simulation's driver: performs each command against the in-memory stores and reports the
-//! result, exactly as the Python drivers do against psycopg, confluent-kafka and `kafka_log`. It
+//! result, exactly as the Python drivers do against psycopg, confluent-kafka and `laminar.kafka.log`. It
 //! decides nothing: every branch here is the behaviour of a store or a client (a broker that
 //! fences, a transaction that timed out, a COPY that claims an epoch), never of the protocol.
 

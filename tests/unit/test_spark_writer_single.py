@@ -1,4 +1,5 @@
-"""The single-sink path of ``exactly_once`` against an in-memory sink (pure protocol logic)."""
+"""The single-sink path of ``exactly_once`` (`laminar.spark.writer`) against an in-memory sink
+(pure protocol logic)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""Hostile review of the stop fence of ``format("laminar")`` (docs/spark.md, "Stopping a query in
-the middle of a batch"; docs/protocol.md §4): `resolve_stopped` and the writer's lift on groups
-and databases the first tests did not cover (nothing run yet, run twice, a database at schema
-version 2 or without the ``laminar`` schema, a task running concurrently, a new query on the
-fenced group, a group id with odd characters).
+"""The stop fence of ``format("laminar")`` at its edges (docs/spark.md, "Stopping a query in the
+middle of a batch"; docs/protocol.md §4): `resolve_stopped` and the writer's lift on a group that
+never ran, run twice, a database at schema version 2 or without the ``laminar`` schema, a task
+running concurrently, a new query on the fenced group, a group id with odd characters
+(test_stop_fence.py: the common path).
 
 The data source's entry points are called directly (no Spark), against a real PostgreSQL and a
 real Apache Kafka broker; every row is checked once with its exact value, and nothing may be

@@ -23,9 +23,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-
 from laminar.embedded._process import (
     EmbeddedServerError,
     ServerProcess,
@@ -34,7 +31,7 @@ from laminar.embedded._process import (
     port_accepts,
     wait_until,
 )
-from laminar.embedded._server import EmbeddedServer, KafkaAdmin
+from laminar.embedded._server import EmbeddedServer, KafkaAdmin, answers_metadata
 
 __all__ = ["S3Server", "TansuBroker", "find_tansu_binary"]
 
@@ -347,65 +344,6 @@ class TansuBroker(EmbeddedServer, KafkaAdmin):
 
     def _answers_metadata(self) -> bool:
         return answers_metadata(self.bootstrap_servers)
-
-
-def answers_metadata(
-    bootstrap_servers: str, *, need_brokers: bool = False, cluster_id: str | None = None
-) -> bool:
-    """Whether the broker answers a metadata request (within 2 s); with ``need_brokers``, also
-    whether the answer names at least one broker (a KRaft broker that has not registered with
-    its controller yet answers with none) and every partition has a leader; with
-    ``cluster_id``, whether it is that cluster (and not another server that holds the port)."""
-
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": _QUIET}
-    try:
-        admin = AdminClient(config)
-        metadata = admin.list_topics(timeout=2)
-    except KafkaException:
-        return False
-    if cluster_id is not None and metadata.cluster_id != cluster_id:
-        return False
-    if not need_brokers:
-        return True
-    # Every partition led (after a restart, leaders come back shortly after the broker does).
-    partitions = [p for topic in metadata.topics.values() for p in topic.partitions.values()]
-    return bool(metadata.brokers) and all(p.leader >= 0 and p.error is None for p in partitions)
-
-
-def create_topic(
-    bootstrap_servers: str,
-    name: str,
-    partitions: int = 1,
-    *,
-    config: Mapping[str, str] | None = None,
-    timeout: float = 15.0,
-    replication_factor: int = 1,
-) -> None:
-    """Create a topic on any Kafka-protocol broker and wait until its partitions show up."""
-
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    topic = NewTopic(name, partitions, replication_factor, config=dict(config or {}))
-    futures = admin.create_topics([topic], operation_timeout=timeout)
-    try:
-        futures[name].result(timeout)
-    except KafkaException as e:
-        raise EmbeddedServerError(f"could not create topic {name!r}: {e}") from e
-
-    def ready() -> bool:
-        topic = admin.list_topics(name, timeout=5).topics.get(name)
-        return topic is not None and topic.error is None and len(topic.partitions) == partitions
-
-    wait_until(ready, timeout=timeout, what=f"topic {name!r} metadata", interval=0.1)
-
-
-class _QuietLogger:
-    """Swallows librdkafka's connection-refused chatter while a broker starts."""
-
-    def log(self, *args: object, **kwargs: object) -> None:
-        pass
-
-
-_QUIET = _QuietLogger()
 
 
 def _explain_start_failure(message: str, log_path: Path) -> str:

@@ -1,5 +1,5 @@
-"""Hostile review of the lazy imports (PEP 562 ``__getattr__`` in `laminar`, `laminar.spark`;
-`laminar._lazy`): every public name and compat path of the eager ``import laminar`` still works
+"""The lazy imports (PEP 562 ``__getattr__`` in `laminar`, `laminar.spark`;
+`laminar._lazy`): every public name and path of the eager ``import laminar`` still works
 in a fresh interpreter, in any order, and what Spark's driver-side processes unpickle loads in a
 process that imported only ``laminar.spark.source``."""
 
@@ -29,8 +29,8 @@ def fresh(code: str, stdin: bytes | None = None) -> str:
         "import laminar.spark; laminar.spark.exactly_once, laminar.spark.ExactlyOnceWriter",
         "import laminar; s = laminar.spark; s.start, s.register, s.check_server, "
         "s.foreach_batch, s.ForeachBatchWriter, s.ServerReport, s.EpochResult",
-        "import laminar; laminar.kafka_log, laminar.sinks, laminar.spark_source, "
-        "laminar.spark_options",
+        "import laminar; laminar.kafka.log, laminar.kafka.sink, laminar.spark.source, "
+        "laminar.spark.options",
         "import laminar.spark.source; import laminar; laminar.KafkaSink",
         "import laminar; assert getattr(laminar, 'x', None) is None; "
         "assert not hasattr(laminar, 'nope')",
