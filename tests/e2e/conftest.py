@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 import laminar.spark
-from laminar.embedded import SparkCluster
-from tests.e2e.spark_helpers import client
+from laminar.embedded import SparkCluster, SparkConnectServer
+from tests.e2e.spark_helpers import DS_DSN_VAR, client, datasource_server
 
 
 @pytest.fixture(scope="module")
@@ -31,3 +31,11 @@ def cluster_client(spark_cluster: SparkCluster) -> Iterator[Any]:
         session.dataSource.register(MarkedSource)
         session.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "25")
         yield session
+
+
+@pytest.fixture(scope="session")
+def ds_server(laminar_servers: Any, pg_dsn: str) -> Iterator[SparkConnectServer]:
+    """The data-source tests' Spark Connect server, one per run (`datasource_server`: the
+    test database's DSN in ``$LAMINAR_TEST_DS_PG_DSN``, ``local[4,3]``, Kafka and Avro)."""
+    with datasource_server(laminar_servers.log_dir, {DS_DSN_VAR: pg_dsn}, "spark-ds.log") as s:
+        yield s

@@ -41,18 +41,31 @@ def client(remote: str) -> Iterator[Any]:
             session.stop()
 
 
+#: The variable that holds the test database's DSN in the data-source server's environment (what
+#: ``postgres.dsn.env`` / ``laminar.state.dsn.env`` name in the data-source tests).
+DS_DSN_VAR = "LAMINAR_TEST_DS_PG_DSN"
+
+
 @contextlib.contextmanager
 def datasource_server(log_dir: Path, env: dict[str, str], log_name: str) -> Iterator[Any]:
-    """A Spark Connect server of a ``format("laminar")`` test module's own: ``env`` in its
-    environment (the DSN ``postgres.dsn.env`` names), task retries on (``local[4,3]``: 4 slots,
-    a task may fail 3 times), its log in ``log_dir``; the test skips against an external one."""
+    """The Spark Connect server of the ``format("laminar")`` tests (one per run, shared by
+    their modules: tests/e2e/conftest.py): ``env`` in its environment (the DSN
+    ``postgres.dsn.env`` names), task retries on (``local[4,3]``: 4 slots, a task may fail 3
+    times), Spark's Kafka connector and spark-avro, its log in ``log_dir``; the tests skip
+    against an external one."""
     import pytest
 
     from laminar.embedded import SparkConnectServer
 
     if os.environ.get("LAMINAR_SPARK_REMOTE"):
         pytest.skip("LAMINAR_SPARK_REMOTE is an external server: this module needs its own")
-    server = SparkConnectServer(master="local[4,3]", env=env, log_path=log_dir / log_name)
+    server = SparkConnectServer(
+        master="local[4,3]",
+        env=env,
+        kafka_connector=True,
+        avro_functions=True,
+        log_path=log_dir / log_name,
+    )
     server.start()
     try:
         yield server

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -19,7 +18,6 @@ import pytest
 import laminar.spark
 from laminar.embedded import SparkConnectServer
 from laminar.embedded.registry import SchemaRegistry
-from laminar.embedded.spark import find_spark_avro_jars
 from tests.e2e.spark_helpers import assert_exactly_once, client, read_committed, wait_for
 from tests.e2e.test_spark_datasource import (
     DSN_VAR,
@@ -35,30 +33,8 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def avro_server(laminar_servers: Any, pg_dsn: str) -> Iterator[SparkConnectServer]:
-    """A Spark Connect server with the DSN in its environment and Spark's Kafka connector and
-    spark-avro (bootstrap's Maven steps) on its class path."""
-    if os.environ.get("LAMINAR_SPARK_REMOTE"):
-        pytest.skip("LAMINAR_SPARK_REMOTE is an external server: this module needs its own")
-    if not find_spark_avro_jars():
-        pytest.fail("spark-avro is not in the bootstrap cache: run scripts/bootstrap.sh")
-    server = SparkConnectServer(
-        master="local[2]",
-        env={DSN_VAR: pg_dsn},
-        kafka_connector=True,
-        avro_functions=True,
-        log_path=laminar_servers.log_dir / "spark-avro.log",
-    )
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def avro_spark(avro_server: SparkConnectServer) -> Iterator[Any]:
-    with client(avro_server.remote_url) as spark:
+def avro_spark(ds_server: SparkConnectServer) -> Iterator[Any]:
+    with client(ds_server.remote_url) as spark:
         laminar.spark.register(spark)
         yield spark
 

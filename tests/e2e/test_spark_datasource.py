@@ -22,9 +22,9 @@ import laminar.spark
 from laminar.embedded import SparkConnectServer
 from laminar.spark.source import LaminarDataSource, LaminarStreamWriter, resolve_stopped
 from tests.e2e.spark_helpers import (
+    DS_DSN_VAR,
     assert_exactly_once,
     client,
-    datasource_server,
     read_committed,
     restarting,
     stop,
@@ -40,7 +40,7 @@ try:  # the fault-injecting source below travels by value to the server's Python
 except ImportError:  # pragma: no cover - pyspark is in the dev extras
     pass
 
-DSN_VAR = "LAMINAR_TEST_DS_PG_DSN"
+DSN_VAR = DS_DSN_VAR
 ROWS_PER_BATCH = 400
 PARTS = 4
 
@@ -105,15 +105,6 @@ class FaultyWriter(LaminarStreamWriter):
 
 #: Seconds with no task session before a stopped query counts as settled (see stop_and_resolve).
 QUIET_S = 10.0
-
-
-@pytest.fixture(scope="module")
-def ds_server(laminar_servers: Any, pg_dsn: str) -> Iterator[SparkConnectServer]:
-    """A Spark Connect server of this module: the DSN in its environment (``postgres.dsn.env``),
-    task retries on (``local[4,3]``: 4 slots, a task may fail 3 times)."""
-    env = {DSN_VAR: pg_dsn}
-    with datasource_server(laminar_servers.log_dir, env, "spark-datasource.log") as server:
-        yield server
 
 
 @pytest.fixture(scope="module")
@@ -273,7 +264,10 @@ def make_names(kafka_broker: Any, unique_name: Any, pg_dsn: str, targets: str) -
     return names
 
 
-@pytest.mark.parametrize("targets", ["postgres", "kafka", "kafka+postgres"])
+# Kafka alone (a decision database of its own: laminar.state.dsn.env) is run through the same
+# entry points without Spark (tests/integration/test_spark_datasource_protocol.py) and on the
+# Spark cluster with Kafka + PostgreSQL (test_spark_cluster_faults.py)
+@pytest.mark.parametrize("targets", ["postgres", "kafka+postgres"])
 def test_rate_source_lands_exactly_once_across_a_restart(
     ds_spark: Any, kafka_broker: Any, pg_dsn: str, unique_name: Any, tmp_path: Path, targets: str
 ) -> None:

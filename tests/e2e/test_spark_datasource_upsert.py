@@ -32,8 +32,8 @@ import pytest
 import laminar.spark
 from laminar.embedded import SparkConnectServer
 from tests.e2e.spark_helpers import (
+    DS_DSN_VAR,
     client,
-    datasource_server,
     pg_epoch,
     wait_for,
     wait_terminated,
@@ -44,21 +44,12 @@ from tests.e2e.test_spark_postgres_upsert import aggregate, table_rows
 
 pytestmark = pytest.mark.e2e
 
-DSN_VAR = "LAMINAR_TEST_DS_UPSERT_PG_DSN"
+DSN_VAR = DS_DSN_VAR
 
 
 @pytest.fixture(scope="module")
-def upsert_server(laminar_servers: Any, pg_dsn: str) -> Iterator[SparkConnectServer]:
-    """This module's Spark Connect server (`datasource_server`); two shuffle partitions (the
-    embedded server's setting), so an aggregation's keys are spread over two tasks."""
-    env = {DSN_VAR: pg_dsn}
-    with datasource_server(laminar_servers.log_dir, env, "spark-datasource-upsert.log") as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def upsert_spark(upsert_server: SparkConnectServer) -> Iterator[Any]:
-    with client(upsert_server.remote_url) as spark:
+def upsert_spark(ds_server: SparkConnectServer) -> Iterator[Any]:
+    with client(ds_server.remote_url) as spark:
         laminar.spark.register(spark)
         spark.dataSource.register(FaultySource)
         yield spark
@@ -124,12 +115,11 @@ def test_an_aggregation_through_the_data_source_is_the_batch_aggregate(
     assert error is not None, "the query fails when its commit process dies"
     assert Path(faults["kill_task"]).exists()
     assert Path(faults["kill_commit"]).exists()
-    prepared, open_dt = leftovers(pg_dsn, table_name)
-    assert [state for _, state in open_dt] == ["commit"], "batch 1 decided, not completed"
-    assert prepared, "its partitions' prepared transactions wait for the completion"
+    # Spark then calls abort, which completes the decided batch (never rolls it back)
+    assert leftovers(pg_dsn, table_name) == ([], []), "batch 1 completed by Spark's abort"
     assert pg_epoch(pg_dsn, sink_id) == 1
 
-    assert wait_terminated(start(), timeout=240) is None  # batch 1 completed, then 2 and 3
+    assert wait_terminated(start(), timeout=240) is None  # batch 1 replayed: skipped; 2 and 3
     assert pg_epoch(pg_dsn, sink_id) == 3
     total = write_json_files(source, total, files=2, rows_per_file=50)
     # stopped and restarted, through the plain data source: the 2 new files

@@ -78,7 +78,8 @@ def timed_write(
     return result
 
 
-@pytest.mark.parametrize("how", ["restart", "kill"])
+# between epochs a SIGTERM restart is a kill without the crash (in flight, both are run below)
+@pytest.mark.parametrize("how", ["kill"])
 def test_broker_bounced_between_epochs(durable: Any, how: str) -> None:
     broker, topic, table, pg_dsn = durable
     writer = make_group(broker.bootstrap_servers, topic, pg_dsn, table, f"tid-{topic}")

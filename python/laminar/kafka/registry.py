@@ -226,11 +226,28 @@ class RegistryClient:
                 self._call(lambda sr: sr.register_schema(subject, Schema(schema, "AVRO")))
             )
         except _RefusedError as refused:
-            raise self._refused(subject, schema, refused.message) from None
+            # Two writers registering one new schema at once (the tasks of a batch): a
+            # registry may refuse the second with a conflict although the schema is now
+            # there (Apicurio's "artifact … already exists"). Only a schema the subject does
+            # not hold is a refused change.
+            held = self._registered(subject, schema)
+            if held is None:
+                raise self._refused(subject, schema, refused.message) from None
+            schema_id = held
         with self._lock:
             self._ids[key] = schema_id
             self._schemas[schema_id] = schema
         return schema_id
+
+    def _registered(self, subject: str, schema: str) -> int | None:
+        """The id of ``schema`` if ``subject`` already holds it (a lookup), else None."""
+        from confluent_kafka.schema_registry import Schema  # laminar[avro]: see _sr
+
+        try:
+            found = self._call(lambda sr: sr.lookup_schema(subject, Schema(schema, "AVRO")))
+        except _RefusedError:
+            return None
+        return int(found.schema_id)
 
     def schema(self, schema_id: int) -> str:
         """The schema with id ``schema_id`` (cached)."""

@@ -343,7 +343,8 @@ def abort_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int) ->
         with psycopg.connect(dsn, application_name=f"laminar abort {group_id}"[:63]) as conn:
             found = _records.read_ownership(conn, group_id, [])
             epochs.add(batch_id + (0 if found is None else found[1]))
-            _stats.count(conn, group_id, aborted=1)  # laminar.commit_stats
+            conn.commit()
+            _stats.count(conn, group_id, aborted=1)  # laminar.commit_stats: Spark's aborts
     except psycopg.Error as e:
         raise map_pg_error(e, f"aborting batch {batch_id} of group {group_id!r}") from e
     report = _resolve_group(options, batch_epochs=epochs)
