@@ -92,7 +92,7 @@ def test_a_database_at_schema_version_2(
         assert applied_version(conn) == 2, "the writer's lift does not migrate"
     resolve_stopped(g["raw"])
     with psycopg.connect(fresh_db) as conn:
-        assert applied_version(conn) == 3, "resolve_stopped migrates to version 3"
+        assert applied_version(conn) == len(MIGRATIONS), "resolve_stopped migrates (to the latest)"
     assert fence_of(g) == 0
     run_batch(g, 0, "1")
     run_batch(g, 1, "1")
