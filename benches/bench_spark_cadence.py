@@ -46,6 +46,7 @@ from typing import Any
 import psycopg
 import pytest
 from benches.gates import Gate
+from benches.report import report
 from benches.spark_server import DSN_VAR
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
@@ -228,15 +229,7 @@ def bench_format_laminar_at_streaming_cadence(
             f"  {way:<24} {r['batches']:>7} {r['addBatch_ms']:>7.0f} ms "
             f"{r['triggerExecution_ms']:>14.0f} ms"
         )
-    capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
-    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-    if capture is not None and reporter is not None:
-        with capture.global_and_fixture_disabled():
-            for line in lines:
-                reporter.write_line(line)
-    out = Path(".benchmarks")
-    out.mkdir(exist_ok=True)
-    (out / "spark_cadence_summary.json").write_text(json.dumps(summary, indent=2))
+    report(pytestconfig, lines, "spark_cadence_summary.json", summary)
 
     ds, floor = summary[LAMINAR]["addBatch_ms"], summary[NOOP]["addBatch_ms"]
     fb, fb_floor = summary[FOREACH]["addBatch_ms"], summary[FOREACH_NOOP]["addBatch_ms"]
