@@ -26,7 +26,6 @@ The summary (rows/s, ratios, per-epoch overhead) is printed at the end and writt
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -36,6 +35,7 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 import pytest
+from benches.report import report
 from psycopg import sql
 
 import laminar
@@ -81,15 +81,7 @@ def summary(pytestconfig: pytest.Config) -> Iterator[None]:
             - RESULTS["latency_append_epoch"]["median_s"]
         )
         lines.append(f"  upsert overhead per epoch (one row){'':<13} {extra * 1000:8.3f} ms")
-    capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
-    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-    if capture is not None and reporter is not None:
-        with capture.global_and_fixture_disabled():
-            for line in lines:
-                reporter.write_line(line)
-    out = Path(".benchmarks")
-    out.mkdir(exist_ok=True)
-    (out / "pg_upsert_summary.json").write_text(json.dumps(RESULTS, indent=2))
+    report(pytestconfig, lines, "pg_upsert_summary.json", RESULTS)
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,6 @@ latencies are CPU and round-trip costs, not disk flushes.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -36,6 +35,7 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 import pytest
+from benches.report import report
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
@@ -95,15 +95,7 @@ def summary(pytestconfig: pytest.Config) -> Iterator[None]:
     ratio("laminar vs executemany INSERT (goal 10x)", "executemany", "laminar")
     ratio("laminar foreachBatch vs Spark JDBC", "spark_jdbc", "spark_laminar")
     ratio("laminar foreachBatch vs Spark JDBC (rewrite)", "spark_jdbc_rewrite", "spark_laminar")
-    capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
-    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-    if capture is not None and reporter is not None:
-        with capture.global_and_fixture_disabled():
-            for line in lines:
-                reporter.write_line(line)
-    out = Path(".benchmarks")
-    out.mkdir(exist_ok=True)
-    (out / "postgres_summary.json").write_text(json.dumps(RESULTS, indent=2))
+    report(pytestconfig, lines, "postgres_summary.json", RESULTS)
 
 
 @pytest.fixture(scope="module")

@@ -16,20 +16,24 @@ float8) read from 4 parquet files with ``trigger(availableNow=True)``, in two sh
 read in place (one file per partition, as a Kafka or file source feeds a sink: each task reads its
 own input) and ``repartition(4)`` first (a shuffle before the sink, which every way pays). Measured
 per way: rows/s from ``start()`` to the query's end, and the peak resident memory of Spark's Python
-processes (the server's descendants, sampled every 100 ms from ``/proc``). Printed as one table and
-written to ``.benchmarks/spark_datasource_summary.json``. The ratios to the foreachBatch path and
-to Spark's JDBC writer are shown in the gate table, not enforced (measured below 1 on a 2-core
+processes (the server's descendants, sampled every 100 ms from ``/proc``) and the CPU seconds of
+every process involved (the server's tree and PostgreSQL's: `benches.proc_stats.CpuClock`), per
+million rows; in the ``read in place`` shape ``format("laminar")`` runs again with Spark and
+PostgreSQL on 1 core, then on 2 (``taskset``, `benches.proc_stats.pinned`). Printed as one table and
+written to ``.benchmarks/spark_datasource_summary.json``. The ratios (to the foreachBatch path and
+Spark's JDBC writer; CPU per row; 2 cores over 1; the largest Python process) are shown in the
+gate table, not enforced (measured below 1 on a 2-core
 machine shared by four engineers: the tasks' parallelism needs cores).
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +41,9 @@ import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from benches.proc_stats import CpuClock, pinned, python_rss
+from benches.report import report
+from benches.spark_server import DSN_VAR
 from psycopg.conninfo import conninfo_to_dict
 
 import laminar
@@ -55,11 +62,16 @@ QUICK = os.environ.get("LAMINAR_BENCH_QUICK") == "1"
 ROWS = int(os.environ.get("LAMINAR_BENCH_DS_ROWS", "200000" if QUICK else "2000000"))
 PARTS = 4
 WARM_UP_ROWS = 4_000
-DSN_VAR = "LAMINAR_BENCH_DS_DSN"
-JDBC_JAR = Path(os.environ.get("LAMINAR_JDBC_JAR", "/usr/share/java/postgresql.jar"))
 DDL = "(id int8, name text, amount numeric(18, 2), ts timestamptz, score float8)"
 #: The source's shapes: read in place (one partition per file) or shuffled by ``repartition``.
 SHAPES = ("read in place", "repartitioned")
+#: The shape run again with Spark and PostgreSQL on 1 core, then on 2 (``taskset``): each task
+#: reads its own input, so nothing but the cores limits how many run at once.
+SCALING_SHAPE = "read in place"
+#: format('laminar')'s CPU per row over foreachBatch(laminar)'s, at most (issue 26).
+CPU_RATIO = 1.1
+#: format('laminar')'s throughput on 2 cores over 1, at least (issue 26).
+SCALING = 1.7
 RESULTS: dict[str, dict[str, dict[str, float]]] = {}
 
 
@@ -105,47 +117,12 @@ class JdbcWrite:
 # -- measuring ---------------------------------------------------------------------------------
 
 
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        for child in children.get(pid, []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def python_rss(root: int) -> tuple[int, int]:
-    """Resident bytes of the Python processes under ``root`` (Spark's workers and daemons): in
-    all, and of the largest."""
-    total = largest = 0
-    for pid in _descendants(root):
-        try:
-            if "python" not in Path(f"/proc/{pid}/comm").read_text():
-                continue
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    rss = int(line.split()[1]) * 1024
-                    total += rss
-                    largest = max(largest, rss)
-        except OSError:
-            continue
-    return total, largest
-
-
-def run_measured(root: int, start: Callable[[], Any]) -> tuple[float, int, int]:
+def run_measured(
+    root: int, start: Callable[[], Any], cpu_roots: tuple[int, ...] = ()
+) -> tuple[float, int, int, float]:
     """Start a query, wait for its end; (seconds, peak Python RSS in all and of the largest
-    Python process, in bytes)."""
+    Python process, in bytes, CPU seconds of the process trees under ``root`` and
+    ``cpu_roots``: `benches.proc_stats.CpuClock`)."""
     peak = [0, 0]
     done = threading.Event()
 
@@ -155,6 +132,8 @@ def run_measured(root: int, start: Callable[[], Any]) -> tuple[float, int, int]:
             peak[0], peak[1] = max(peak[0], total), max(peak[1], largest)
             done.wait(0.1)
 
+    clock = CpuClock((root, *cpu_roots))
+    clock.start()
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     began = time.perf_counter()
@@ -163,33 +142,18 @@ def run_measured(root: int, start: Callable[[], Any]) -> tuple[float, int, int]:
     seconds = time.perf_counter() - began
     done.set()
     sampler.join()
+    cpu = clock.seconds()
     error = query.exception()
     assert error is None, f"the query failed: {error}"
-    return seconds, peak[0], peak[1]
+    return seconds, peak[0], peak[1], cpu
 
 
 # -- fixtures ----------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def server(laminar_servers: Any, pg_dsn: str) -> Iterator[Any]:
-    if not JDBC_JAR.is_file():
-        pytest.fail(f"{JDBC_JAR} is missing: apt-get install libpostgresql-jdbc-java")
-    from laminar.embedded import SparkConnectServer
-
-    spark_server = SparkConnectServer(
-        master=f"local[{PARTS}]",
-        jars=[JDBC_JAR],
-        driver_memory="2g",
-        # LAMINAR_TRACE (laminar._trace) reaches the tasks' and the commits' Python processes
-        env={DSN_VAR: pg_dsn, **{k: v for k, v in os.environ.items() if k == _trace.ENV}},
-        log_path=laminar_servers.log_dir / "spark-connect-datasource-bench.log",
-    )
-    spark_server.start()
-    try:
-        yield spark_server
-    finally:
-        spark_server.stop()
+def server(spark_bench_server: Any) -> Any:
+    return spark_bench_server
 
 
 def write_source(directory: Path, rows: int) -> Path:
@@ -231,6 +195,7 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def bench_format_laminar_against_foreach_batch_and_jdbc(
     shape: str,
     server: Any,
+    postgres: Any,
     source: Path,
     warm: Path,
     pg_dsn: str,
@@ -287,24 +252,43 @@ def bench_format_laminar_against_foreach_batch_and_jdbc(
                 ("Spark JDBC", jdbc),
             ]
 
-        def way(name: str, make: Callable[[Any, str, str], Any], *, warm_up: bool = False) -> None:
+        # CPU of every process involved: the server's tree (its JVM, Python workers and
+        # driver-side Python processes) and PostgreSQL's (the postmaster and its backends)
+        pg_pid = getattr(postgres, "pid", None)
+        roots = (pg_pid,) if pg_pid else ()
+
+        def way(
+            name: str,
+            make: Callable[[Any, str, str], Any],
+            *,
+            warm_up: bool = False,
+            cpus: set[int] | None = None,
+        ) -> None:
             table = f"public.{unique_name('ds')}"
             with psycopg.connect(pg_dsn, autocommit=True) as conn:
                 conn.execute(f"CREATE TABLE {table} {DDL}")
-            ckpt = str(tmp_path / (name + ("-warm-up" if warm_up else "")))
+            label = name if cpus is None else f"{name} on {len(cpus)} core(s)"
+            ckpt = str(tmp_path / (label + ("-warm-up" if warm_up else "")))
             stream = source_stream(warm if warm_up else source)
-            _trace.mark("bench way", way=name, warm_up=warm_up)
-            seconds, rss, single = run_measured(server.pid, lambda: make(stream, table, ckpt))
+            _trace.mark("bench way", way=label, warm_up=warm_up)
+            with contextlib.ExitStack() as stack:
+                if cpus is not None:  # taskset: Spark's and PostgreSQL's processes on ``cpus``
+                    for root in (server.pid, *roots):
+                        stack.enter_context(pinned(root, cpus))
+                seconds, rss, single, cpu = run_measured(
+                    server.pid, lambda: make(stream, table, ckpt), roots
+                )
             rows = WARM_UP_ROWS if warm_up else ROWS
             with psycopg.connect(pg_dsn) as conn:
                 count = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
             assert count == (rows,), f"{name}: {count} rows"
             if not warm_up:
-                results[name] = {
+                results[label] = {
                     "rows": rows,
                     "seconds": seconds,
                     "python_rss": rss,
                     "largest_python_rss": single,
+                    "cpu_seconds": cpu,
                 }
 
         # Spark's Python workers start (and import laminar) once: not part of any way's figure
@@ -312,6 +296,10 @@ def bench_format_laminar_against_foreach_batch_and_jdbc(
             way(name, make, warm_up=True)
         for name, make in ways():
             way(name, make)
+        if shape == SCALING_SHAPE:  # 1 core against 2, format('laminar') only
+            data_source = ways()[0][1]
+            for cpus in ({0}, {0, 1}):
+                way("format('laminar')", data_source, cpus=cpus)
 
     finally:
         spark.stop()
@@ -321,23 +309,18 @@ def bench_format_laminar_against_foreach_batch_and_jdbc(
         f"source {shape}",
     ]
     lines.append(
-        f"  {'way':<26} {'rows/s':>10} {'seconds':>8} {'Python RSS, all':>16} {'largest':>12}"
+        f"  {'way':<36} {'rows/s':>10} {'seconds':>8} {'CPU s/M rows':>13} "
+        f"{'Python RSS, all':>16} {'largest':>12}"
     )
     for name, r in results.items():
         rate, mib = r["rows"] / r["seconds"], r["python_rss"] / 2**20
         one = r["largest_python_rss"] / 2**20
+        per_m = r["cpu_seconds"] / r["rows"] * 1e6
         lines.append(
-            f"  {name:<26} {rate:>10,.0f} {r['seconds']:>8.2f} {mib:>12,.0f} MiB {one:>8,.0f} MiB"
+            f"  {name:<36} {rate:>10,.0f} {r['seconds']:>8.2f} {per_m:>13,.1f} "
+            f"{mib:>12,.0f} MiB {one:>8,.0f} MiB"
         )
-    capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
-    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-    if capture is not None and reporter is not None:
-        with capture.global_and_fixture_disabled():
-            for line in lines:
-                reporter.write_line(line)
-    out = Path(".benchmarks")
-    out.mkdir(exist_ok=True)
-    (out / "spark_datasource_summary.json").write_text(json.dumps(RESULTS, indent=2))
+    report(pytestconfig, lines, "spark_datasource_summary.json", RESULTS)
     ds = results["format('laminar')"]
     fb = results["foreachBatch(laminar)"]
     jdbc = results["Spark JDBC"]
@@ -361,5 +344,46 @@ def bench_format_laminar_against_foreach_batch_and_jdbc(
         at_least=1.0,
         unit="x",
         target=">= 3x (issue 16)",
+        enforced=False,
+    )
+    per_row = {n: r["cpu_seconds"] / r["rows"] * 1e6 for n, r in results.items()}
+    gate(
+        f"format('laminar') / foreachBatch(laminar) CPU per row{suffix}",
+        per_row["format('laminar')"] / per_row["foreachBatch(laminar)"],
+        at_most=CPU_RATIO,
+        unit="x",
+        target=f"<= {CPU_RATIO}x (issue 26)",
+        detail=", ".join(f"{n} {v:.1f} CPU s per million rows" for n, v in per_row.items()),
+        # shown, not enforced: measured 1.5-1.8x in place, 1.33x repartitioned (29.7 against 19.8
+        # CPU s per million rows, 200,000 rows in place, quick mode) — a batch's fixed cost
+        # (three driver-side Python processes, four tasks' imports and connections, the commit)
+        # weighs on 200,000 rows; not met yet
+        enforced=False,
+    )
+    if shape == SCALING_SHAPE:
+        one, two = (results[f"format('laminar') on {n} core(s)"]["seconds"] for n in (1, 2))
+        gate(
+            "format('laminar') rows/s on 2 cores / on 1 (taskset)",
+            one / two,
+            at_least=SCALING,
+            unit="x",
+            target=f">= {SCALING}x (issue 26)",
+            detail=f"{ROWS:,} rows: {one:.1f} s on 1 core, {two:.1f} s on 2",
+            # shown, not enforced: measured 0.97-1.07x (5.67 s against 5.30 s, quick mode) on a
+            # machine whose 2 cores other work shares — the second core is not free to measure,
+            # and Spark's fixed per-batch seconds do not divide by cores
+            enforced=False,
+        )
+    mib = {n: r["largest_python_rss"] / 2**20 for n, r in results.items() if "core(s)" not in n}
+    gate(
+        f"format('laminar') / foreachBatch(laminar) largest Python process{suffix}",
+        mib["format('laminar')"] / mib["foreachBatch(laminar)"],
+        at_most=1.0,
+        unit="x",
+        target="a slice per task (issue 26)",
+        detail=", ".join(f"{n} {v:,.0f} MiB" for n, v in mib.items()),
+        # shown, not enforced: a task's process holds one slice of its partition at a time, so
+        # its figure stays put as batches grow while foreachBatch's (the whole batch in one
+        # process) grows with them; under LAMINAR_BENCH_QUICK the batch is too small to tell
         enforced=False,
     )

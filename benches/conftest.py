@@ -11,10 +11,12 @@ whose figure is out of bounds, and the session ends with one table of every gate
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from benches.gates import GATES_FILE, Gate, GateBook, table
+from benches.spark_server import JDBC_JAR, bench_server
 
 pytest_plugins = ["tests.fixtures"]
 
@@ -30,6 +32,20 @@ def gate(request: pytest.FixtureRequest) -> Gate:
     """``gate(name, figure, at_least=…, at_most=…, unit=…, target=…, detail=…)``: records the
     figure for the session's gate table and fails the test when it is out of bounds."""
     return request.config.stash[_GATES].bound_to(request.node.nodeid)
+
+
+@pytest.fixture(scope="session")
+def spark_bench_server(laminar_servers: Any, pg_dsn: str) -> Iterator[Any]:
+    """The Spark Connect server the ``format("laminar")`` benchmarks share (`benches.spark_server`:
+    one start per run)."""
+    if not JDBC_JAR.is_file():
+        pytest.fail(f"{JDBC_JAR} is missing: apt-get install libpostgresql-jdbc-java")
+    server = bench_server(laminar_servers.log_dir, pg_dsn)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -1166,6 +1166,7 @@ _CommandKind = Literal[
     "rollback",
     "bump_generation",
     "lock_group",
+    "read_generation",
     "lock_table",
     "write_rows",
     "replace_redo",
@@ -1478,10 +1479,15 @@ class AtomicGroupMachine(_Machine):
     def write_epoch(self, batch: int) -> None:
         """Write Spark batch ``batch`` (epoch ``epoch_base + batch``), starting first if
         needed."""
-    def commit_collected(self, batch: int) -> None:
+    def commit_collected(self, batch: int, resume: tuple[int, int] | None = None) -> None:
         """Scale-out: decide and complete Spark batch ``batch`` whose tasks ran already and
         created its record (``run_tasks`` asks for the results they sent; the start-up's
-        watcher pass spares that record)."""
+        watcher pass spares that record). ``resume``: ``(generation, epoch_base)`` an earlier
+        commit of the same query run started with; the start-up is skipped while the group still
+        shows it and nothing else is left to resolve."""
+    @property
+    def resumed(self) -> bool:
+        """Whether the last operation resumed a run's start (no start-up ran)."""
     @property
     def committed(self) -> bool:
         """Whether the last ``write_epoch`` committed (False: skipped)."""

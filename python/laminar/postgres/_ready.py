@@ -39,6 +39,15 @@ from laminar.postgres._steps import (
 
 log = logging.getLogger("laminar.postgres.sink")
 
+#: The start-up checks scale-out participants passed in this process, by what they depend on:
+#: the table read and checked, the sink registered, ``max_prepared_transactions``. A task's
+#: participant is a new sink per attempt (`laminar.protocol.distributed.postgres_participant`)
+#: and a Spark Python worker runs one task after another, so without this each task paid them
+#: again; a long-lived sink passes them once per process too. Each epoch's transaction still
+#: locks the table and compares its definition (`_checked_table`), reading it again when it
+#: changed.
+_PARTICIPANTS_READY: dict[tuple[Any, ...], tuple[TableInfo, int]] = {}
+
 
 class _Ready(_SinkBase):
     """Start-up, the table and the COPY of an epoch's rows."""
@@ -52,21 +61,33 @@ class _Ready(_SinkBase):
         if self._ready:
             return conn
         where = self._where()
+        memo_key = None
+        if self._two_phase_part is not None:
+            memo_key = (self._dsn, self._table_name, self.sink_id, self._mode, self._key)
+        passed = _PARTICIPANTS_READY.get(memo_key) if memo_key is not None else None
         try:
             if conn.info.transaction_status != _IDLE:
                 conn.rollback()
-            ensure_schema(conn, where=where)
-            with conn.transaction():
-                info = load_table(conn, self._table_name, where)
-                self._check_table(info)
-                if self._key is not None:
-                    _pg_upsert.check_privileges(conn, info, where)
-                previous = register_sink(conn, self.sink_id, self.kind, self._registry_config(info))
-                self._check_registered_table(info, previous)
-                last = committed_epoch(conn, self.sink_id)
-                setting = conn.execute("SELECT current_setting('max_prepared_transactions')")
-                row = setting.fetchone()
-                self._max_prepared = int(row[0]) if row else 0
+            if passed is not None:
+                info, self._max_prepared = passed
+                with conn.transaction():
+                    last = committed_epoch(conn, self.sink_id)
+            else:
+                ensure_schema(conn, where=where)
+                with conn.transaction():
+                    info = load_table(conn, self._table_name, where)
+                    self._check_table(info)
+                    if self._key is not None:
+                        _pg_upsert.check_privileges(conn, info, where)
+                    config = self._registry_config(info)
+                    previous = register_sink(conn, self.sink_id, self.kind, config)
+                    self._check_registered_table(info, previous)
+                    last = committed_epoch(conn, self.sink_id)
+                    setting = conn.execute("SELECT current_setting('max_prepared_transactions')")
+                    row = setting.fetchone()
+                    self._max_prepared = int(row[0]) if row else 0
+                if memo_key is not None:
+                    _PARTICIPANTS_READY[memo_key] = (info, self._max_prepared)
         except psycopg.Error as e:
             raise self._err(e, f"preparing sink {self.sink_id!r} in {where}") from e
         self._table_info = info

@@ -25,7 +25,7 @@ import psycopg
 import pyarrow as pa  # type: ignore[import-untyped]
 from psycopg.conninfo import conninfo_to_dict
 
-from laminar import _stats, _telemetry
+from laminar import _stats, _telemetry, _trace
 from laminar._core import AtomicGroupMachine, Command, Event, owner_decision
 from laminar._input import materialize
 from laminar._redact import redact_config, redact_dsn
@@ -260,24 +260,39 @@ class AtomicGroup(DistributedDriver):
             self.start()
         return self._scaled(lambda: self.machine.write_epoch(epoch - self.epoch_base), tasks)
 
-    def commit_collected(self, batch_id: int, tasks: Callable[[int], Sequence[Any]]) -> bool:
+    def commit_collected(
+        self,
+        batch_id: int,
+        tasks: Callable[[int], Sequence[Any]],
+        *,
+        resume: tuple[int, int] | None = None,
+    ) -> bool:
         r"""Scale-out: decide and complete Spark batch ``batch_id`` whose tasks ran already and
         created the epoch's record (the data source's driver-side ``commit``, docs/spark.md);
-        ``tasks(epoch)`` returns the `laminar.protocol.scaleout.ParticipantResult`\ s they sent. The
-        group starts inside the same run, its watcher pass sparing that record. False if the
-        epoch was committed before (a repeated commit) or every partition was empty."""
+        ``tasks(epoch)`` returns the `laminar.protocol.scaleout.ParticipantResult`\ s they sent.
+        The group starts up first, its watcher pass sparing that record — or resumes ``resume``,
+        ``(generation, epoch_base)`` from an earlier commit of the query run, while the group
+        still shows it (docs/protocol.md §4; `resumed`). False if the epoch was committed before
+        (a repeated commit) or every partition was empty."""
         if not self.scale_out:
             raise FatalError(f"{self.what()} is not a scale-out group")
-        return self._scaled(lambda: self.machine.commit_collected(batch_id), tasks)
+        return self._scaled(lambda: self.machine.commit_collected(batch_id, resume), tasks)
+
+    @property
+    def resumed(self) -> bool:
+        """Whether the last operation resumed its run's start (no start-up ran)."""
+        return self.machine.resumed
 
     def _scaled(self, begin: Callable[[], None], tasks: Callable[[int], Sequence[Any]]) -> bool:
         self._tasks = tasks
         self._locked_at = None
+        self.end_txn_clients = {}  # one EndTxn client for all the epoch's Kafka participants
         try:
             with _telemetry.epoch("epoch", self.group_id, None):
                 self._counted(lambda: self._run(begin))
         finally:
             self._tasks = None
+            self.close_clients()
         return self.machine.committed
 
     def _counted(self, run: Callable[[], None]) -> None:
@@ -330,6 +345,7 @@ class AtomicGroup(DistributedDriver):
 
     def _perform(self, c: Command) -> Event:
         kind = c.kind
+        _trace.mark(kind)  # each step's start (docs/benchmarks.md)
         if kind == "init_sink" and c.sink_id in self.postgres_by_id:
             self.postgres_by_id[c.sink_id].init_transactions()
             return Event.ack()
@@ -412,6 +428,9 @@ class AtomicGroup(DistributedDriver):
         conn.commit()
         return Event.generation(generation)
 
+    def _read_generation(self, conn: psycopg.Connection[Any], c: Command) -> Event:
+        return Event.generation(_records.read_generation(conn, self.group_id))
+
     def _lock_group(self, conn: psycopg.Connection[Any], c: Command) -> Event:
         if self._locked_at is None:
             self._locked_at = time.perf_counter()
@@ -482,6 +501,7 @@ _DECISION_COMMANDS: dict[str, _Handler] = {
     "set_owner": AtomicGroup._set_owner,
     "bump_generation": AtomicGroup._bump_generation,
     "lock_group": AtomicGroup._lock_group,
+    "read_generation": AtomicGroup._read_generation,
     "replace_redo": AtomicGroup._replace_redo,
     "record_decision": AtomicGroup._record_decision,
     "commit_decision": AtomicGroup._commit_decision,

@@ -59,12 +59,24 @@ def postgres_participant(base: PostgresSink, part: int) -> PostgresSink:
     return sink
 
 
+#: librdkafka settings of a participant's short-lived clients, unless the sink's own
+#: ``producer_config`` says otherwise: a participant opens a new producer (and marker reader) per
+#: task attempt, so what a long-lived producer amortizes is paid per task — with librdkafka's
+#: defaults about 50 ms waiting to connect to the broker the bootstrap metadata names (it holds a
+#: new connection back for half of ``reconnect.backoff.ms``, 100 ms by default) and up to one
+#: ``statistics.interval.ms`` (100 ms) for the report that carries the producer id and epoch the
+#: prepared state records (docs/benchmarks.md, "format('laminar') at streaming cadence").
+PARTICIPANT_CLIENT_DEFAULTS = {"reconnect.backoff.ms": 20, "statistics.interval.ms": 20}
+
+
 def kafka_participant(base: KafkaSink, part: int) -> KafkaSink:
     """``base`` as scale-out participant ``part``: transactional id ``<tid>.p<part>``, with its
-    own epoch marker (consumer group ``laminar.<tid>.p<part>``)."""
+    own epoch marker (consumer group ``laminar.<tid>.p<part>``) and the client settings of
+    `PARTICIPANT_CLIENT_DEFAULTS` where ``base``'s configuration has none."""
     sink: KafkaSink = _clone(base)
     sink._sink_id = f"{base.sink_id}.p{part}"
     sink._resolved = None
+    sink._producer_setting = {**PARTICIPANT_CLIENT_DEFAULTS, **base._producer_setting}
     return sink
 
 

@@ -113,22 +113,34 @@ def end_txn(
     producer_epoch: int,
     *,
     timeout_s: float = 10.0,
+    clients: dict[Any, KafkaLogClient] | None = None,
 ) -> str | None:
     """``EndTxn(commit)`` for a prepared transaction; None if the broker accepted it, else why
     not (the caller reads the marker either way: it is the only proof). A coordinator that moves
     is found again within ``timeout_s`` (the sink's ``commit_timeout_s``: docs/kafka.md,
-    "Failover")."""
+    "Failover"). ``clients``: wire clients kept by the caller for its next ``EndTxn`` (one per
+    cluster and security: a commit completing several participants connects once), which it
+    closes; without it the client is closed here."""
     try:
         security = ClientSecurity.from_config(producer_config)
-        with KafkaLogClient(
-            bootstrap_servers,
-            timeout=min(timeout_s, 10.0),
-            retry_for_s=timeout_s,
-            security=security,
-        ) as client:
+        key = (bootstrap_servers, security, timeout_s)
+        client = clients.get(key) if clients is not None else None
+        if client is None:
+            client = KafkaLogClient(
+                bootstrap_servers,
+                timeout=min(timeout_s, 10.0),
+                retry_for_s=timeout_s,
+                security=security,
+            )
+            if clients is not None:
+                clients[key] = client
+        try:
             client.end_txn(
                 transactional_id, producer_id, producer_epoch, commit=True, retry_for_s=timeout_s
             )
+        finally:
+            if clients is None:
+                client.close()
     except KafkaLogError as e:
         return str(e)
     return None
@@ -176,6 +188,8 @@ class KafkaDriver:
         self.log = log
         #: The blobs of the last ``read_redo``, for ``produce_redo``.
         self.blobs: list[bytes] = []
+        #: Wire clients kept for the next ``end_txn`` (`close_clients`); None: one per call.
+        self.end_txn_clients: dict[Any, KafkaLogClient] | None = None
 
     def perform(self, command: Command) -> Event:
         """Perform ``command``; psycopg errors become `laminar.errors` (`map_pg_error`)."""
@@ -189,6 +203,12 @@ class KafkaDriver:
     def what(self) -> str:
         """What the driver runs, for error messages."""
         return "Kafka recovery"
+
+    def close_clients(self) -> None:
+        """Close the wire clients kept for ``end_txn``."""
+        clients, self.end_txn_clients = self.end_txn_clients, None
+        for client in (clients or {}).values():
+            client.close()
 
     def kafka_sink(self, sink_id: str) -> Any:
         """The sink a Kafka command names (None: the driver has no configuration for it)."""
@@ -250,6 +270,7 @@ class KafkaDriver:
                 int(c.producer_id or 0),
                 int(c.producer_epoch or 0),
                 timeout_s=sink._commit_timeout_s,
+                clients=self.end_txn_clients,
             )
             return Event.end_txn(why)
         return Event.ack()

@@ -48,6 +48,7 @@ __all__ = [
     "read_dt_state",
     "read_dt_states",
     "read_dt_status",
+    "read_generation",
     "read_kafka_registry",
     "read_metric_sinks",
     "read_ownership",
@@ -83,6 +84,7 @@ _BUMP_GENERATION = sql.SQL(
     "UPDATE {t} SET generation = generation + 1, updated_at = now() WHERE sink_id = %s"
     " RETURNING generation"
 ).format(t=table("sinks"))
+_READ_GENERATION = sql.SQL("SELECT generation FROM {t} WHERE sink_id = %s").format(t=table("sinks"))
 _READ_OWNER = sql.SQL("SELECT owner, epoch_base FROM {t} WHERE sink_id = %s FOR UPDATE").format(
     t=table("sinks")
 )
@@ -211,6 +213,13 @@ def lock_group(
 def bump_generation(conn: psycopg.Connection[Any], group_id: str) -> int | None:
     """Fence the previous coordinator (docs/protocol.md §6): the new generation."""
     row = conn.execute(_BUMP_GENERATION, (group_id,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def read_generation(conn: psycopg.Connection[Any], group_id: str) -> int | None:
+    """The group's generation as it stands (docs/protocol.md §6), None if it has no row: a
+    resumed start checks that no coordinator started since its run's (§4)."""
+    row = conn.execute(_READ_GENERATION, (group_id,)).fetchone()
     return None if row is None else int(row[0])
 
 

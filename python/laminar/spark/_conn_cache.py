@@ -1,12 +1,15 @@
-"""One autocommit PostgreSQL connection per process and DSN, kept for the next
+"""One autocommit PostgreSQL connection per process, DSN and use, kept for the next
 ``format("laminar")`` task that the same Spark Python worker runs (docs/benchmarks.md, "Where a
-task's time goes"; Spark reuses its Python workers between tasks, ``spark.python.worker.reuse``).
+task's time goes"; Spark reuses its Python workers between tasks, ``spark.python.worker.reuse``)
+or the next micro-batch's writer in a driver-side Python process Spark reuses.
 
-Only the task's read of the group's epoch base uses it (`laminar.spark.source.write_task`): an
-autocommit connection that holds no lock and no transaction between uses, and whose schema
-check (`laminar.metadata.ensure_schema`) is then done once per process. The task's control
-connection (its partition's session lock) and the participants' connections are never cached:
-they belong to one attempt and the protocol's machines (docs/protocol.md §4).
+Two uses, each with a connection of its own: the task's read of the group's epoch base
+(`laminar.spark.source.write_task`, whose schema check, `laminar.metadata.ensure_schema`, is
+then done once per process) and the writer's lift of the stop fence (``use="lift"``: no schema
+check, the lift never migrates). Both are autocommit statements that hold no lock and no
+transaction between uses. The task's control connection (its partition's session lock) and the
+participants' connections are never cached: they belong to one attempt and the protocol's
+machines (docs/protocol.md §4).
 
 - A connection is handed out again only if it is open, not broken and idle; otherwise it is
   closed and a new one made.
@@ -30,8 +33,8 @@ import psycopg
 
 __all__ = ["cached_connection", "clear", "discard"]
 
-#: Connections of this process by DSN.
-_cache: dict[str, psycopg.Connection[Any]] = {}
+#: Connections of this process by DSN and use.
+_cache: dict[tuple[str, str], psycopg.Connection[Any]] = {}
 #: Inherited through a fork: kept referenced so the child never finalizes (closes) them.
 _inherited: list[psycopg.Connection[Any]] = []
 _owner = os.getpid()
@@ -51,16 +54,18 @@ def cached_connection(
     *,
     application_name: str,
     prepare: Callable[[psycopg.Connection[Any]], object] | None = None,
+    use: str = "",
 ) -> psycopg.Connection[Any]:
-    """This process's autocommit connection to ``dsn`` (a new one if there is none usable).
-    ``prepare(conn)`` runs once per connection, when it is made (the schema check). The
-    caller must leave it idle (autocommit: no transaction stays open) and must not close it;
-    on an error it calls `discard`. Raises what ``psycopg.connect`` and ``prepare`` raise."""
+    """This process's autocommit connection to ``dsn`` for ``use`` (a new one if there is none
+    usable). ``prepare(conn)`` runs once per connection, when it is made (the schema check).
+    The caller must leave it idle (autocommit: no transaction stays open) and must not close
+    it; on an error it calls `discard`. Raises what ``psycopg.connect`` and ``prepare`` raise."""
+    key = (dsn, use)
     with _lock:
         _after_fork_check()
-        found = _cache.pop(dsn, None)
+        found = _cache.pop(key, None)
         if found is not None and _usable(found):
-            _cache[dsn] = found
+            _cache[key] = found
             return found
         if found is not None:
             _close(found)
@@ -72,15 +77,16 @@ def cached_connection(
         _close(conn)
         raise
     with _lock:
-        _cache[dsn] = conn
+        _cache[key] = conn
     return conn
 
 
-def discard(dsn: str) -> None:
-    """Close and forget this process's connection to ``dsn`` (after an error on it)."""
+def discard(dsn: str, *, use: str = "") -> None:
+    """Close and forget this process's connection to ``dsn`` for ``use`` (after an error on
+    it)."""
     with _lock:
         _after_fork_check()
-        found = _cache.pop(dsn, None)
+        found = _cache.pop((dsn, use), None)
     if found is not None:
         _close(found)
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import psycopg
 
@@ -27,6 +26,7 @@ from laminar._redact import redact_dsn
 from laminar.metadata import ensure_schema
 from laminar.postgres._errors import map_pg_error
 from laminar.protocol import records as _records
+from laminar.spark._conn_cache import cached_connection, discard
 
 __all__ = ["fence_stopped", "lift"]
 
@@ -68,19 +68,23 @@ def fence_stopped(
 
 def lift(dsn: str, group_id: str) -> int | None:
     """Delete ``group_id``'s fence (a new run of the query); the epoch it held, None if there
-    was none. One statement; a database without the table (never migrated to version 3) has
-    no fence to lift."""
-    conn: psycopg.Connection[Any] | None = None
-    try:
-        conn = psycopg.connect(dsn, application_name="laminar writer", autocommit=True)
-        lifted = _records.lift_stop_fence(conn, group_id)
-    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
-        return None
-    except psycopg.Error as e:
-        raise map_pg_error(e, f"format('laminar'): lifting the stop fence of {group_id!r}") from e
-    finally:
-        if conn is not None:
-            conn.close()
+    was none. One statement, on the connection the process keeps for it
+    (`laminar.spark._conn_cache`: Spark reuses its driver-side Python workers from one
+    micro-batch to the next), tried once more on a new connection if the kept one failed. A
+    database without the table (never migrated to version 3) has no fence to lift."""
+    for last_try in (False, True):
+        try:
+            conn = cached_connection(dsn, application_name="laminar writer", use="lift")
+            lifted = _records.lift_stop_fence(conn, group_id)
+            break
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+            return None
+        except psycopg.Error as e:
+            discard(dsn, use="lift")
+            if last_try:
+                raise map_pg_error(
+                    e, f"format('laminar'): lifting the stop fence of {group_id!r}"
+                ) from e
     if lifted is not None:
         log.info("%s: a new run: lifted the stop fence (epoch %d)", group_id, lifted)
     return lifted

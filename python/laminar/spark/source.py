@@ -83,6 +83,9 @@ class LaminarCommitMessage(WriterCommitMessage):
     #: ``spark:<query id>``, the owner the task checked (None outside a streaming query).
     owner: str | None
     results: list[ParticipantResult]
+    #: The query run's id (Spark's job group of the batch): the commits of one run share its
+    #: start-up (`laminar.spark._run_memo`). None when Spark did not set it.
+    run: str | None = None
 
 
 class LaminarDataSource(DataSource):
@@ -140,6 +143,8 @@ class LaminarStreamWriter(DataSourceStreamArrowWriter):
             ctx.partitionId(),
             iterator,
             attempt=attempt,
+            # Spark's stream execution runs each batch's job in the job group of its run id
+            run=ctx.getLocalProperty("spark.jobGroup.id"),
         )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
@@ -227,6 +232,7 @@ def write_task(
     batches: Iterator[pa.RecordBatch],
     *,
     attempt: str,
+    run: str | None = None,
 ) -> LaminarCommitMessage:
     """One task attempt: partition ``part`` of Spark batch ``batch_id`` as prepared participants
     (`ScaleOutTask.write_partition` with ``create_record``: the core's task machine skips an
@@ -244,11 +250,17 @@ def write_task(
     task = ScaleOutTask(group_id, epoch, postgres, kafka, state_dsn=dsn)
     results = task.write_partition(part, batches, attempt=attempt, create_record=True)
     _trace.mark("task done", part=part, rows=sum(r.records for r in results))
-    return LaminarCommitMessage(epoch, part, owner, results)
+    return LaminarCommitMessage(epoch, part, owner, results, run)
 
 
 def _messages(messages: Sequence[Any]) -> list[LaminarCommitMessage]:
     return [m for m in messages if isinstance(m, LaminarCommitMessage)]
+
+
+def _single(values: Iterable[str | None]) -> str | None:
+    """The one value the messages agree on (None if none or several)."""
+    found = {v for v in values if v is not None}
+    return found.pop() if len(found) == 1 else None
 
 
 def commit_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int) -> bool:
@@ -257,19 +269,26 @@ def commit_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int) -
     and a new generation, then the vote, the decision and the completion of what the tasks
     prepared). A repeated commit finds the epoch committed and does nothing; a commit after one
     that died between decision and completion completes it; a failed vote rolls the epoch's
-    participants back. False if nothing was committed by this call."""
+    participants back. False if nothing was committed by this call.
+
+    The start-up runs once per query run: the run's later commits resume what its first one
+    left (`laminar.spark._run_memo`, checked against the group's rows by the core:
+    docs/protocol.md §4, "A run's start-up, once"); a commit that fails forgets it."""
     from laminar.protocol.atomic import AtomicGroup  # lazy: see top
+    from laminar.spark import _run_memo  # lazy: see top
 
     _trace.mark("commit called", batch=batch_id)
     kafka, postgres, group_id = _sinks(options)
     got = _messages(messages)
     dsn = options.resolved_state_dsn()
-    owners = {m.owner for m in got if m.owner is not None}
+    owner = _single(m.owner for m in got)
+    run = _single(m.run for m in got)
+    start = _run_memo.recall(group_id, owner, run) if owner and run else None
     group = AtomicGroup(
         group_id,
         kafka,
         postgres,
-        owner=owners.pop() if len(owners) == 1 else None,
+        owner=owner,
         on_new_query="fail",
         redo="replay",
         scale_out=True,
@@ -286,10 +305,16 @@ def commit_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int) -
         return [r for m in got for r in m.results]
 
     try:
-        done = group.commit_collected(batch_id, results)
+        done = group.commit_collected(batch_id, results, resume=start)
+        resumed, generation, base = group.resumed, group.generation, group.epoch_base
+    except BaseException:
+        _run_memo.forget(group_id)  # Spark fails the query; its next run starts up
+        raise
     finally:
         group.close()
-    _trace.mark("commit done", batch=batch_id)
+    if owner and run:
+        _run_memo.remember(group_id, owner, run, generation, base)
+    _trace.mark("commit done", batch=batch_id, resumed=resumed)
     log.info("%s: batch %d %s", group_id, batch_id, "committed" if done else "had nothing to do")
     return done
 
@@ -307,9 +332,11 @@ def abort_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int) ->
 
     from laminar.postgres._errors import map_pg_error  # lazy: see top
     from laminar.protocol import records as _records  # lazy: see top
+    from laminar.spark import _run_memo  # lazy: see top
 
     _trace.mark("abort called", batch=batch_id)
     _, _, group_id = _sinks(options)
+    _run_memo.forget(group_id)  # a failed batch: the next commit starts up
     epochs = {m.epoch for m in _messages(messages)}
     dsn = options.resolved_state_dsn()
     try:

@@ -17,16 +17,21 @@
 //! then a WatcherPass of the group with resolve_after_s = 0)
 //! ```
 //!
+//! Or, for the data source's driver-side `commit` of a run that started up already, a resumed
+//! start ([`resume`]): the reads that prove the run's start-up still holds, else the start-up.
+//!
 //! An epoch: `plan_epoch` (skip / refuse / the sinks that need it), then [`AtomicEpoch`] (steps
 //! 1–8), or the scale-out coordinator ([`crate::protocol::distributed::ScaleOutEpoch`]).
 
 mod epoch;
+mod resume;
 mod run;
 mod start;
 #[cfg(test)]
 mod start_tests;
 
 pub use epoch::{AtomicEpoch, EpochContext};
+pub use resume::RunStart;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -73,6 +78,8 @@ children!(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Then {
     Started,
+    /// A resumed start's reads are answered.
+    Resumed,
     Retry,
     Attempt,
 }
@@ -81,6 +88,8 @@ enum Then {
 enum Stage {
     Idle,
     Starting,
+    /// Checking that a run's start-up still holds ([`resume`]).
+    Resuming,
     Epoch,
     /// Reading the progress back after a failed epoch.
     Refresh,
@@ -105,6 +114,11 @@ pub struct AtomicGroup {
     batch: Option<Epoch>,
     /// The operation decides an epoch whose tasks ran before ([`AtomicGroup::commit_collected`]).
     collected: bool,
+    /// The next start resumes this run start instead of starting up ([`resume`]).
+    resume: Option<RunStart>,
+    resuming: Option<resume::Resuming>,
+    /// The last operation resumed a run's start instead of starting up.
+    resumed: bool,
     attempt: u32,
     committed: bool,
     failure: Option<End>,
@@ -128,6 +142,9 @@ impl AtomicGroup {
             pending: BTreeSet::new(),
             batch: None,
             collected: false,
+            resume: None,
+            resuming: None,
+            resumed: false,
             attempt: 0,
             committed: false,
             failure: None,
@@ -137,6 +154,7 @@ impl AtomicGroup {
 
     /// Starts the group (register, owner guard, fence, recover); poll until it ends.
     pub fn start(&mut self) {
+        self.resume = None;
         self.begin_operation(None);
     }
 
@@ -145,6 +163,7 @@ impl AtomicGroup {
     /// [`AtomicGroup::committed`].
     pub fn write_epoch(&mut self, batch: Epoch) {
         self.collected = false;
+        self.resume = None;
         self.begin_operation(Some(batch));
     }
 
@@ -153,7 +172,23 @@ impl AtomicGroup {
     /// asks for the results they sent. The start-up's watcher pass spares that record.
     pub fn commit_collected(&mut self, batch: Epoch) {
         self.collected = self.config.scale_out;
+        self.resume = None;
         self.begin_operation(Some(batch));
+    }
+
+    /// [`AtomicGroup::commit_collected`] in a query run whose start-up ran already (an earlier
+    /// `commit` of the same run, in another process: `start` is what it left): the start-up is
+    /// skipped when the group still shows `start` and nothing to resolve, and runs otherwise
+    /// ([`resume`]). Read [`AtomicGroup::resumed`] after.
+    pub fn commit_collected_resumed(&mut self, batch: Epoch, start: RunStart) {
+        self.collected = self.config.scale_out;
+        self.resume = self.config.scale_out.then_some(start);
+        self.begin_operation(Some(batch));
+    }
+
+    /// Whether the last operation resumed a run's start (no start-up ran).
+    pub fn resumed(&self) -> bool {
+        self.resumed
     }
 
     /// Whether the last `write_epoch` committed (false: skipped, every sink held it).
@@ -204,6 +239,8 @@ impl AtomicGroup {
         self.then = None;
         self.ending = None;
         self.failure = None;
+        self.resuming = None;
+        self.resumed = false;
         self.batch = batch;
         self.attempt = 1;
         self.committed = false;
@@ -271,8 +308,28 @@ impl AtomicGroup {
                     epoch_base,
                     member_owners,
                 },
+            ) if self.stage == Stage::Resuming => {
+                self.resume_ownership(owner, epoch_base, member_owners);
+            }
+            (
+                Command::ReadOwnership { .. },
+                Event::Ownership {
+                    owner,
+                    epoch_base,
+                    member_owners,
+                },
             ) => {
                 self.on_ownership(owner, epoch_base, member_owners);
+            }
+            (Command::ReadGeneration { .. }, Event::Generation { generation })
+                if self.stage == Stage::Resuming =>
+            {
+                self.resume_generation(generation);
+            }
+            (Command::ReadDtStates { .. }, Event::DtRows { rows })
+                if self.stage == Stage::Resuming =>
+            {
+                self.resume_records(&rows);
             }
             (Command::BumpGeneration { .. }, Event::Generation { generation }) => {
                 self.generation = generation.unwrap_or_default();
@@ -317,6 +374,13 @@ impl AtomicGroup {
             (Stage::Refresh, _) => {
                 self.started = false;
             }
+            // a resumed start's read failed: the operation fails (no start-up on top of it)
+            (Stage::Resuming, _) => {
+                self.resuming = None;
+                self.then = None;
+                self.core.out.clear();
+                self.fail(End::Failed(failure));
+            }
             (_, Command::Rollback | Command::Log { .. }) => {}
             _ => {
                 self.core.out.clear();
@@ -336,6 +400,7 @@ impl Steps for AtomicGroup {
     fn idle(&mut self) -> Idle {
         match self.then.take() {
             Some(Then::Started) => self.on_started(),
+            Some(Then::Resumed) => self.after_resume_reads(),
             Some(Then::Retry) => self.decide_retry(),
             Some(Then::Attempt) => self.begin_attempt(),
             None => {

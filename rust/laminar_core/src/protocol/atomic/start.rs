@@ -13,7 +13,11 @@ use super::{AtomicGroup, Child, Stage, Then};
 impl AtomicGroup {
     pub(super) fn begin_attempt(&mut self) {
         if self.started {
+            self.resume = None;
             return self.plan();
+        }
+        if let Some(start) = self.resume.take() {
+            return self.begin_resume(start);
         }
         self.stage = Stage::Starting;
         let c = &self.config;

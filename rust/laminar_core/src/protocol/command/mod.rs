@@ -149,6 +149,10 @@ pub enum Command {
     /// Open the decision transaction: the group's row lock and generation (docs/protocol.md §3
     /// step 1). → `Generation` (`None`: no row).
     LockGroup { group_id: String },
+    /// `SELECT generation FROM laminar.sinks WHERE sink_id = group_id`, in the open transaction
+    /// (a resumed start, after `ReadOwnership`'s row lock: nothing moves it until the end of the
+    /// transaction). → `Generation` (`None`: no row).
+    ReadGeneration { group_id: String },
     /// In the decision transaction: lock the PostgreSQL sink's table and check its definition
     /// against the batch (and plan the COPY), so that a table that cannot take the batch is a
     /// `ConfigError` before any byte is sent to Kafka or PostgreSQL. → `Ack`.
@@ -305,6 +309,7 @@ impl Command {
             Command::Rollback => "rollback",
             Command::BumpGeneration { .. } => "bump_generation",
             Command::LockGroup { .. } => "lock_group",
+            Command::ReadGeneration { .. } => "read_generation",
             Command::LockTable { .. } => "lock_table",
             Command::WriteRows { .. } => "write_rows",
             Command::ReplaceRedo { .. } => "replace_redo",

@@ -68,6 +68,9 @@ pub(super) fn perform_db(
                 generation: Some(w.pg.generation),
             }
         }
+        Command::ReadGeneration { .. } => Event::Generation {
+            generation: Some(db(w, proc).generation),
+        },
         Command::LockGroup { .. } => {
             let txn = w.pg.clone();
             let generation = Some(txn.generation);

@@ -16,6 +16,7 @@ mod sinks;
 mod tasks;
 
 mod atomic_tests;
+mod resume_tests;
 mod scaleout_tests;
 mod single_tests;
 mod stop_fence_tests;

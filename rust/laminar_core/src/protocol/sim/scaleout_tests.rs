@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use proptest::prelude::*;
 
-use super::super::atomic::{AtomicGroup, GroupConfig};
+use super::super::atomic::{AtomicGroup, GroupConfig, RunStart};
 use super::super::command::Event;
 use super::super::crash::{CrashPoint, Protocol};
 use super::super::names::dtid;
@@ -18,13 +18,13 @@ use super::atomic_tests::{Writer, config, retryable, run};
 use super::tasks::run_tasks;
 use super::{Collected, Crash, Proc, World, drive, points_of};
 
-const EPOCHS: Epoch = 3;
+pub(super) const EPOCHS: Epoch = 3;
 
-fn world() -> World {
+pub(super) fn world() -> World {
     World::new(&["pg"], &["k"], 1_000_000)
 }
 
-fn scaled(w: &World) -> GroupConfig {
+pub(super) fn scaled(w: &World) -> GroupConfig {
     GroupConfig {
         scale_out: true,
         ..config(w, false)
@@ -32,7 +32,7 @@ fn scaled(w: &World) -> GroupConfig {
 }
 
 /// The scenarios every point is walked in.
-fn scenarios() -> Vec<World> {
+pub(super) fn scenarios() -> Vec<World> {
     let mut out = Vec::new();
     for (twin, fail) in [
         (None, None),
@@ -51,7 +51,7 @@ fn scenarios() -> Vec<World> {
     out
 }
 
-fn clone_world(t: &World) -> World {
+pub(super) fn clone_world(t: &World) -> World {
     let pg: Vec<&str> = t.pg_sinks.iter().map(String::as_str).collect();
     let kafka: Vec<&str> = t.kafka_sinks.iter().map(String::as_str).collect();
     let mut w = World::new(&pg, &kafka, t.kafka.timeout_ms);
@@ -357,13 +357,40 @@ proptest! {
 
 // -- the data source (`format("laminar")`, docs/spark.md): tasks first, then the driver's commit
 
+/// What [`run_source`] saw.
+pub(super) struct SourceRun {
+    /// Commits that crashed.
+    pub crashes: u32,
+    /// Commits that resumed their run's start (no start-up).
+    pub resumed: u32,
+    /// Commits that started up (the first of each run).
+    pub started_up: u32,
+    /// Commits refused or failed (each ends its run).
+    pub failed: u32,
+}
+
 /// Spark's micro-batches through the data source: per batch the tasks run first (they create the
 /// epoch's record; a task that dies is retried), then the driver's `commit` in a process of its
 /// own (`AtomicGroup::commit_collected`), called `commits` times. A failed job or a commit that
-/// did not return (an error, a crash) runs the batch again, tasks first. Returns the crashes.
-fn run_source(w: &mut World, c: &GroupConfig, epochs: Epoch, commits: u32) -> u32 {
+/// did not return (an error, a crash) runs the batch again, tasks first. With `resume`, a commit
+/// resumes the start its run's last successful commit left, as `laminar.spark.source` keeps it
+/// (docs/protocol.md §4, "A run's start-up, once"); a commit that fails or dies ends the run, and
+/// the next one starts up.
+pub(super) fn run_source(
+    w: &mut World,
+    c: &GroupConfig,
+    epochs: Epoch,
+    commits: u32,
+    resume: bool,
+) -> SourceRun {
     w.tasks.create_record = true;
-    let mut crashes = 0;
+    let mut seen = SourceRun {
+        crashes: 0,
+        resumed: 0,
+        started_up: 0,
+        failed: 0,
+    };
+    let mut run_start: Option<RunStart> = None;
     let mut next = 0;
     let mut guard = 0;
     while next < epochs {
@@ -378,17 +405,32 @@ fn run_source(w: &mut World, c: &GroupConfig, epochs: Epoch, commits: u32) -> u3
         let mut done = true;
         for _ in 0..commits {
             let mut group = AtomicGroup::new(c.clone());
-            group.commit_collected(next);
+            let resuming = run_start.filter(|_| resume);
+            match resuming {
+                Some(start) => group.commit_collected_resumed(next, start),
+                None => group.commit_collected(next),
+            }
             match drive(w, &mut Proc::default(), &mut group) {
-                Ok(End::Ok) => {}
+                Ok(End::Ok) => {
+                    // nothing but the run's own commits touched the group: its start holds
+                    assert_eq!(group.resumed(), resuming.is_some(), "batch {next}");
+                    seen.resumed += u32::from(group.resumed());
+                    seen.started_up += u32::from(!group.resumed());
+                    run_start = Some(RunStart {
+                        generation: group.generation(),
+                        epoch_base: group.epoch_base(),
+                    });
+                }
                 Ok(end) if retryable(&end) => done = false,
                 Ok(end) => panic!("batch {next} refused: {end:?}"),
                 Err(Crash) => {
-                    crashes += 1;
+                    seen.crashes += 1;
                     done = false;
                 }
             }
             if !done {
+                seen.failed += 1;
+                run_start = None; // the query failed: its next run starts up
                 break;
             }
         }
@@ -400,7 +442,7 @@ fn run_source(w: &mut World, c: &GroupConfig, epochs: Epoch, commits: u32) -> u3
     }
     w.check_exactly_once(epochs);
     assert!(w.pg.dt_state.is_empty(), "left: {:?}", w.pg.dt_state.keys());
-    crashes
+    seen
 }
 
 #[test]
@@ -408,7 +450,7 @@ fn the_data_source_commits_every_epoch_once_and_a_repeated_commit_is_a_no_op() {
     for template in scenarios() {
         let mut w = clone_world(&template);
         let c = scaled(&w);
-        run_source(&mut w, &c, EPOCHS, 2);
+        run_source(&mut w, &c, EPOCHS, 2, false);
         assert!(
             !w.seen.contains(&CrashPoint::ScaleoutAfterCreate),
             "the tasks create it"
@@ -416,7 +458,7 @@ fn the_data_source_commits_every_epoch_once_and_a_repeated_commit_is_a_no_op() {
     }
     let mut w = World::new(&[], &["k1", "k2"], 1_000_000);
     let c = scaled(&w);
-    run_source(&mut w, &c, EPOCHS, 2); // Kafka only: the decision rows say it is committed
+    run_source(&mut w, &c, EPOCHS, 2, false); // Kafka only: the decision rows say it is committed
 }
 
 /// Every scale-out crash point of the enum at its n-th occurrence, with the data source's order:
@@ -435,7 +477,7 @@ fn the_data_source_ends_exactly_once_after_a_crash_at_every_scaleout_point() {
                 let mut w = clone_world(&template);
                 let c = scaled(&w);
                 w.crash_at = Some((point, nth));
-                run_source(&mut w, &c, EPOCHS, 1);
+                run_source(&mut w, &c, EPOCHS, 1, false);
                 if w.crash_at.is_none() {
                     crashed.insert(point);
                 }

@@ -117,6 +117,7 @@ impl From<Command> for PyCommand {
             Command::RegisterGroup { group_id }
             | Command::BumpGeneration { group_id }
             | Command::LockGroup { group_id }
+            | Command::ReadGeneration { group_id }
             | Command::ReadStopFence { group_id } => c.group_id = Some(group_id),
             Command::ReadSinkEpochs { sink_ids } => c.sink_ids = Some(sink_ids),
             Command::ReadOwnership {

@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 
 use super::super::errors::refusal_to_py_err;
 use super::{PyCommand, PyEvent, ResultTuple, result_tuple};
-use crate::protocol::atomic::{AtomicGroup, GroupConfig};
+use crate::protocol::atomic::{AtomicGroup, GroupConfig, RunStart};
 use crate::protocol::distributed::{ScaleOutTask, TaskContext};
 use crate::protocol::kafka_recovery::KafkaRecovery;
 use crate::protocol::single::{KafkaInDoubt, PostgresInDoubt, SingleConfig, SingleEpoch};
@@ -120,9 +120,27 @@ machine_class!(PyAtomicGroup, "AtomicGroupMachine", AtomicGroup, {
         self.inner.write_epoch(batch);
     }
 
-    /// Scale-out: decides batch `batch` whose tasks ran already and created its record.
-    fn commit_collected(&mut self, batch: Epoch) {
-        self.inner.commit_collected(batch);
+    /// Scale-out: decides batch `batch` whose tasks ran already and created its record;
+    /// `resume`: the run's start, `(generation, epoch_base)`, left by an earlier commit of the
+    /// same query run (the start-up is skipped while the group still shows it).
+    #[pyo3(signature = (batch, resume=None))]
+    fn commit_collected(&mut self, batch: Epoch, resume: Option<(i64, Epoch)>) {
+        match resume {
+            Some((generation, epoch_base)) => self.inner.commit_collected_resumed(
+                batch,
+                RunStart {
+                    generation,
+                    epoch_base,
+                },
+            ),
+            None => self.inner.commit_collected(batch),
+        }
+    }
+
+    /// Whether the last operation resumed a run's start (no start-up ran).
+    #[getter]
+    fn resumed(&self) -> bool {
+        self.inner.resumed()
     }
 
     #[getter]

@@ -1,0 +1,34 @@
+"""The Spark Connect server the ``format("laminar")`` benchmarks share (``benches/conftest.py``'s
+``spark_bench_server``: one start per run): ``local[4]``, the PostgreSQL JDBC driver on its class
+path (Spark's JDBC writer is a peer), the test database's DSN in its environment, and
+``LAMINAR_TRACE`` passed on when set (docs/benchmarks.md, "The trace")."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from laminar import _trace
+
+__all__ = ["DSN_VAR", "JDBC_JAR", "bench_server"]
+
+#: The variable holding the test database's DSN in the server (``postgres.dsn.env``,
+#: ``laminar.env``).
+DSN_VAR = "LAMINAR_BENCH_DS_DSN"
+#: The PostgreSQL JDBC driver (bootstrap installs it: libpostgresql-jdbc-java).
+JDBC_JAR = Path(os.environ.get("LAMINAR_JDBC_JAR", "/usr/share/java/postgresql.jar"))
+
+
+def bench_server(log_dir: Path, pg_dsn: str) -> Any:
+    """The server, configured (not started)."""
+    from laminar.embedded import SparkConnectServer
+
+    trace = {k: v for k, v in os.environ.items() if k == _trace.ENV}
+    return SparkConnectServer(
+        master="local[4]",
+        jars=[JDBC_JAR],
+        driver_memory="2g",
+        env={DSN_VAR: pg_dsn, **trace},
+        log_path=log_dir / "spark-connect-datasource-bench.log",
+    )

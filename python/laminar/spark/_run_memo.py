@@ -1,0 +1,100 @@
+"""What a ``format("laminar")`` query run's start-up left, kept for the run's later commits
+(docs/protocol.md §4, "A run's start-up, once"; docs/spark.md, "Per batch and per run").
+
+Spark calls the data source's ``commit`` in a driver-side Python process that may be a fresh
+one for every micro-batch, so what the first ``commit`` of a run learnt — the group's generation
+after its start-up fenced older coordinators, and the epoch base the owner guard kept — is kept
+on the driver's local disk, one small JSON file per group, keyed by the query (its owner,
+``spark:<query id>``) and the run (Spark's run id, the batch's job group, which the tasks send in
+their commit messages). A later ``commit`` of the same run resumes from it, and the core checks it
+against the group's rows before anything is decided (``AtomicGroupMachine.commit_collected``
+with ``resume``): the memo only saves work, it never decides.
+
+- `remember` after a ``commit`` that returned; `forget` on ``abort`` and on a ``commit`` that
+  failed (Spark then fails the query: its next run has a new run id and starts up anyway).
+- A file that is missing, unreadable or of another version, query or run is no memo: the commit
+  starts up, as it did for every batch before.
+- Nothing secret is written (a group id, an owner, a run id, two numbers). The directory is
+  ``$LAMINAR_RUN_MEMO_DIR``, else ``<temp dir>/laminar-<uid>/runs``, created with mode 0700.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+from laminar import __version__
+
+__all__ = ["ENV", "forget", "recall", "remember"]
+
+#: The environment variable naming the memo directory (default: under the temp directory).
+ENV = "LAMINAR_RUN_MEMO_DIR"
+
+log = logging.getLogger("laminar.spark.source")
+
+
+def _directory() -> Path:
+    chosen = os.environ.get(ENV)
+    if chosen:
+        return Path(chosen)
+    return Path(tempfile.gettempdir()) / f"laminar-{os.getuid()}" / "runs"
+
+
+def _path(group_id: str) -> Path:
+    name = hashlib.sha256(group_id.encode()).hexdigest()[:32]
+    return _directory() / f"{name}.json"
+
+
+def recall(group_id: str, owner: str, run: str) -> tuple[int, int] | None:
+    """``(generation, epoch_base)`` the run ``run`` of ``owner`` started ``group_id`` with, or
+    None (no memo of that query and run)."""
+    try:
+        found = json.loads(_path(group_id).read_text(encoding="utf-8"))
+        memo = (int(found["generation"]), int(found["epoch_base"]))
+        same = (found["version"], found["group"], found["owner"], found["run"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if same != (__version__, group_id, owner, run):
+        return None
+    return memo
+
+
+def remember(group_id: str, owner: str, run: str, generation: int, epoch_base: int) -> None:
+    """Keep the start of ``owner``'s run ``run`` for its next ``commit`` (replacing whatever the
+    group's file held); a file that cannot be written is no memo (logged)."""
+    path = _path(group_id)
+    memo = {
+        "version": __version__,
+        "group": group_id,
+        "owner": owner,
+        "run": run,
+        "generation": generation,
+        "epoch_base": epoch_base,
+    }
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, scratch = tempfile.mkstemp(dir=path.parent, prefix=".memo-")
+    except OSError as e:
+        log.info("%s: the run's start is not kept (%s); each commit starts up", group_id, e)
+        return
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(memo, f)
+        os.replace(scratch, path)  # whole or not at all: a reader never sees half a file
+    except OSError as e:
+        log.info("%s: the run's start is not kept (%s); each commit starts up", group_id, e)
+        with contextlib.suppress(OSError):
+            os.unlink(scratch)
+
+
+def forget(group_id: str) -> None:
+    """Drop the group's memo (an ``abort``, a failed ``commit``): the next commit starts up."""
+    try:
+        _path(group_id).unlink(missing_ok=True)
+    except OSError as e:
+        log.warning("%s: could not drop the run's memo (%s)", group_id, e)
