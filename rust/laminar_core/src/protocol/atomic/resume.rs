@@ -29,7 +29,7 @@
 use super::super::Epoch;
 use super::super::command::{Command, DtRow, LogLevel};
 use super::super::names::dtid;
-use super::super::records::{OwnerDecision, OwnerRecords, owner_decision};
+use super::super::records::OwnerDecision;
 use super::{AtomicGroup, Stage, Then};
 
 /// What a run's start-up left, as the run remembers it.
@@ -86,18 +86,7 @@ impl AtomicGroup {
         let Some(expected) = self.resuming.as_ref().map(|r| r.start.epoch_base) else {
             return;
         };
-        let members = self.sink_ids();
-        let last: Vec<Option<Epoch>> = members.iter().map(|s| self.last_committed(s)).collect();
-        let records = OwnerRecords {
-            registry_id: &self.config.group_id,
-            members: &members,
-            owner: owner.as_deref(),
-            epoch_base: base,
-            member_owners: &owners,
-            last_committed: &last,
-        };
-        let mine = self.config.owner.as_deref();
-        match owner_decision(&records, mine, self.config.restart_on_new_query) {
+        match self.owner_guard(owner.as_deref(), base, &owners) {
             Ok(OwnerDecision::Keep { epoch_base }) if epoch_base == expected => {}
             Ok(OwnerDecision::Keep { epoch_base }) => {
                 self.stale(format!(

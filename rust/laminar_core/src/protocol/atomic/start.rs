@@ -7,7 +7,7 @@ use super::super::kafka_recovery::KafkaRecovery;
 use super::super::names::{dtid, participant_base};
 use super::super::records::{OwnerDecision, OwnerRecords, owner_decision};
 use super::super::watcher::{PassConfig, WatcherPass};
-use super::super::{End, Epoch};
+use super::super::{End, Epoch, Refusal};
 use super::{AtomicGroup, Child, Stage, Then};
 
 impl AtomicGroup {
@@ -84,24 +84,35 @@ impl AtomicGroup {
         c.postgres.iter().chain(&c.kafka).cloned().collect()
     }
 
+    /// The owner guard (docs/protocol.md §5) on the group's rows as read: the group's owner and
+    /// epoch base, its members' owners, and each member's last committed epoch.
+    pub(super) fn owner_guard(
+        &self,
+        owner: Option<&str>,
+        base: Epoch,
+        owners: &[(String, String)],
+    ) -> Result<OwnerDecision, Refusal> {
+        let members = self.sink_ids();
+        let last: Vec<Option<Epoch>> = members.iter().map(|s| self.last_committed(s)).collect();
+        let records = OwnerRecords {
+            registry_id: &self.config.group_id,
+            members: &members,
+            owner,
+            epoch_base: base,
+            member_owners: owners,
+            last_committed: &last,
+        };
+        let mine = self.config.owner.as_deref();
+        owner_decision(&records, mine, self.config.restart_on_new_query)
+    }
+
     pub(super) fn on_ownership(
         &mut self,
         owner: Option<String>,
         base: Epoch,
         owners: Vec<(String, String)>,
     ) {
-        let members = self.sink_ids();
-        let last: Vec<Option<Epoch>> = members.iter().map(|s| self.last_committed(s)).collect();
-        let records = OwnerRecords {
-            registry_id: &self.config.group_id,
-            members: &members,
-            owner: owner.as_deref(),
-            epoch_base: base,
-            member_owners: &owners,
-            last_committed: &last,
-        };
-        let mine = self.config.owner.clone();
-        match owner_decision(&records, mine.as_deref(), self.config.restart_on_new_query) {
+        match self.owner_guard(owner.as_deref(), base, &owners) {
             Err(r) => {
                 self.core.out.push(Command::Rollback);
                 self.fail(End::Refused(r));
@@ -116,6 +127,8 @@ impl AtomicGroup {
                 replaced,
             }) => {
                 self.epoch_base = epoch_base;
+                let members = self.sink_ids();
+                let mine = self.config.owner.clone();
                 if let Some(previous) = replaced {
                     self.core.out.push(Command::warn(format!(
                         "sinks {members:?}: query {:?} replaces query {previous:?} \
