@@ -4,16 +4,16 @@
 //! coordinator started, a record is left to resolve, the owner or the epoch base changed — starts
 //! up as before.
 
-use std::collections::BTreeSet;
-
 use super::super::atomic::{AtomicGroup, GroupConfig, RunStart};
 use super::super::command::Event;
-use super::super::crash::{CrashPoint, Protocol};
+use super::super::crash::CrashPoint;
 use super::super::names::dtid;
 use super::super::{End, RefusalKind};
-use super::scaleout_tests::{EPOCHS, clone_world, run_source, scaled, scenarios, world};
+use super::scaleout_tests::{
+    EPOCHS, clone_world, run_source, scaled, scenarios, walk_crashes, world,
+};
 use super::tasks::run_tasks;
-use super::{Proc, World, drive, points_of};
+use super::{Proc, World, drive};
 
 /// Batch `batch`: its tasks, then one commit resuming `start` (None: a start-up).
 fn commit(
@@ -68,23 +68,7 @@ fn a_run_starts_up_once_and_every_later_commit_resumes() {
 
 #[test]
 fn resumed_runs_end_exactly_once_after_a_crash_at_every_scaleout_point() {
-    let walked = points_of(&[Protocol::Scaleout, Protocol::Postgres]);
-    let mut crashed = BTreeSet::new();
-    let mut worlds = scenarios();
-    worlds.push(World::new(&[], &["k1", "k2"], 1_000_000));
-    for template in worlds {
-        for &point in &walked {
-            for nth in 1..=4 {
-                let mut w = clone_world(&template);
-                let c = scaled(&w);
-                w.crash_at = Some((point, nth));
-                run_source(&mut w, &c, EPOCHS, 2, true);
-                if w.crash_at.is_none() {
-                    crashed.insert(point);
-                }
-            }
-        }
-    }
+    let crashed = walk_crashes(2, true);
     for p in [
         CrashPoint::ScaleoutAfterTasks,
         CrashPoint::ScaleoutAfterDecision,

@@ -465,8 +465,9 @@ fn the_data_source_commits_every_epoch_once_and_a_repeated_commit_is_a_no_op() {
 /// a task point kills the attempt (Spark retries it), a coordinator point kills the commit's
 /// process (the restarted query runs the batch again: its tasks find the epoch decided, or claim
 /// it again, and the commit completes or decides it).
-#[test]
-fn the_data_source_ends_exactly_once_after_a_crash_at_every_scaleout_point() {
+/// `run_source` (with `commits` and `resume`) in every scenario, Kafka alone too, crashed at each
+/// scale-out and PostgreSQL point at its 1st to 4th occurrence; the points a crash reached.
+pub(super) fn walk_crashes(commits: u32, resume: bool) -> BTreeSet<CrashPoint> {
     let walked = points_of(&[Protocol::Scaleout, Protocol::Postgres]);
     let mut crashed = BTreeSet::new();
     let mut worlds = scenarios();
@@ -477,13 +478,19 @@ fn the_data_source_ends_exactly_once_after_a_crash_at_every_scaleout_point() {
                 let mut w = clone_world(&template);
                 let c = scaled(&w);
                 w.crash_at = Some((point, nth));
-                run_source(&mut w, &c, EPOCHS, 1, false);
+                run_source(&mut w, &c, EPOCHS, commits, resume);
                 if w.crash_at.is_none() {
                     crashed.insert(point);
                 }
             }
         }
     }
+    crashed
+}
+
+#[test]
+fn the_data_source_ends_exactly_once_after_a_crash_at_every_scaleout_point() {
+    let crashed = walk_crashes(1, false);
     for p in [
         CrashPoint::ScaleoutAfterTasks,
         CrashPoint::ScaleoutAfterDecision,
