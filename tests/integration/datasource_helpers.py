@@ -19,6 +19,21 @@ VAR = "LAMINAR_TEST_DS_DSN"
 OWNER = "spark:0b7c5a4e-query"
 
 
+def both_stores(dsn: str, kafka_broker: Any, table: str, topic: str) -> dict[str, str]:
+    """A 2-partition ``topic`` and a ``table (id, name)``, and the data source's options writing
+    both atomically (the decision database named by `VAR`, which the caller sets to ``dsn``)."""
+    kafka_broker.create_topic(topic, partitions=2)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id bigint, name text)")
+    return {
+        "postgres.dsn.env": VAR,
+        "postgres.table": table,
+        "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
+        "kafka.topic": topic,
+        "kafka.key.column": "id",
+    }
+
+
 def partition(part: int, rows: int = 50) -> list[pa.RecordBatch]:
     """Partition ``part``'s rows: ids ``part * 1000 ...``, named ``n<id>``, in two batches."""
     ids = list(range(part * 1000, part * 1000 + rows))

@@ -22,6 +22,7 @@ from laminar.spark.source import LaminarCommitMessage, LaminarStreamWriter, _sin
 from tests.integration.datasource_helpers import (
     OWNER,
     VAR,
+    both_stores,
     expected,
     kafka_rows,
     partition,
@@ -44,16 +45,7 @@ def group(
     dsn = clean_prepared_xacts
     monkeypatch.setenv(VAR, dsn)
     monkeypatch.setenv(_run_memo.ENV, str(tmp_path / "memo"))
-    kafka_broker.create_topic(topic_name, partitions=2)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE TABLE {table_name} (id bigint, name text)")
-    raw = {
-        "postgres.dsn.env": VAR,
-        "postgres.table": table_name,
-        "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
-        "kafka.topic": topic_name,
-        "kafka.key.column": "id",
-    }
+    raw = both_stores(dsn, kafka_broker, table_name, topic_name)
     options = parse_options(raw)
     return {
         "options": options,

@@ -21,7 +21,14 @@ import pytest
 from laminar.errors import AbortableError, ConfigError
 from laminar.spark.options import parse_options
 from laminar.spark.source import LaminarStreamWriter, resolve_stopped, write_task
-from tests.integration.datasource_helpers import OWNER, VAR, expected, partition, stores
+from tests.integration.datasource_helpers import (
+    OWNER,
+    VAR,
+    both_stores,
+    expected,
+    partition,
+    stores,
+)
 from tests.integration.kafka_fill import settled_committed, settled_logs
 
 
@@ -35,16 +42,7 @@ def setup(
 ) -> dict[str, Any]:
     dsn = clean_prepared_xacts
     monkeypatch.setenv(VAR, dsn)
-    kafka_broker.create_topic(topic_name, partitions=2)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE TABLE {table_name} (id bigint, name text)")
-    raw = {
-        "postgres.dsn.env": VAR,
-        "postgres.table": table_name,
-        "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
-        "kafka.topic": topic_name,
-        "kafka.key.column": "id",
-    }
+    raw = both_stores(dsn, kafka_broker, table_name, topic_name)
     return {
         "raw": raw,
         "options": parse_options(raw),
