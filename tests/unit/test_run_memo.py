@@ -4,6 +4,8 @@ owner, a damaged or foreign file — is no memo, and the commit starts up."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -58,3 +60,26 @@ def test_a_directory_that_cannot_be_written_is_no_memo(memo_dir: Path) -> None:
     memo_dir.parent.joinpath("runs").write_text("a file where the directory should be")
     _run_memo.remember("g", "spark:q1", "run-1", 7, 100)  # logged, not raised
     assert _run_memo.recall("g", "spark:q1", "run-1") is None
+
+
+def test_creating_a_groups_file_drops_files_of_runs_that_ended(memo_dir: Path) -> None:
+    """A driver that runs queries for months keeps one file per live group, not one per group
+    it ever ran: files not rewritten for `STALE_S` (and a killed writer's scratch file) go when
+    another group's file is created; a live run's file and foreign files stay."""
+    _run_memo.remember("ended", "spark:q1", "run-1", 1, 0)
+    _run_memo.remember("live", "spark:q2", "run-1", 2, 0)
+    scratch = memo_dir / ".memo-killed"
+    scratch.write_text("{")
+    foreign = memo_dir / "notes.txt"
+    foreign.write_text("not a memo")
+    old = time.time() - _run_memo.STALE_S - 60
+    for path in (_run_memo._path("ended"), scratch, foreign):
+        os.utime(path, (old, old))
+    _run_memo.remember("live", "spark:q2", "run-1", 3, 0)  # a rewrite creates nothing: no sweep
+    assert _run_memo.recall("ended", "spark:q1", "run-1") == (1, 0)
+    _run_memo.remember("new", "spark:q3", "run-1", 4, 0)
+    assert _run_memo.recall("ended", "spark:q1", "run-1") is None
+    assert not scratch.exists()
+    assert foreign.exists()
+    assert _run_memo.recall("live", "spark:q2", "run-1") == (3, 0)
+    assert _run_memo.recall("new", "spark:q3", "run-1") == (4, 0)

@@ -16,6 +16,10 @@ with ``resume``): the memo only saves work, it never decides.
   starts up, as it did for every batch before.
 - Nothing secret is written (a group id, an owner, a run id, two numbers). The directory is
   ``$LAMINAR_RUN_MEMO_DIR``, else ``<temp dir>/laminar-<uid>/runs``, created with mode 0700.
+- The directory stays small on a driver that runs queries for months: a run's ``commit``
+  rewrites its group's file, so a file untouched for `STALE_S` belongs to a run that ended (or
+  commits less often than that, and then only starts up again); `remember` deletes such files
+  whenever it creates a group's file.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 from pathlib import Path
 
 from laminar import __version__
@@ -34,6 +39,9 @@ __all__ = ["ENV", "forget", "recall", "remember"]
 
 #: The environment variable naming the memo directory (default: under the temp directory).
 ENV = "LAMINAR_RUN_MEMO_DIR"
+
+#: A memo file not rewritten for this long is dropped when another group's file is created.
+STALE_S = 24 * 3600.0
 
 log = logging.getLogger("laminar.spark.source")
 
@@ -78,6 +86,8 @@ def remember(group_id: str, owner: str, run: str, generation: int, epoch_base: i
     }
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not path.exists():
+            _drop_stale(path.parent)
         fd, scratch = tempfile.mkstemp(dir=path.parent, prefix=".memo-")
     except OSError as e:
         log.info("%s: the run's start is not kept (%s); each commit starts up", group_id, e)
@@ -90,6 +100,18 @@ def remember(group_id: str, owner: str, run: str, generation: int, epoch_base: i
         log.info("%s: the run's start is not kept (%s); each commit starts up", group_id, e)
         with contextlib.suppress(OSError):
             os.unlink(scratch)
+
+
+def _drop_stale(directory: Path) -> None:
+    """Delete the memo files (and scratch files a killed writer left) not written to for
+    `STALE_S`: their runs ended."""
+    cutoff = time.time() - STALE_S
+    for entry in directory.iterdir():
+        if not entry.name.endswith(".json") and not entry.name.startswith(".memo-"):
+            continue  # not ours
+        with contextlib.suppress(OSError):  # another driver may have dropped it first
+            if entry.stat().st_mtime < cutoff:
+                entry.unlink()
 
 
 def forget(group_id: str) -> None:
