@@ -160,3 +160,26 @@ def test_a_time_out_at_start_up_after_the_cluster_answered_is_retriable(code: in
     assert type(mapped) is AbortableError
     assert mapped.retriable
     assert "failover" in str(mapped)
+
+
+def test_a_routed_records_refusal_names_its_own_topic_not_the_sinks() -> None:
+    """A row routed to another topic (Spark's shape: a ``topic`` column) that the principal may
+    not write: the delivery report's topic is the one to grant, so the error names it."""
+    from types import SimpleNamespace
+
+    from laminar import KafkaSink
+    from laminar.kafka._runtime import _Runtime
+
+    rt = _Runtime()
+    refused = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed")
+    message = SimpleNamespace(value=lambda: b"v" * 10, key=lambda: b"k", topic=lambda: "audit")
+    rt.on_delivery(refused, message)
+    assert rt.delivery_errors == [(refused, b"k", 10, "audit")]
+    sink = KafkaSink("broker:9092", "orders", "orders-sink")
+    error, _key, _size, topic = rt.delivery_errors[0]
+    mapped = sink._error(KafkaException(error), "delivery", 3, rt, topic=topic)
+    assert type(mapped) is AuthorizationError
+    assert "WRITE on topic 'audit'" in str(mapped)
+    assert "'orders'" not in str(mapped)
+    plain = sink._error(KafkaException(error), "delivery", 3, rt)
+    assert "WRITE on topic 'orders'" in str(plain)

@@ -4,6 +4,7 @@ docs/errors.md) every other piece of the sink uses."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -251,10 +252,14 @@ class _SinkBase(TransactionalSink):
         rt: _Runtime,
         *,
         hint: str | None = None,
+        topic: str | None = None,
     ) -> LaminarError:
-        mapped = map_kafka_error(
-            error, operation, self._context(epoch), hint=hint, reached=rt.reached
-        )
+        """``error`` as a `LaminarError`; ``topic``: the topic the failed record went to (a
+        routed row's own, named instead of the sink's)."""
+        ctx = self._context(epoch)
+        if topic:
+            ctx = dataclasses.replace(ctx, topic=topic)
+        mapped = map_kafka_error(error, operation, ctx, hint=hint, reached=rt.reached)
         if isinstance(mapped, FencedError):
             rt.fenced = mapped
         return mapped

@@ -179,14 +179,14 @@ class _Producing(_Clients):
         if fail_point("kafka.produce"):  # a record's delivery failed (the failover tests)
             timed_out = KafkaError(KafkaError._MSG_TIMED_OUT, "injected (LAMINAR_FAIL_AT)")
             rt.delivery_failures += 1
-            rt.delivery_errors.append((timed_out, None, 0))
+            rt.delivery_errors.append((timed_out, None, 0, None))
         if rt.delivery_errors:
-            error, key, size = rt.delivery_errors[0]
+            error, key, size, topic = rt.delivery_errors[0]
             hint = (
                 f"{rt.delivery_failures} record(s) failed; the first has key {_show_key(key)} "
                 f"and a {size:,}-byte value"
             )
-            raise self._error(KafkaException(error), "delivery", epoch, rt, hint=hint)
+            raise self._error(KafkaException(error), "delivery", epoch, rt, hint=hint, topic=topic)
         if remaining:
             raise AbortableError(
                 f"{remaining} record(s) were not acknowledged within flush_timeout_s="

@@ -29,7 +29,7 @@ class _Runtime:
         #: failover to wait out, not an address to fix (`map_kafka_error`'s ``reached``).
         self.reached = False
         # failures heard through callbacks
-        self.delivery_errors: list[tuple[KafkaError, bytes | None, int]] = []
+        self.delivery_errors: list[tuple[KafkaError, bytes | None, int, str | None]] = []
         self.delivery_failures = 0
         self.client_errors: deque[KafkaError] = deque(maxlen=16)
         # producer identity from librdkafka's statistics
@@ -66,7 +66,9 @@ class _Runtime:
         if len(self.delivery_errors) < 8:
             value = message.value() if message is not None else None
             key = message.key() if message is not None else None
-            self.delivery_errors.append((error, key, len(value) if value is not None else 0))
+            topic = message.topic() if message is not None else None  # a routed row's own
+            size = len(value) if value is not None else 0
+            self.delivery_errors.append((error, key, size, topic))
 
     # -- identity -----------------------------------------------------------------------------
 
