@@ -1687,3 +1687,23 @@ def participant_base(participant_id: str) -> tuple[str, int] | None:
 
 def participant_matches(resource: str, gid: str) -> bool:
     """Whether a prepared gid is the participant a ``dt_participant`` row names (exact)."""
+
+# --- the PostgreSQL gid's format (core: protocol/gid.rs) ----------------------------------------
+
+__all__ += ["GID_MAX_BYTES", "GID_PREFIX", "gid_prefix", "make_gid", "parse_gid"]
+
+#: PostgreSQL's limit on a gid's length, in bytes.
+GID_MAX_BYTES: int
+#: Every gid laminar prepares starts with this.
+GID_PREFIX: str
+
+def make_gid(sink_id: str, epoch: int, part: int = 0) -> str:
+    """The gid of ``sink_id``'s ``epoch``, partition ``part`` (docs/postgres.md, "gid format");
+    ValueError for a negative epoch, OverflowError for values out of range."""
+
+def gid_prefix(sink_id: str) -> str:
+    """The prefix every gid of ``sink_id`` starts with (``laminar:<sink>:``)."""
+
+def parse_gid(text: str) -> tuple[str, str | None, int, int] | None:
+    """``(sink_part, sink_id, epoch, part)`` of a laminar gid (``sink_id`` None: hashed), or
+    None if ``text`` is not one."""

@@ -7,25 +7,17 @@ unquoted part that is a plain identifier is folded to lower case as PostgreSQL d
 only one possible meaning and is taken verbatim. The parsed parts are only ever used through
 ``psycopg.sql.Identifier``.
 
-Prepared-transaction ids (gids), docs/protocol.md §2/§4::
-
-    laminar:<sink>:<epoch>:<part>
-
-``<sink>`` is the sink id, percent-encoded (UTF-8) except for ASCII letters, digits, ``.``,
-``_`` and ``-`` — so a ``:`` in a sink id is ``%3A`` and the gid splits unambiguously on ``:``.
-PostgreSQL limits a gid to 199 bytes: when the whole gid would be longer, ``<sink>`` becomes
-the first bytes of its encoding, ``~`` and 16 hex digits of the SHA-256 of the sink id (``~``
-never occurs in an encoded id, so the two forms cannot be confused). ``<epoch>`` and ``<part>``
-are decimal integers (``part`` is the Spark partition of a scale-out write, 0 otherwise).
+Prepared-transaction ids (gids), ``laminar:<sink>:<epoch>:<part>`` (docs/postgres.md, "gid
+format"), are the core's: it makes and parses them (``protocol/gid.rs``), and this module only
+puts its answers in the errors and types of the PostgreSQL side.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
-from urllib.parse import quote, unquote
 
+from laminar import _core
 from laminar.errors import ConfigError
 
 __all__ = [
@@ -41,15 +33,12 @@ __all__ = [
 ]
 
 #: PostgreSQL's limit: a gid "must be less than 200 bytes long".
-GID_MAX_BYTES = 199
+GID_MAX_BYTES: int = _core.GID_MAX_BYTES
 #: Every gid laminar prepares starts with this.
-GID_PREFIX = "laminar:"
+GID_PREFIX: str = _core.GID_PREFIX
 
 _IDENT_CHAR = r"A-Za-z0-9_$\u0080-\U0010ffff"
 _PLAIN_IDENTIFIER = re.compile(rf"[A-Za-z_\u0080-\U0010ffff][{_IDENT_CHAR}]*")
-_DIGITS = re.compile(r"[0-9]+")
-_GID_SAFE = "._-"
-_HASH_MARK = "~"
 
 
 @dataclass(frozen=True)
@@ -158,57 +147,23 @@ class ParsedGid:
     part: int
 
 
-def _encode_sink(sink_id: str) -> str:
-    # quote() always keeps "~" (an RFC 3986 unreserved character); it marks hashed ids here.
-    return quote(sink_id.encode("utf-8"), safe=_GID_SAFE).replace(_HASH_MARK, "%7E")
-
-
-def _sink_part(sink_id: str, budget: int) -> str:
-    encoded = _encode_sink(sink_id)
-    if len(encoded) <= budget:
-        return encoded
-    digest = hashlib.sha256(sink_id.encode("utf-8")).hexdigest()[:16]
-    keep = max(0, budget - len(_HASH_MARK) - len(digest))
-    head = encoded[:keep]
-    # never cut inside a %XX escape
-    cut = head.rfind("%")
-    if cut != -1 and cut > len(head) - 3:
-        head = head[:cut]
-    return f"{head}{_HASH_MARK}{digest}"
-
-
-# Room kept for ":<epoch>:<part>" whatever their values, so a sink's gids share one prefix.
-_TAIL_RESERVE = len(":9223372036854775807:2147483647")
-
-
 def gid_prefix(sink_id: str) -> str:
     """The prefix every gid of ``sink_id`` starts with (``laminar:<sink>:``)."""
-    budget = GID_MAX_BYTES - len(GID_PREFIX) - _TAIL_RESERVE
-    return f"{GID_PREFIX}{_sink_part(sink_id, budget)}:"
+    return _core.gid_prefix(sink_id)
 
 
 def make_gid(sink_id: str, epoch: int, part: int = 0) -> str:
     """The prepared-transaction id of ``sink_id``'s ``epoch``, partition ``part``."""
     if epoch < 0 or part < 0:
         raise ConfigError(f"gid needs a non-negative epoch and part, got {epoch} and {part}")
-    gid = f"{gid_prefix(sink_id)}{epoch}:{part}"
-    if len(gid.encode("utf-8")) > GID_MAX_BYTES:  # only with out-of-range epoch/part values
-        raise ConfigError(f"gid for epoch {epoch}, part {part} exceeds {GID_MAX_BYTES} bytes")
-    return gid
+    try:
+        return _core.make_gid(sink_id, epoch, part)
+    except OverflowError as e:  # only with out-of-range epoch/part values
+        too_long = f"gid for epoch {epoch}, part {part} exceeds {GID_MAX_BYTES} bytes"
+        raise ConfigError(too_long) from e
 
 
 def parse_gid(gid: str) -> ParsedGid | None:
     """The fields of a laminar gid, or None if ``gid`` is not one."""
-    if not gid.startswith(GID_PREFIX):
-        return None
-    fields = gid[len(GID_PREFIX) :].split(":")
-    if len(fields) != 3 or not _DIGITS.fullmatch(fields[1]) or not _DIGITS.fullmatch(fields[2]):
-        return None
-    sink_part = fields[0]
-    if not sink_part:
-        return None
-    try:
-        sink_id = None if _HASH_MARK in sink_part else unquote(sink_part, errors="strict")
-    except UnicodeDecodeError:
-        return None
-    return ParsedGid(sink_part, sink_id, int(fields[1]), int(fields[2]))
+    fields = _core.parse_gid(gid)
+    return None if fields is None else ParsedGid(*fields)

@@ -29,6 +29,7 @@ pub mod atomic;
 pub mod command;
 pub mod crash;
 pub mod distributed;
+pub mod gid;
 pub mod kafka_recovery;
 pub mod names;
 pub mod records;

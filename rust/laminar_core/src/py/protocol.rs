@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 
 use super::errors::refusal_to_py_err;
 use crate::protocol::crash::{CrashPoint, Position, Protocol};
-use crate::protocol::{Epoch, names, records};
+use crate::protocol::{Epoch, gid, names, records};
 use crate::recovery::{Refusal, RefusalKind};
 
 /// A crash point (see `_core.pyi`).
@@ -207,6 +207,25 @@ fn participant_matches(resource: &str, gid: &str) -> bool {
     names::participant_matches(resource, gid)
 }
 
+/// The gid of `sink_id`'s `epoch`, partition `part` (ValueError: a negative epoch).
+#[pyfunction]
+#[pyo3(signature = (sink_id, epoch, part = 0))]
+fn make_gid(sink_id: &str, epoch: Epoch, part: u32) -> PyResult<String> {
+    gid::make_gid(sink_id, epoch, part).map_err(|e| PyValueError::new_err(e.0))
+}
+
+/// The prefix every gid of `sink_id` starts with.
+#[pyfunction]
+fn gid_prefix(sink_id: &str) -> String {
+    gid::gid_prefix(sink_id)
+}
+
+/// `(sink_part, sink_id or None, epoch, part)` of a laminar gid, or None.
+#[pyfunction]
+fn parse_gid(text: &str) -> Option<(String, Option<String>, Epoch, u32)> {
+    gid::parse_gid(text).map(|g| (g.sink_part, g.sink_id, g.epoch, g.part))
+}
+
 /// Registers the protocol engine.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCrashPoint>()?;
@@ -221,5 +240,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kafka_participant_id, m)?)?;
     m.add_function(wrap_pyfunction!(participant_base, m)?)?;
     m.add_function(wrap_pyfunction!(participant_matches, m)?)?;
+    m.add_function(wrap_pyfunction!(make_gid, m)?)?;
+    m.add_function(wrap_pyfunction!(gid_prefix, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_gid, m)?)?;
+    m.add("GID_MAX_BYTES", gid::GID_MAX_BYTES)?;
+    m.add("GID_PREFIX", gid::GID_PREFIX)?;
     machines::register(m)
 }
