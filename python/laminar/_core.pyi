@@ -1130,10 +1130,12 @@ __all__ += [
     "dtid",
     "epoch_committed",
     "kafka_participant_id",
+    "kafka_participant_name",
     "next_epoch_base",
     "owner_decision",
     "participant_base",
     "participant_matches",
+    "postgres_participant_name",
     "refusal_error",
     "stop_fence_epoch",
 ]
@@ -1684,6 +1686,12 @@ def kafka_participant_id(transactional_id: str, part: int) -> str:
 
 def participant_base(participant_id: str) -> tuple[str, int] | None:
     """``(base transactional id, part)`` of a participant id, or None."""
+
+def postgres_participant_name(sink_id: str, part: int) -> str:
+    """The participant name of PostgreSQL sink ``sink_id`` in partition ``part``."""
+
+def kafka_participant_name(participant_id: str) -> str:
+    """The participant name of a Kafka participant's transactional id."""
 
 def participant_matches(resource: str, gid: str) -> bool:
     """Whether a prepared gid is the participant a ``dt_participant`` row names (exact)."""

@@ -39,7 +39,9 @@ from laminar._core import (
     ScaleOutTaskMachine,
     WatcherPassMachine,
     dtid,
+    kafka_participant_name,
     participant_base,
+    postgres_participant_name,
 )
 from laminar.errors import ConfigError, FatalError, LaminarError
 from laminar.kafka.sink import KafkaSink
@@ -240,8 +242,11 @@ class _TaskDriver(DistributedDriver):
         self.part = part
         self.batches = iter(batches)
         self.first: Any = None
-        self.participants: dict[str, Any] = {f"pg:{p.sink_id}:p{part}": p for p in pgs}
-        self.participants.update({f"kafka:{k.sink_id}": k for k in kas})
+        #: Each participant by its name (the core's: the commands name it so).
+        self.participants: dict[str, Any] = {
+            **{postgres_participant_name(p.sink_id, part): p for p in pgs},
+            **{kafka_participant_name(k.sink_id): k for k in kas},
+        }
         self.conn: psycopg.Connection[Any] | None = None
         #: The machine released the participants (else `close` undoes them).
         self.released = False

@@ -195,6 +195,18 @@ fn kafka_participant_id(transactional_id: &str, part: u32) -> String {
     names::kafka_participant_id(transactional_id, part)
 }
 
+/// The participant name of PostgreSQL sink `sink_id` in partition `part` (`pg:<sink>:p<part>`).
+#[pyfunction]
+fn postgres_participant_name(sink_id: &str, part: u32) -> String {
+    names::postgres_participant(sink_id, part)
+}
+
+/// The participant name of a Kafka participant's transactional id (`kafka:<tid>.p<part>`).
+#[pyfunction]
+fn kafka_participant_name(participant_id: &str) -> String {
+    names::kafka_participant(participant_id)
+}
+
 /// `(base transactional id, part)` of a participant id, or None.
 #[pyfunction]
 fn participant_base(participant_id: &str) -> Option<(String, u32)> {
@@ -239,6 +251,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dtid, m)?)?;
     m.add_function(wrap_pyfunction!(kafka_participant_id, m)?)?;
     m.add_function(wrap_pyfunction!(participant_base, m)?)?;
+    m.add_function(wrap_pyfunction!(postgres_participant_name, m)?)?;
+    m.add_function(wrap_pyfunction!(kafka_participant_name, m)?)?;
     m.add_function(wrap_pyfunction!(participant_matches, m)?)?;
     m.add_function(wrap_pyfunction!(make_gid, m)?)?;
     m.add_function(wrap_pyfunction!(gid_prefix, m)?)?;
