@@ -296,6 +296,18 @@ class _Clients(_SinkBase):
         for seen in reversed(rt.client_errors):
             if seen.code() in AUTH_CODES:
                 return self._error(KafkaException(seen), "init_transactions", None, rt)
+        # servers that took the connection and never answered: a hang to wait out, not an
+        # address to fix (unless TLS failed: a plaintext port spoken to with TLS looks alike)
+        stalled = rt.stalled_brokers()
+        if stalled and all(seen.code() != KafkaError._SSL for seen in rt.client_errors):
+            return AbortableError(
+                f"the Kafka cluster at bootstrap.servers={self._bootstrap_servers} did not "
+                f"answer within init_timeout_s={self._init_timeout_s:g} s: "
+                f"{', '.join(stalled)} accepted the connection but never answered (a hung "
+                "broker, a black-holed load balancer), and no other server answered. Nothing "
+                "was written; the call can be retried",
+                sink_id=self.sink_id,
+            )
         detail = ""
         for seen in reversed(rt.client_errors):
             if seen.code() in _CONNECTION_CODES and seen.code() != KafkaError._ALL_BROKERS_DOWN:

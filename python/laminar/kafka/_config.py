@@ -14,6 +14,7 @@ from typing import Any
 
 from laminar._redact import is_secret_key, redact_config
 from laminar.errors import ConfigError
+from laminar.kafka._stalls import SETUP_TIMEOUT_KEY, setup_timeout_s
 
 __all__ = [
     "DEFAULT_STATISTICS_INTERVAL_MS",
@@ -129,6 +130,8 @@ def validate_producer_config(
                 "Laminar reads the producer id and epoch from librdkafka's statistics (they are "
                 "recorded in each prepared transaction); remove the setting or make it positive",
             )
+    if SETUP_TIMEOUT_KEY in config:
+        setup_timeout_s(1.0, config)  # a ConfigError naming the setting if it is no duration
     if (
         transaction_timeout_ms is not None
         and "transaction.timeout.ms" in config

@@ -15,6 +15,10 @@ from laminar.errors import (
 )
 
 _IGNORED_DELIVERY_CODES = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+#: librdkafka's broker states between an accepted TCP connection and its first answers.
+_SETUP_WAIT_STATES = frozenset(
+    {"SSL_HANDSHAKE", "APIVERSION_QUERY", "AUTH_LEGACY", "AUTH_HANDSHAKE", "AUTH_REQ"}
+)
 
 
 class _Runtime:
@@ -69,6 +73,25 @@ class _Runtime:
             topic = message.topic() if message is not None else None  # a routed row's own
             size = len(value) if value is not None else 0
             self.delivery_errors.append((error, key, size, topic))
+
+    # -- brokers ------------------------------------------------------------------------------
+
+    def stalled_brokers(self) -> list[str]:
+        """The brokers (``host:port``) that librdkafka's last statistics show connected but
+        still waiting for their set-up's answer (ApiVersions, TLS, SASL): servers that accept
+        connections and do not answer — a hung broker, a black-holed load balancer — rather
+        than an address that refuses or does not resolve (docs/kafka.md, "Failover")."""
+        if self.stats_json is None:
+            return []
+        try:
+            brokers = json.loads(self.stats_json).get("brokers") or {}
+            return sorted(
+                str(b.get("nodename") or name)
+                for name, b in brokers.items()
+                if b.get("state") in _SETUP_WAIT_STATES
+            )
+        except (ValueError, TypeError, AttributeError):
+            return []
 
     # -- identity -----------------------------------------------------------------------------
 

@@ -65,10 +65,15 @@ class BrokerUnavailableError(KafkaLogError):
     bound); when the bound passes the client raises it with what it tried. ``address`` is the
     broker's ``host:port`` when one was involved; ``code`` the Kafka error code, if any."""
 
-    def __init__(self, message: str, *, address: str | None = None, code: int = 0) -> None:
+    def __init__(
+        self, message: str, *, address: str | None = None, code: int = 0, stalled: bool = False
+    ) -> None:
         super().__init__(message)
         self.address = address
         self.code = code
+        #: The broker accepted (or black-holed) the connection but did not answer its set-up
+        #: within the deadline (`laminar.kafka._stalls`): tried after the others next time.
+        self.stalled = stalled
 
 
 class UnsupportedSecurityError(KafkaLogError):
@@ -225,6 +230,11 @@ class Connection:
 
     ``call(api_key, encode, decode)``: ``encode(version, correlation_id)`` returns the frame the
     core encoded, ``decode(answer, version, correlation_id)`` what the core decoded from it.
+
+    ``setup_timeout`` (default: ``timeout``) bounds each step of the set-up — connecting, TLS,
+    ApiVersions, SASL — and ``timeout`` each socket operation after it: a broker that accepts
+    connections but never answers is given up on after ``setup_timeout`` with a
+    `BrokerUnavailableError` whose ``stalled`` is true (docs/kafka.md, "Failover").
     """
 
     def __init__(
@@ -234,6 +244,8 @@ class Connection:
         timeout: float,
         client_id: str,
         security: ClientSecurity | None = None,
+        *,
+        setup_timeout: float | None = None,
     ) -> None:
         self.address = f"{host}:{port}"
         self.timeout = timeout
@@ -242,28 +254,45 @@ class Connection:
         self._correlation = 0
         self._versions: dict[int, tuple[int, int]] = {}
         security = security or ClientSecurity()
+        setup = timeout if setup_timeout is None else setup_timeout
         try:
             if fail_point("wire.connect"):
                 raise ConnectionRefusedError("injected (LAMINAR_FAIL_AT)")
-            sock = socket.create_connection((host, port), timeout=timeout)
+            sock = socket.create_connection((host, port), timeout=setup)
         except OSError as e:
-            raise BrokerUnavailableError(
-                f"could not connect to the broker at {self.address}: {e}", address=self.address
-            ) from e
+            raise self._setup_failed("could not connect to the broker", e, setup) from e
         if security.uses_tls:
             try:
                 sock = security.ssl_context().wrap_socket(sock, server_hostname=host)
+            except TimeoutError as e:
+                sock.close()
+                raise self._setup_failed("no TLS handshake with the broker", e, setup) from e
             except (OSError, ssl.SSLError) as e:
                 sock.close()
                 raise KafkaLogError(f"TLS handshake with {self.address} failed: {e}") from e
         self._sock = sock
         try:
-            self._negotiate()
-            if security.uses_sasl:
-                self._authenticate(security)
+            try:
+                self._negotiate()
+                if security.uses_sasl:
+                    self._authenticate(security)
+            except BrokerUnavailableError as e:
+                if isinstance(e.__cause__, TimeoutError):
+                    raise self._setup_failed("no answer from the broker", e.__cause__, setup) from e
+                raise
+            sock.settimeout(timeout)
         except BaseException:
             sock.close()
             raise
+
+    def _setup_failed(self, what: str, error: OSError, setup: float) -> BrokerUnavailableError:
+        """The error for a set-up step that failed; a time-out says the deadline it passed."""
+        stalled = isinstance(error, TimeoutError)
+        where = f"{what} at {self.address}"
+        text = (
+            f"{where} within the set-up deadline of {setup:g} s" if stalled else f"{where}: {error}"
+        )
+        return BrokerUnavailableError(text, address=self.address, stalled=stalled)
 
     # -- requests -----------------------------------------------------------------------------
 

@@ -51,6 +51,7 @@ from typing import Any, TypeVar
 
 from laminar import _core
 from laminar._core import LogRecord, PartitionScan
+from laminar.kafka._stalls import STALLS, StallMemory, setup_timeout_s
 from laminar.kafka.conn import END_TXN as _END_TXN
 from laminar.kafka.conn import (
     FETCH,
@@ -133,6 +134,15 @@ class KafkaLogClient:
     answers) and the request retried with a growing delay (50 ms doubling to 1 s). Past the bound
     the request raises `BrokerUnavailableError`, which says what was tried: a replicated cluster
     that moves a leader or a coordinator within the bound is never an error.
+
+    **Stalled servers.** Each step of a new connection's set-up (connect, TLS, ApiVersions,
+    SASL) has ``setup_timeout`` (default `laminar.kafka._stalls.setup_timeout_s` of
+    ``retry_for_s``: at most 2 s), never more than what is left of the call's bound, so a server
+    that accepts connections but never answers is given up on and the next bootstrap server
+    tried. Such a server is remembered by the process (``stalls``, default
+    `laminar.kafka._stalls.STALLS`) and tried after the others until it answers again; when every
+    bootstrap server stalled, the next try doubles the set-up deadline (up to ``timeout``), so a
+    slow cluster is still reached.
     """
 
     def __init__(
@@ -144,6 +154,8 @@ class KafkaLogClient:
         fetch_max_bytes: int = 4 << 20,
         security: ClientSecurity | None = None,
         retry_for_s: float | None = None,
+        setup_timeout: float | None = None,
+        stalls: StallMemory | None = None,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.timeout = timeout
@@ -151,6 +163,13 @@ class KafkaLogClient:
         self.fetch_max_bytes = fetch_max_bytes
         #: How long one public call may keep retrying through a failover.
         self.retry_for_s = timeout if retry_for_s is None else retry_for_s
+        #: How long each step of a new connection's set-up may take (class docstring).
+        self.setup_timeout = (
+            min(setup_timeout_s(self.retry_for_s), timeout)
+            if setup_timeout is None
+            else setup_timeout
+        )
+        self.stalls = STALLS if stalls is None else stalls
         #: How long a fetch may wait for data at the end of the log (a read ends with one fetch
         #: there). Tansu 0.6 answers a fetch with ``max_wait_ms=0`` with no partition at all.
         self.fetch_max_wait_ms = 10
@@ -163,6 +182,8 @@ class KafkaLogClient:
         self._connections: dict[int, Connection] = {}
         self._brokers: dict[int, tuple[str, int]] = {}
         self._any: Connection | None = None
+        #: When the public call under way must end (`_retry`); None outside one.
+        self._deadline: float | None = None
 
     # -- connections ------------------------------------------------------------------------
 
@@ -171,25 +192,38 @@ class KafkaLogClient:
         self._retry("connecting", self._bootstrap_connection)
 
     def _open(self, host: str, port: int) -> Connection:
-        return Connection(host, port, self.timeout, self.client_id, self.security)
+        setup = self.setup_timeout
+        if self._deadline is not None:
+            setup = max(min(setup, self._deadline - time.monotonic()), 0.05)
+        return Connection(
+            host, port, self.timeout, self.client_id, self.security, setup_timeout=setup
+        )
 
     def _bootstrap_connection(self) -> Connection:
         """A connection to any bootstrap broker that answers; the first one tried is the one
-        after the broker that failed last (`_forget` rotates the list)."""
+        after the broker that failed last (`_forget` rotates the list), servers that stalled
+        last (class docstring)."""
         if self._any is None:
-            errors = []
-            for host, port in self._bootstrap:
+            errors, stalled = [], 0
+            for host, port in self.stalls.order(self._bootstrap):
                 try:
                     self._any = self._open(host, port)
+                    self.stalls.answered(self._any.address)
                     break
                 except UnsupportedSecurityError:
                     raise
                 except BrokerUnavailableError as e:
                     errors.append(str(e))
+                    if e.stalled and e.address is not None:
+                        self.stalls.stalled(e.address, time.monotonic())
+                        stalled += 1
             else:
+                if stalled == len(self._bootstrap):
+                    self.setup_timeout = min(self.setup_timeout * 2, self.timeout)
                 raise BrokerUnavailableError(
-                    f"no broker of bootstrap.servers={self.bootstrap_servers} answered within "
-                    f"{self.timeout:g} s: " + "; ".join(errors)
+                    f"no broker of bootstrap.servers={self.bootstrap_servers} answered: "
+                    + "; ".join(errors),
+                    stalled=stalled > 0,
                 )
         return self._any
 
@@ -234,23 +268,29 @@ class KafkaLogClient:
     def _retry(self, what: str, attempt: Callable[[], _T]) -> _T:
         """``attempt()`` until it answers or the call's bound passes (class docstring)."""
         deadline = time.monotonic() + self.retry_for_s
+        outer = self._deadline
+        self._deadline = deadline if outer is None else min(outer, deadline)
         delay, tries = 0.05, 0
-        while True:
-            tries += 1
-            try:
-                return attempt()
-            except BrokerUnavailableError as e:
-                self._forget(e.address)
-                if time.monotonic() + delay > deadline:
-                    raise BrokerUnavailableError(
-                        f"{what}: no broker answered within retry_for_s={self.retry_for_s:g} s "
-                        f"({tries} tries; last: {e})",
-                        address=e.address,
-                        code=e.code,
-                    ) from e
-            self.failovers += 1
-            time.sleep(delay)
-            delay = min(delay * 2, 1.0)
+        try:
+            while True:
+                tries += 1
+                try:
+                    return attempt()
+                except BrokerUnavailableError as e:
+                    self._forget(e.address)
+                    if time.monotonic() + delay > deadline:
+                        raise BrokerUnavailableError(
+                            f"{what}: no broker answered within retry_for_s="
+                            f"{self.retry_for_s:g} s ({tries} tries; last: {e})",
+                            address=e.address,
+                            code=e.code,
+                            stalled=e.stalled,
+                        ) from e
+                self.failovers += 1
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        finally:
+            self._deadline = outer
 
     def close(self) -> None:
         """Close every connection."""

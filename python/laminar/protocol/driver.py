@@ -29,6 +29,7 @@ from laminar.errors import (
     LaminarError,
 )
 from laminar.kafka._redo import produce_blob
+from laminar.kafka._stalls import setup_timeout_s
 from laminar.kafka.log import ClientSecurity, KafkaLogClient, KafkaLogError
 from laminar.postgres._errors import map_pg_error
 from laminar.protocol import records as _records
@@ -130,6 +131,7 @@ def end_txn(
                 bootstrap_servers,
                 timeout=min(timeout_s, 10.0),
                 retry_for_s=timeout_s,
+                setup_timeout=setup_timeout_s(timeout_s, producer_config),
                 security=security,
             )
             if clients is not None:

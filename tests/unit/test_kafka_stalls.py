@@ -1,0 +1,159 @@
+"""The wire client's rule for stalled servers (`laminar.kafka._stalls`, docs/kafka.md "Failover"):
+the set-up deadline of a new connection, the order bootstrap servers are tried in after one
+stalled, `Connection` giving up on a loopback socket that accepts and never answers, and the
+brokers librdkafka's statistics show waiting for their first answer. (The real thing, on Apache
+Kafka: tests/integration/test_kafka_stalled_server.py.)"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from typing import Any
+
+import pytest
+
+from laminar.errors import ConfigError
+from laminar.kafka._config import validate_producer_config
+from laminar.kafka._runtime import _Runtime
+from laminar.kafka._stalls import StallMemory, setup_timeout_s
+from laminar.kafka.conn import BrokerUnavailableError, Connection
+from laminar.kafka.log import KafkaLogClient
+
+SERVERS = [("a", 9092), ("b", 9092), ("c", 9092)]
+
+
+def test_the_set_up_deadline_is_a_share_of_the_bound_at_most_two_seconds() -> None:
+    assert setup_timeout_s(30.0) == 2.0
+    assert setup_timeout_s(4.0) == 1.0
+    assert setup_timeout_s(0.4) == pytest.approx(0.1)
+
+
+def test_the_users_socket_connection_setup_timeout_is_the_set_up_deadline_within_the_bound() -> (
+    None
+):
+    assert setup_timeout_s(30.0, {"socket.connection.setup.timeout.ms": 5000}) == 5.0
+    assert setup_timeout_s(30.0, {"socket.connection.setup.timeout.ms": "1500"}) == 1.5
+    assert setup_timeout_s(3.0, {"socket.connection.setup.timeout.ms": 10000}) == 3.0
+
+
+@pytest.mark.parametrize("value", ["soon", 0, -5, None])
+def test_a_setup_timeout_that_is_no_duration_is_refused_by_name(value: Any) -> None:
+    config = {"socket.connection.setup.timeout.ms": value}
+    if value is None:
+        assert setup_timeout_s(30.0, config) == 2.0  # not set
+        return
+    with pytest.raises(ConfigError, match=r"socket\.connection\.setup\.timeout\.ms"):
+        validate_producer_config(config, bootstrap_servers="a:9092", transactional_id="t")
+
+
+def test_stalled_servers_go_last_the_latest_stall_last_until_they_answer() -> None:
+    memory = StallMemory()
+    assert memory.order(SERVERS) == SERVERS
+    memory.stalled("a:9092", now=10.0)
+    assert memory.order(SERVERS) == [("b", 9092), ("c", 9092), ("a", 9092)]
+    memory.stalled("b:9092", now=11.0)
+    assert memory.order(SERVERS) == [("c", 9092), ("a", 9092), ("b", 9092)]
+    memory.stalled("a:9092", now=12.0)
+    assert memory.order(SERVERS) == [("c", 9092), ("b", 9092), ("a", 9092)]
+    memory.answered("b:9092")
+    assert memory.order(SERVERS) == [("b", 9092), ("c", 9092), ("a", 9092)]
+
+
+@pytest.fixture
+def opened(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]:
+    """The connections the client opened, as (host, set-up deadline given); hosts whose name
+    starts with ``s`` stall, the others answer. No sleeping between retries."""
+    log: list[tuple[str, float]] = []
+
+    class FakeConnection:
+        def __init__(self, host: str, port: int, *args: Any, setup_timeout: float) -> None:
+            log.append((host, setup_timeout))
+            self.address = f"{host}:{port}"
+            if host.startswith("s"):
+                raise BrokerUnavailableError(
+                    f"no answer from {self.address}", address=self.address, stalled=True
+                )
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr("laminar.kafka.log.Connection", FakeConnection)
+    monkeypatch.setattr("laminar.kafka.log.time.sleep", lambda s: None)
+    return log
+
+
+def test_a_later_client_of_the_process_tries_the_stalled_server_last(
+    opened: list[tuple[str, float]],
+) -> None:
+    memory = StallMemory()
+    servers = "s1:9092,b:9092,c:9092"
+    first = KafkaLogClient(servers, timeout=10.0, retry_for_s=30.0, stalls=memory)
+    first.connect()
+    assert opened == [("s1", 2.0), ("b", 2.0)]
+    opened.clear()
+    KafkaLogClient(servers, timeout=10.0, retry_for_s=30.0, stalls=memory).connect()
+    assert [host for host, _ in opened] == ["b"]
+
+
+def test_when_every_server_stalls_the_deadline_doubles_and_the_error_names_them(
+    opened: list[tuple[str, float]],
+) -> None:
+    servers = "s1:9092,s2:9092,s3:9092"
+    client = KafkaLogClient(servers, timeout=10.0, retry_for_s=1.0, stalls=StallMemory())
+    with pytest.raises(BrokerUnavailableError) as caught:
+        client.connect()
+    assert caught.value.stalled
+    text = str(caught.value)
+    assert all(f"s{n}:9092" in text for n in (1, 2, 3)), text
+    assert "retry_for_s=1 s" in text
+    # 0.25 s (a quarter of the 1 s bound), doubled after each pass where all stalled, never more
+    # than what is left of the bound
+    deadlines = [setup for host, setup in opened if host == "s1"]
+    assert deadlines[0] == pytest.approx(0.25, abs=0.02)
+    assert deadlines[1] == pytest.approx(0.5, abs=0.02)
+    assert all(d <= 1.0 for d in deadlines)
+
+
+class Stall:
+    """A loopback socket that accepts connections and never answers."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_connection_to_a_server_that_never_answers_ends_at_its_set_up_deadline() -> None:
+    stall = Stall()
+    try:
+        started = time.monotonic()
+        with pytest.raises(BrokerUnavailableError) as caught:
+            Connection("127.0.0.1", stall.port, 30.0, "test", setup_timeout=0.3)
+        took = time.monotonic() - started
+    finally:
+        stall.close()
+    assert took < 5.0
+    assert caught.value.stalled
+    assert caught.value.address == f"127.0.0.1:{stall.port}"
+    assert "within the set-up deadline of 0.3 s" in str(caught.value)
+
+
+def test_librdkafkas_statistics_name_the_brokers_waiting_for_their_first_answer() -> None:
+    rt = _Runtime()
+    assert rt.stalled_brokers() == []
+    brokers = {
+        "s:1/bootstrap": {"nodename": "s:1", "state": "APIVERSION_QUERY"},
+        "r:2/bootstrap": {"nodename": "r:2", "state": "DOWN"},
+        "c:3/bootstrap": {"nodename": "c:3", "state": "CONNECT"},
+        "u:4/4": {"nodename": "u:4", "state": "UP"},
+        "t:5/bootstrap": {"nodename": "t:5", "state": "SSL_HANDSHAKE"},
+    }
+    rt.on_stats(json.dumps({"brokers": brokers}))
+    assert rt.stalled_brokers() == ["s:1", "t:5"]
+    rt.on_stats("not json")
+    assert rt.stalled_brokers() == []
