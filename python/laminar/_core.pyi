@@ -1127,10 +1127,13 @@ __all__ += [
     "SingleEpochMachine",
     "WatcherItem",
     "WatcherPassMachine",
+    "default_group_id",
     "dtid",
     "epoch_committed",
+    "identity_group",
     "kafka_participant_id",
     "kafka_participant_name",
+    "marker_group",
     "next_epoch_base",
     "owner_decision",
     "participant_base",
@@ -1686,6 +1689,16 @@ def kafka_participant_id(transactional_id: str, part: int) -> str:
 
 def participant_base(participant_id: str) -> tuple[str, int] | None:
     """``(base transactional id, part)`` of a participant id, or None."""
+
+def default_group_id(sink_ids: list[str], scale_out: bool = False) -> str:
+    """A group's id when the user names none: the sink ids sorted and joined with ``+`` (hashed
+    past 200 characters), ``+scale-out`` after a lone scale-out sink (docs/protocol.md §3)."""
+
+def marker_group(transactional_id: str) -> str:
+    """The consumer group whose committed offset on (topic, 0) is a Kafka sink's epoch marker."""
+
+def identity_group(transactional_id: str) -> str:
+    """The consumer group whose committed offset on (topic, 0) is a Kafka sink's identity."""
 
 def postgres_participant_name(sink_id: str, part: int) -> str:
     """The participant name of PostgreSQL sink ``sink_id`` in partition ``part``."""

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 import laminar
+from laminar._core import marker_group
 from laminar.errors import ConfigError, IllegalStateError
 from laminar.kafka._config import (
     build_producer_config,
     consumer_config,
-    marker_group,
     secret_values,
     validate_producer_config,
 )

@@ -11,7 +11,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
-from laminar._core import is_internal_kafka_topic
+from laminar._core import is_internal_kafka_topic, marker_group
 from laminar._redact import SECRET, redact_config, redact_text
 from laminar._settings import Setting, is_deferred, resolve, resolve_mapping
 from laminar._sink import TransactionalSink
@@ -22,7 +22,6 @@ from laminar.errors import (
 )
 from laminar.kafka._avro import check_avro_settings
 from laminar.kafka._config import (
-    marker_group,
     secret_values,
     validate_producer_config,
 )

@@ -20,7 +20,6 @@ __all__ = [
     "DEFAULT_STATISTICS_INTERVAL_MS",
     "build_producer_config",
     "consumer_config",
-    "marker_group",
     "secret_values",
     "validate_producer_config",
 ]
@@ -57,11 +56,6 @@ _CONNECTION_PREFIXES = (
     "resolve_cb",
 )
 _CONNECTION_KEYS = frozenset({"bootstrap.servers", "oauth_cb", "logger", "debug", "log_level"})
-
-
-def marker_group(transactional_id: str) -> str:
-    """The consumer group whose committed offset on (topic, 0) is the sink's epoch marker."""
-    return f"laminar.{transactional_id}"
 
 
 def _flag(value: Any) -> bool | None:

@@ -17,6 +17,7 @@ from laminar._core import (
     Event,
     KafkaInDoubtMachine,
     epoch_committed,
+    identity_group,
 )
 from laminar._faults import fail_point
 from laminar.errors import (
@@ -74,7 +75,7 @@ class _Witness(_Clients):
     def identity_group(self) -> str:
         """The consumer group whose committed offset on (topic, 0) is the sink's identity: "this
         sink has started here and may have committed epochs" (docs/protocol.md §1)."""
-        return f"{self.marker_group}.identity"
+        return identity_group(self.sink_id)
 
     @property
     def recorded_history(self) -> str:

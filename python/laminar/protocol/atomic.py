@@ -13,7 +13,6 @@ nothing.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import time
@@ -42,7 +41,6 @@ from laminar.protocol.driver import drive
 __all__ = [
     "AtomicGroup",
     "claim_ownership",
-    "default_group_id",
     "owner_decision_of",
     "same_database",
 ]
@@ -51,16 +49,6 @@ log = logging.getLogger("laminar.atomic")
 
 #: ``laminar.sinks.kind`` of an atomic group's row.
 GROUP_KIND = "atomic_group"
-
-
-def default_group_id(sink_ids: Sequence[str]) -> str:
-    """A stable id for the group of these sinks: their ids sorted and joined with ``+`` (hashed
-    past 200 characters)."""
-    joined = "+".join(sorted(sink_ids))
-    if len(joined) <= 200:
-        return joined
-    digest = hashlib.sha256(joined.encode()).hexdigest()[:16]
-    return f"{joined[:180]}~{digest}"
 
 
 def _conninfo_key(dsn: str) -> tuple[tuple[str, str], ...]:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from laminar._core import default_group_id
 from laminar._redact import is_secret_key, parse_dsn
 from laminar._settings import EnvValue, env
 from laminar.errors import ConfigError
@@ -149,9 +150,7 @@ class SinkOptions:
         same sinks (so both ways in share one group's records)."""
         if self.group:
             return self.group
-        from laminar.protocol.atomic import default_group_id  # lazy: see top
-
-        return default_group_id(sink_ids) + ("+scale-out" if len(sink_ids) == 1 else "")
+        return default_group_id(sink_ids, scale_out=True)
 
 
 def _flag(key: str, value: str) -> bool:

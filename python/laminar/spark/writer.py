@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import psycopg
 
+from laminar._core import default_group_id
 from laminar._input import MAX_EPOCH, check_epoch, read_once
 from laminar._settings import is_deferred
 from laminar._sink import TransactionalSink
@@ -34,7 +35,7 @@ from laminar.errors import AbortableError, ConfigError, InDoubtError
 from laminar.kafka.sink import KafkaSink
 from laminar.postgres._errors import map_pg_error
 from laminar.postgres.sink import PostgresSink
-from laminar.protocol.atomic import AtomicGroup, claim_ownership, default_group_id, same_database
+from laminar.protocol.atomic import AtomicGroup, claim_ownership, same_database
 from laminar.protocol.scaleout import ParticipantResult, ScaleOutCoordinator
 from laminar.protocol.single import write_single
 from laminar.protocol.watcher import Watcher
@@ -116,7 +117,7 @@ class ExactlyOnceWriter:
         self.watcher_enabled = watcher
         self.watcher_interval_s = watcher_interval_s
         if group_id is None and (len(sinks) > 1 or scale_out):
-            group_id = default_group_id(ids) + ("+scale-out" if len(ids) == 1 else "")
+            group_id = default_group_id(ids, scale_out=True)
         self.group_id = group_id
         self._initialized = False
         self._epoch_base = 0

@@ -13,10 +13,9 @@
 //! largest `:<epoch>:<part>` is always kept, so all of a sink's gids share one prefix.
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
-use sha2::{Digest, Sha256};
-use std::fmt::Write as _;
 
 use super::Epoch;
+use super::names::digest16;
 
 /// PostgreSQL's limit: a gid "must be less than 200 bytes long".
 pub const GID_MAX_BYTES: usize = 199;
@@ -51,11 +50,7 @@ fn sink_part(sink_id: &str, budget: usize) -> String {
     if encoded.len() <= budget {
         return encoded;
     }
-    let digest = Sha256::digest(sink_id.as_bytes());
-    let mut hex = String::with_capacity(16);
-    for byte in &digest[..8] {
-        let _ = write!(hex, "{byte:02x}");
-    }
+    let hex = digest16(sink_id);
     let keep = budget.saturating_sub(HASH_MARK.len_utf8() + hex.len());
     // the encoding is ASCII, so any byte index is a character boundary
     let mut head = &encoded[..keep.min(encoded.len())];

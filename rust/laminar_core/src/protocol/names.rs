@@ -1,9 +1,55 @@
-//! The names the scale-out protocol gives its records (docs/protocol.md §4), in one place: the
-//! distributed transaction id, the participant names, the Kafka participant's transactional id,
-//! the partition lock's key — and [`decision_of`], the one participant-matching rule.
+//! The names the protocols give their records, in one place: a group's default id
+//! (docs/protocol.md §3), a Kafka sink's marker and identity groups (§1), the distributed
+//! transaction id, the participant names, the Kafka participant's transactional id, the partition
+//! lock's key (§4) — and [`decision_of`], the one participant-matching rule. The PostgreSQL gid
+//! has its own module (`gid`).
+
+use sha2::{Digest, Sha256};
+use std::fmt::Write as _;
 
 use super::Epoch;
 use super::command::ParticipantDecision;
+
+/// The first 16 hex digits of the SHA-256 of `text`: what a name too long to keep whole ends
+/// with.
+pub fn digest16(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
+    let mut hex = String::with_capacity(16);
+    for byte in &digest[..8] {
+        let _ = write!(hex, "{byte:02x}");
+    }
+    hex
+}
+
+/// A group's id when the user names none: its sinks' ids sorted and joined with `+` (past 200
+/// characters: the first 180, `~` and `digest16` of the whole), then `+scale-out` when one sink
+/// writes scale-out alone (a scale-out group of its own, apart from its single-process epochs).
+pub fn default_group_id(sink_ids: &[String], scale_out: bool) -> String {
+    let mut sorted: Vec<&str> = sink_ids.iter().map(String::as_str).collect();
+    sorted.sort_unstable(); // UTF-8 byte order is code-point order
+    let joined = sorted.join("+");
+    let mut id = if joined.chars().count() <= 200 {
+        joined
+    } else {
+        let head: String = joined.chars().take(180).collect();
+        format!("{head}~{}", digest16(&joined))
+    };
+    if scale_out && sink_ids.len() == 1 {
+        id.push_str("+scale-out");
+    }
+    id
+}
+
+/// The consumer group whose committed offset on (topic, 0) is a Kafka sink's epoch marker.
+pub fn marker_group(transactional_id: &str) -> String {
+    format!("laminar.{transactional_id}")
+}
+
+/// The consumer group whose committed offset on (topic, 0) is a Kafka sink's identity ("this
+/// sink has started here and may have committed epochs").
+pub fn identity_group(transactional_id: &str) -> String {
+    format!("{}.identity", marker_group(transactional_id))
+}
 
 /// The distributed transaction id of one epoch of a group.
 pub fn dtid(group_id: &str, epoch: Epoch) -> String {
@@ -69,6 +115,27 @@ pub fn decision_of<'a>(
 mod tests {
     use super::*;
     use crate::protocol::records::DtState;
+
+    #[test]
+    fn group_ids_sort_join_hash_and_mark_a_lone_scale_out_sink() {
+        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(default_group_id(&ids(&["b", "a"]), false), "a+b");
+        assert_eq!(default_group_id(&ids(&["b", "a"]), true), "a+b");
+        assert_eq!(default_group_id(&ids(&["s"]), true), "s+scale-out");
+        assert_eq!(default_group_id(&ids(&["s"]), false), "s");
+        let long = default_group_id(&ids(&[&"ü".repeat(150), &"x".repeat(60)]), false);
+        assert_eq!(long.chars().count(), 180 + 1 + 16);
+        assert!(
+            long.starts_with(&format!("{}+ü", "x".repeat(60))),
+            "sorted by code point"
+        );
+        assert_eq!(
+            default_group_id(&ids(&[&"y".repeat(200)]), false),
+            "y".repeat(200)
+        );
+        assert_eq!(marker_group("t"), "laminar.t");
+        assert_eq!(identity_group("t"), "laminar.t.identity");
+    }
 
     #[test]
     fn names_and_exact_matching() {

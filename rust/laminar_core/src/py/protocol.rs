@@ -189,6 +189,25 @@ fn dtid(group_id: &str, epoch: Epoch) -> String {
     names::dtid(group_id, epoch)
 }
 
+/// A group's id when the user names none (sorted sink ids joined with `+`, …).
+#[pyfunction]
+#[pyo3(signature = (sink_ids, scale_out = false))]
+fn default_group_id(sink_ids: Vec<String>, scale_out: bool) -> String {
+    names::default_group_id(&sink_ids, scale_out)
+}
+
+/// The consumer group holding a Kafka sink's epoch marker.
+#[pyfunction]
+fn marker_group(transactional_id: &str) -> String {
+    names::marker_group(transactional_id)
+}
+
+/// The consumer group holding a Kafka sink's identity.
+#[pyfunction]
+fn identity_group(transactional_id: &str) -> String {
+    names::identity_group(transactional_id)
+}
+
 /// The transactional id of Kafka sink `transactional_id` in partition `part`.
 #[pyfunction]
 fn kafka_participant_id(transactional_id: &str, part: u32) -> String {
@@ -249,6 +268,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(next_epoch_base, m)?)?;
     m.add_function(wrap_pyfunction!(stop_fence_epoch, m)?)?;
     m.add_function(wrap_pyfunction!(dtid, m)?)?;
+    m.add_function(wrap_pyfunction!(default_group_id, m)?)?;
+    m.add_function(wrap_pyfunction!(marker_group, m)?)?;
+    m.add_function(wrap_pyfunction!(identity_group, m)?)?;
     m.add_function(wrap_pyfunction!(kafka_participant_id, m)?)?;
     m.add_function(wrap_pyfunction!(participant_base, m)?)?;
     m.add_function(wrap_pyfunction!(postgres_participant_name, m)?)?;
