@@ -133,3 +133,36 @@ def test_the_checks_catch_what_is_gone() -> None:
         slug("3. Kafka + Postgres atomically (KIP-939; x)")
         == "3-kafka--postgres-atomically-kip-939-x"
     )
+
+
+#: A core path the glossary cites: `protocol::<module>[::<name>]`.
+CORE_PATH = re.compile(r"`(protocol(?:::\w+)+)`")
+CORE_SRC = ROOT / "rust" / "laminar_core" / "src"
+
+
+def glossary_paths() -> list[str]:
+    """The core paths docs/engine.md's glossary ("Words") cites."""
+    text = (DOCS / "engine.md").read_text()
+    start = text.index("## 9. Words")
+    end = text.find("\n## ", start + 1)
+    return sorted(set(CORE_PATH.findall(text[start : None if end == -1 else end])))
+
+
+def test_the_glossary_cites_the_core() -> None:
+    assert len(glossary_paths()) >= 4, "the glossary ties its words to the core's names"
+
+
+@pytest.mark.parametrize("path", glossary_paths())
+def test_every_core_path_of_the_glossary_resolves(path: str) -> None:
+    """`protocol::gid` is a module (a file or a folder), `protocol::names::dtid` a name that
+    module defines."""
+    parts = path.split("::")
+    for cut in range(len(parts), 0, -1):
+        base = CORE_SRC.joinpath(*parts[:cut])
+        module = base.with_suffix(".rs") if base.with_suffix(".rs").is_file() else base / "mod.rs"
+        if module.is_file():
+            source = module.read_text()
+            missing = [name for name in parts[cut:] if not rust_defines(source, name)]
+            assert missing == [], f"{module.relative_to(ROOT)} defines no {missing}"
+            return
+    raise AssertionError(f"no module of the core is {path}")
