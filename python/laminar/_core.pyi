@@ -310,6 +310,128 @@ class EpochTracker:
     def metrics(self) -> TransactionalSinkMetrics:
         """A snapshot of the counters and commit-latency statistics."""
 
+# --- one sink's own transaction as a machine (core: protocol/sink) ------------------------------
+
+__all__ += ["SinkAnswer", "SinkTransaction"]
+
+_SinkAnswerKind = Literal[
+    "recover",
+    "skip",
+    "open",
+    "commit_prepared",
+    "commit",
+    "in_doubt",
+    "rolled_back",
+    "nothing",
+    "rollback_prepared",
+    "rollback",
+    "abort_open",
+    "leave_prepared",
+    "read_last",
+    "resolve",
+]
+
+@final
+class SinkAnswer:
+    """What `SinkTransaction` asks the sink to do (docs/engine.md, "The sink's transaction");
+    the fields a kind does not use are None (or False)."""
+
+    @property
+    def kind(self) -> _SinkAnswerKind: ...
+    @property
+    def epoch(self) -> int | None:
+        """``abort_open`` / ``leave_prepared``: the open epoch; ``resolve``: the epoch in doubt."""
+    @property
+    def last(self) -> int | None:
+        """``skip``: the last committed epoch that makes the epoch a replay."""
+    @property
+    def older(self) -> bool:
+        """``skip``: the epoch is older than ``last`` (warn: Spark only replays its last batch)."""
+    @property
+    def commit(self) -> bool:
+        """``resolve``: the decision that was being sent was a commit (else a rollback)."""
+
+@final
+class SinkTransaction:
+    """The core's machine of one sink's own transaction, over the sink's ``EpochTracker``.
+
+    The sink asks before each step and performs the answer: ``begin(epoch)`` → ``recover`` (then
+    ask again) | ``skip`` | ``open`` (claim, then ``opened`` or ``store_holds``); ``write()`` /
+    ``prepare()`` → the open epoch; ``commit(epoch)`` → ``commit_prepared`` | ``commit``;
+    ``commit_failed(connection_lost)`` → ``in_doubt`` | ``rolled_back``; ``abort(epoch)`` →
+    ``nothing`` | ``rollback_prepared`` | ``rollback``; ``close()`` → ``abort_open`` |
+    ``leave_prepared`` | ``nothing``; ``recover()`` → ``read_last`` | ``resolve``. A call that is
+    not legal now raises ``laminar.errors.IllegalStateError`` and changes nothing. ``now_us``
+    defaults to ``time.monotonic_ns() // 1000``.
+    """
+
+    def __new__(cls, tracker: EpochTracker, *, participant: int | None = None) -> Self:
+        """The machine over ``tracker``; ``participant``: a scale-out partition (it only ends an
+        epoch by preparing)."""
+
+    @property
+    def tracker(self) -> EpochTracker:
+        """The tracker every transition goes to (state, records, metrics)."""
+    @property
+    def between_epochs(self) -> bool:
+        """No epoch is being written or ended (idle, or in doubt): start-up may run."""
+    @property
+    def in_doubt(self) -> int | None:
+        """The epoch whose commit or abort is in doubt, if any."""
+    @property
+    def writing(self) -> int | None:
+        """The epoch whose transaction is open (being written), if any."""
+    @property
+    def prepared_epoch(self) -> int | None:
+        """The prepared epoch awaiting its decision, if any."""
+    def init(self) -> None:
+        """``init_transactions()``: refused while an epoch is being written or ended."""
+    def learned_last(self, last: int | None) -> None:
+        """The store's last committed epoch, kept while idle."""
+    def begin(self, epoch: int) -> SinkAnswer:
+        """``recover`` | ``skip`` (counted as a replay) | ``open``; refused while one is open."""
+    def opened(self, epoch: int, now_us: int | None = None) -> None:
+        """The store let this process claim ``epoch``: its transaction is open."""
+    def store_holds(self, epoch: int, last: int | None) -> SinkAnswer:
+        """The store refused the claim: it holds ``last``; answers ``skip``."""
+    def write(self) -> int:
+        """The open epoch to write into; refused without one."""
+    def wrote(self, events: int, bytes: int = 0) -> None:
+        """Rows and bytes written in the open epoch."""
+    def prepare(self) -> int:
+        """The open epoch to prepare; refused without one."""
+    def prepared(self, epoch: int) -> None:
+        """``PREPARE TRANSACTION`` of ``epoch`` succeeded."""
+    def commit(self, epoch: int) -> SinkAnswer:
+        """``commit_prepared`` | ``commit`` (one phase); refused for another epoch or state and
+        for a scale-out participant's one-phase commit."""
+    def commit_started(self, epoch: int, now_us: int | None = None) -> None:
+        """The COMMIT (PREPARED) of ``epoch`` is being sent."""
+    def commit_ok(self, now_us: int | None = None) -> None:
+        """The commit is confirmed."""
+    def commit_failed(self, connection_lost: bool, now_us: int | None = None) -> SinkAnswer:
+        """``in_doubt`` (the commit pending for recovery) | ``rolled_back`` (a one-phase COMMIT
+        the server answered)."""
+    def commit_overtaken(self, committed: bool, now_us: int | None = None) -> None:
+        """COMMIT PREPARED found no gid; the store says whether the epoch ``committed``."""
+    def abort(self, epoch: int) -> SinkAnswer:
+        """``nothing`` (already rolled back) | ``rollback_prepared`` | ``rollback``; the abort has
+        started. Refused in any other state."""
+    def abort_after_error(self) -> int | None:
+        """After a fatal error: the open epoch to roll back (the abort has started), if any."""
+    def abort_ok(self, now_us: int | None = None) -> None:
+        """The abort is confirmed."""
+    def abort_failed(self) -> None:
+        """The ROLLBACK (PREPARED) failed: in doubt, the abort pending."""
+    def abort_overtaken(self, now_us: int | None = None) -> None:
+        """ROLLBACK PREPARED found no gid and the epoch is committed (by another process)."""
+    def recover(self) -> SinkAnswer:
+        """``read_last`` | ``resolve`` (the epoch in doubt, the pending decision)."""
+    def resolved(self, committed: bool, last: int | None, now_us: int | None = None) -> None:
+        """Recovery resolved the epoch in doubt; ``last``: the store's last committed epoch."""
+    def close(self) -> SinkAnswer:
+        """``abort_open`` | ``leave_prepared`` | ``nothing``."""
+
 # --- persisted prepared-transaction state (core: prepared.rs) -------------------------------------
 
 __all__ += ["PreparedTxnState"]

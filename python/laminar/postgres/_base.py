@@ -12,6 +12,7 @@ import psycopg
 import pyarrow as pa  # type: ignore[import-untyped]
 from psycopg.conninfo import conninfo_to_dict
 
+from laminar._core import SinkTransaction
 from laminar._redact import parse_dsn, redact_dsn
 from laminar._settings import Setting, is_deferred, resolve
 from laminar._sink import TransactionalSink
@@ -92,12 +93,21 @@ class _SinkBase(TransactionalSink):
         self._table_checked = False
         self._plan: tuple[pa.Schema, TableInfo, CopyPlan] | None = None
         self._ready: bool | None = None
-        self._pending_decision: str | None = None
+        self._txn: SinkTransaction | None = None
         self._prepared_gid: str | None = None
         self._prepare_sent: str | None = None
         self._epoch_rows: int | None = 0
         self._epoch_bytes: int | None = 0
         self._max_prepared: int | None = None
+
+    @property
+    def _machine(self) -> SinkTransaction:
+        """The core's machine of this sink's transaction (docs/engine.md, "The sink's
+        transaction"), over `tracker`: each call asks it what to do and reports the outcome."""
+        tracker = self.tracker
+        if self._txn is None or self._txn.tracker is not tracker:
+            self._txn = SinkTransaction(tracker, participant=self._two_phase_part)
+        return self._txn
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -227,7 +237,7 @@ class _SinkBase(TransactionalSink):
         conn = self._conn
         usable = conn is not None and not conn.closed and not conn.broken
         if (usable and conn is not None and conn.info.transaction_status == _IDLE) or (
-            not usable and self.transaction_state.name != "Active"
+            not usable and self._machine.writing is None
         ):
             conn = self._connection()
             try:

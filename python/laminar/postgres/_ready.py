@@ -92,8 +92,7 @@ class _Ready(_SinkBase):
             raise self._err(e, f"preparing sink {self.sink_id!r} in {where}") from e
         self._table_info = info
         self._plan = None
-        if self.transaction_state.name == "Idle":
-            self.tracker.last_committed_epoch = last
+        self._machine.learned_last(last)
         self._ready = True
         return conn
 

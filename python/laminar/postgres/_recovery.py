@@ -39,16 +39,16 @@ class _Recovery(_Ready):
 
     def _commit_prepared_epoch(self, epoch: int) -> None:
         gid = self._prepared_gid or self.gid(epoch)
-        self.tracker.commit_started(epoch=epoch)
+        self._machine.commit_started(epoch)
         try:
             found = _commit_prepared(self._connection(), gid)
         except (psycopg.Error, LaminarError) as e:
-            # Failed(epoch) with the decision kept: recover() completes the COMMIT PREPARED.
-            self.tracker.commit_failed()
-            self._pending_decision = "commit"
             lost = isinstance(e, AbortableError) or (
                 isinstance(e, psycopg.Error) and is_connection_failure(e, self._conn)
             )
+            # in doubt, lost or not, with the decision kept: recover() completes the COMMIT
+            # PREPARED
+            self._machine.commit_failed(lost)
             if lost:
                 self._drop_connection()
                 raise InDoubtError(
@@ -62,9 +62,8 @@ class _Recovery(_Ready):
             raise self._err(e, f"COMMIT PREPARED {gid!r}", epoch) from e
         if not found:
             # Someone else resolved it (a watcher, the CLI): the epoch record says how.
-            self.tracker.commit_failed()
             committed = self._read_committed(epoch)
-            self.tracker.resolve(committed)
+            self._machine.commit_overtaken(committed)
             self._prepared_gid = None
             if not committed:
                 raise AbortableError(
@@ -75,17 +74,16 @@ class _Recovery(_Ready):
                 )
             return
         self._prepared_gid = None
-        self.tracker.commit_ok()
+        self._machine.commit_ok()
         crash_point("postgres.after_commit")
 
     def _rollback_prepared_epoch(self, epoch: int) -> None:
         gid = self._prepared_gid or self.gid(epoch)
-        self.tracker.abort_started(epoch=epoch)
+        # the abort has started (SinkTransaction.abort answered "rollback_prepared")
         try:
             found = _rollback_prepared(self._connection(), gid)
         except (psycopg.Error, LaminarError) as e:
-            self.tracker.abort_failed()
-            self._pending_decision = "abort"
+            self._machine.abort_failed()
             if isinstance(e, psycopg.Error) and is_connection_failure(e, self._conn):
                 self._drop_connection()
             if isinstance(e, LaminarError):
@@ -93,15 +91,14 @@ class _Recovery(_Ready):
             raise self._err(e, f"ROLLBACK PREPARED {gid!r}", epoch) from e
         self._prepared_gid = None
         if not found and self._read_committed(epoch):
-            self.tracker.abort_failed()
-            self.tracker.resolve(True)
+            self._machine.abort_overtaken()
             raise FatalError(
                 f"prepared transaction {gid!r} was committed by another process before this "
                 "abort: the epoch is committed",
                 sink_id=self.sink_id,
                 epoch=epoch,
             )
-        self.tracker.abort_ok()
+        self._machine.abort_ok()
 
     # -- recovery and state -------------------------------------------------------------------
 
@@ -119,7 +116,7 @@ class _Recovery(_Ready):
             raise self._err(e, "reading laminar.sink_epochs") from e
 
     def _ensure_ready_quietly(self) -> None:
-        if not self._ready and self.transaction_state.name in ("Idle", "Failed"):
+        if not self._ready and self._machine.between_epochs:
             self._ensure_ready()
 
     def recover(self) -> int | None:
@@ -130,19 +127,17 @@ class _Recovery(_Ready):
         lost COMMIT/ROLLBACK PREPARED, a gid still in ``pg_prepared_xacts`` is completed with the
         decision that was being sent; a gid that is gone is read from ``laminar.sink_epochs``.
         """
-        state = self.transaction_state
-        if state.name != "Failed":
+        answer = self._machine.recover()
+        if answer.kind == "read_last":
             last = self.last_committed_epoch()
-            if self.transaction_state.name == "Idle":
-                self.tracker.last_committed_epoch = last
+            self._machine.learned_last(last)
             return last
-        epoch = state.epoch
+        epoch = answer.epoch
         assert epoch is not None
         # the core's PostgresInDoubtMachine decides (docs/protocol.md §1): finish the pending gid
         # with the decision that was being sent, then laminar.sink_epochs says; this performs
         gid = self._prepared_gid
-        commit = (self._pending_decision or "commit") == "commit"
-        machine = PostgresInDoubtMachine(self.sink_id, epoch, gid, commit=commit)
+        machine = PostgresInDoubtMachine(self.sink_id, epoch, gid, commit=answer.commit)
         try:
             with self._idle_connection() as conn:
 
@@ -164,9 +159,7 @@ class _Recovery(_Ready):
             raise self._err(e, f"recovering epoch {epoch}", epoch) from e
         committed, last = machine.committed, machine.last
         assert committed is not None  # the machine ended ok: it read laminar.sink_epochs
-        self.tracker.resolve(committed)
-        self.tracker.last_committed_epoch = last
-        self._pending_decision = None
+        self._machine.resolved(committed, last)
         self._prepared_gid = None
         return last
 
@@ -192,9 +185,9 @@ class _Recovery(_Ready):
     def commit_prepared(self, gid: str) -> bool:
         """``COMMIT PREPARED gid`` for one of this sink's gids; False if it no longer exists."""
         self._own_gid(gid)
-        state = self.transaction_state
-        if state.name == "Prepared" and gid == self._prepared_gid and state.epoch is not None:
-            self.commit_transaction(state.epoch)
+        epoch = self._machine.prepared_epoch
+        if epoch is not None and gid == self._prepared_gid:
+            self.commit_transaction(epoch)
             return True
         try:
             with self._idle_connection() as conn:
@@ -205,9 +198,9 @@ class _Recovery(_Ready):
     def rollback_prepared(self, gid: str) -> bool:
         """``ROLLBACK PREPARED gid`` for one of this sink's gids; False if it no longer exists."""
         self._own_gid(gid)
-        state = self.transaction_state
-        if state.name == "Prepared" and gid == self._prepared_gid and state.epoch is not None:
-            self.abort_transaction(state.epoch)
+        epoch = self._machine.prepared_epoch
+        if epoch is not None and gid == self._prepared_gid:
+            self.abort_transaction(epoch)
             return True
         try:
             with self._idle_connection() as conn:

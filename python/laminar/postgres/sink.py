@@ -25,10 +25,12 @@ partitions never wait on each other) and it can only end by preparing.
 The sink object is picklable configuration: the connection opens lazily in the process that
 writes, and reconnects on the next epoch after a failure.
 
-This module holds the lifecycle; the class's pieces live beside it (docs/engine.md, "Package
-layout"): `_base` (settings, properties, the error mapping, the connection), `_ready` (start-up,
-the table, the COPY of an epoch's rows) and `_recovery` (in-doubt resolution, prepared
-transactions).
+The core's `SinkTransaction` decides each step of the lifecycle (docs/engine.md, "The sink's
+transaction": skip a replay, which commit, what a failed COMMIT means, what close does); this
+module performs its answers. It holds the lifecycle; the class's pieces live beside it
+(docs/engine.md, "Package layout"): `_base` (settings, properties, the error mapping, the
+connection), `_ready` (start-up, the table, the COPY of an epoch's rows) and `_recovery`
+(in-doubt resolution, prepared transactions).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import ClassVar
 
 import psycopg
 
-from laminar._core import PreparedTxnState
+from laminar._core import PreparedTxnState, SinkAnswer
 from laminar._faults import crash_point
 from laminar._input import check_epoch, materialize
 from laminar._redact import redact_text
@@ -50,7 +52,6 @@ from laminar.errors import (
     AuthorizationError,
     ConfigError,
     DataError,
-    IllegalStateError,
     InDoubtError,
     LaminarError,
 )
@@ -102,7 +103,7 @@ class PostgresSink(_Recovery):
         "_table_checked",
         "_plan",
         "_ready",
-        "_pending_decision",
+        "_txn",
         "_prepared_gid",
         "_prepare_sent",
         "_epoch_rows",
@@ -115,15 +116,10 @@ class PostgresSink(_Recovery):
     def init_transactions(self) -> None:
         """Connect, create the metadata schema on first use, check the table, register the sink,
         read its last committed epoch and resolve an in-doubt commit of this process."""
-        state = self.transaction_state
-        if state.name not in ("Idle", "Failed"):
-            raise IllegalStateError(
-                f"init_transactions() while the sink is {state.name}: finish the epoch first",
-                sink_id=self.sink_id,
-            )
+        self._machine.init()  # refused mid-epoch: finish the epoch first
         self._ready = None
         self._ensure_ready()
-        if self.transaction_state.name == "Failed":
+        if self._machine.in_doubt is not None:
             self.recover()
         if self._two_phase_part is not None and self._max_prepared == 0:
             raise self._prepared_disabled()
@@ -145,13 +141,12 @@ class PostgresSink(_Recovery):
         """Open ``epoch``'s transaction and claim the epoch; False (nothing open) if the sink id
         already committed it — then nothing must be written."""
         epoch = check_epoch(epoch, sink_id=self.sink_id)
-        if self.transaction_state.name == "Failed":
+        answer = self._machine.begin(epoch)  # refused while an epoch is open
+        if answer.kind == "recover":
             self.recover()
-        if self.transaction_state.name != "Idle":
-            self.tracker.begin(epoch)  # raises IllegalStateError, changing nothing
-        last = self.tracker.last_committed_epoch
-        if last is not None and epoch <= last:
-            return self._skip(epoch, last)
+            answer = self._machine.begin(epoch)
+        if answer.kind == "skip":
+            return self._skip(epoch, answer)
         conn = self._ensure_ready()
         try:
             if self._two_phase_part is None:
@@ -168,25 +163,25 @@ class PostgresSink(_Recovery):
             raise self._err(e, f"claiming epoch {epoch} in laminar.sink_epochs", epoch) from e
         if not claimed:
             self._end_transaction_quietly()
-            self.tracker.last_committed_epoch = current
-            return self._skip(epoch, current)
+            return self._skip(epoch, self._machine.store_holds(epoch, current))
         crash_point("postgres.after_claim")
-        self.tracker.begin(epoch)
+        self._machine.opened(epoch)
         self._table_checked = False
         self._epoch_rows = self._epoch_bytes = 0
         self._prepare_sent = None
         return True
 
-    def _skip(self, epoch: int, last: int | None) -> bool:
-        if last is not None and epoch < last:
+    def _skip(self, epoch: int, answer: SinkAnswer) -> bool:
+        """The machine's "skip": the epoch is committed already; warn when it is older."""
+        if answer.older:
             log.warning(
                 "sink %s: epoch %d is older than the last committed epoch %d; Spark only replays "
                 "the last batch, so a query restarted from another checkpoint may be writing",
                 self.sink_id,
                 epoch,
-                last,
+                answer.last,
             )
-        return self.tracker.begin(epoch)
+        return False
 
     def write(self, batch: ArrowData) -> None:
         """COPY the batch's rows into the table within the open transaction.
@@ -195,14 +190,7 @@ class PostgresSink(_Recovery):
         column and both types), values too (`DataError` naming the column and row); after either
         the transaction is rolled back, so the epoch can be written again with a fixed batch.
         """
-        state = self.transaction_state
-        if state.name != "Active":
-            raise IllegalStateError(
-                f"write() needs an open transaction, but the sink is {state.name}: call "
-                "begin_transaction(epoch) first (and only write when it returned True)",
-                sink_id=self.sink_id,
-            )
-        epoch = state.epoch
+        epoch = self._machine.write()  # refused without an open epoch
         conn = self._epoch_connection(epoch)
         try:
             # A stream is read once, here: a retry of this call then fails loudly (a spent
@@ -229,7 +217,7 @@ class PostgresSink(_Recovery):
             raise error from e
         self._epoch_rows = (self._epoch_rows or 0) + rows
         self._epoch_bytes = (self._epoch_bytes or 0) + nbytes
-        self.tracker.record_write(rows, nbytes)
+        self._machine.wrote(rows, nbytes)
 
     def _finish_epoch(self, epoch: int) -> None:
         """Store the epoch's totals (claim mode) — the last statement before COMMIT/PREPARE."""
@@ -251,11 +239,7 @@ class PostgresSink(_Recovery):
     def prepare_transaction(self) -> PreparedTxnState:
         """End the epoch's transaction with ``PREPARE TRANSACTION``: durable, invisible, and
         still holding its locks until ``commit_transaction`` / ``abort_transaction``."""
-        state = self.transaction_state
-        if state.name != "Active":
-            self.tracker.prepare()  # raises IllegalStateError, changing nothing
-        epoch = state.epoch
-        assert epoch is not None
+        epoch = self._machine.prepare()  # refused without an open epoch
         if self._max_prepared == 0:
             self._abort_after_error()
             raise self._prepared_disabled()
@@ -277,7 +261,7 @@ class PostgresSink(_Recovery):
                 self._max_prepared = 0
                 raise self._prepared_disabled() from e
             raise self._err(e, f"preparing {gid}", epoch) from e
-        self.tracker.prepare(epoch=epoch)
+        self._machine.prepared(epoch)
         self._prepared_gid = gid
         crash_point("postgres.after_prepare")
         return PreparedTxnState(
@@ -294,29 +278,19 @@ class PostgresSink(_Recovery):
         outcome (it reads ``laminar.sink_epochs``), never abort blindly.
         """
         epoch = check_epoch(epoch, sink_id=self.sink_id)
-        state = self.transaction_state
-        if state.name == "Prepared" and state.epoch == epoch:
+        # refused for another epoch or state, and for a scale-out participant's one-phase commit
+        if self._machine.commit(epoch).kind == "commit_prepared":
             self._commit_prepared_epoch(epoch)
             return
-        if state.name != "Active" or state.epoch != epoch:
-            self.tracker.commit_started(epoch=epoch)  # raises IllegalStateError
-        if self._two_phase_part is not None:
-            raise IllegalStateError(
-                f"sink {self.sink_id!r} is scale-out participant {self._two_phase_part}: it "
-                "commits only through prepare_transaction() and the coordinator's decision",
-                sink_id=self.sink_id,
-                epoch=epoch,
-            )
         self._finish_epoch(epoch)
         crash_point("postgres.before_commit")
         conn = self._epoch_connection(epoch)
-        self.tracker.commit_started(epoch=epoch)
+        self._machine.commit_started(epoch)
         try:
             conn.commit()
         except psycopg.Error as e:
-            self.tracker.commit_failed()
-            if is_connection_failure(e, conn):
-                self._pending_decision = "commit"
+            lost = is_connection_failure(e, conn)
+            if self._machine.commit_failed(lost).kind == "in_doubt":
                 self._drop_connection()
                 raise InDoubtError(
                     redact_text(
@@ -329,24 +303,20 @@ class PostgresSink(_Recovery):
                     epoch=epoch,
                 ) from e
             # The server answered: the transaction is rolled back (e.g. a deferred constraint).
-            self.tracker.resolve(False)
             raise self._err(e, f"committing epoch {epoch}", epoch) from e
-        self.tracker.commit_ok()
+        self._machine.commit_ok()
         crash_point("postgres.after_commit")
 
     def abort_transaction(self, epoch: int) -> None:
         """Discard the epoch's transaction (``ROLLBACK``, or ``ROLLBACK PREPARED`` after a
         prepare). Aborting an epoch the sink already rolled back itself is a no-op."""
         epoch = check_epoch(epoch, sink_id=self.sink_id)
-        state = self.transaction_state
-        if state.name == "Idle":
-            record = self.tracker.record(epoch)
-            if record is not None and record.state == "Aborted":
-                return
-        if state.name == "Prepared" and state.epoch == epoch:
+        answer = self._machine.abort(epoch)  # the abort has started; refused for another epoch
+        if answer.kind == "nothing":
+            return
+        if answer.kind == "rollback_prepared":
             self._rollback_prepared_epoch(epoch)
             return
-        self.tracker.abort_started(epoch=epoch)  # Active only; raises IllegalStateError otherwise
         self._end_transaction_quietly()
         sent, self._prepare_sent = self._prepare_sent, None
         if sent is not None:
@@ -355,20 +325,18 @@ class PostgresSink(_Recovery):
                 with self._idle_connection() as conn:
                     _rollback_prepared(conn, sent)
             except (psycopg.Error, LaminarError) as e:
-                self.tracker.abort_failed()
-                self._pending_decision = "abort"
+                self._machine.abort_failed()
                 self._prepared_gid = sent
                 if isinstance(e, LaminarError):
                     raise
                 raise self._err(e, f"ROLLBACK PREPARED {sent!r}", epoch) from e
-        self.tracker.abort_ok()
+        self._machine.abort_ok()
 
     def _abort_after_error(self) -> None:
         """Roll back after a fatal error in this call, so the sink is usable again."""
-        if self.transaction_state.name == "Active":
-            self.tracker.abort_started()
+        if self._machine.abort_after_error() is not None:
             self._end_transaction_quietly()
-            self.tracker.abort_ok()
+            self._machine.abort_ok()
 
     def _end_transaction_quietly(self) -> None:
         """Roll back the connection's open transaction; a lost connection has none left (the
@@ -388,11 +356,11 @@ class PostgresSink(_Recovery):
     def close(self) -> None:
         """Close the connection; an open (unprepared) transaction is rolled back, a prepared
         one is left for the coordinator to decide."""
-        state = self.transaction_state
-        if state.name == "Active" and state.epoch is not None:
+        answer = self._machine.close()
+        if answer.kind == "abort_open" and answer.epoch is not None:
             with contextlib.suppress(LaminarError):
-                self.abort_transaction(state.epoch)
-        elif state.name == "Prepared":
+                self.abort_transaction(answer.epoch)
+        elif answer.kind == "leave_prepared":
             log.info(
                 "sink %s: closing with prepared transaction %s left for the coordinator",
                 self.sink_id,

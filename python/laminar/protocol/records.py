@@ -116,6 +116,9 @@ _READ_EPOCHS = sql.SQL("SELECT sink_id, epoch FROM {t} WHERE sink_id = ANY(%s)")
 
 # The sinks' write path (`laminar.postgres._steps` re-exports these): constant statements,
 # rendered to bytes once (identifiers quoted by psycopg).
+# `WHERE e.epoch < EXCLUDED.epoch` is the replay rule (the core's `epoch_committed`, written once
+# in Rust) negated, in SQL so that the row lock decides it: kept equal by
+# tests/integration/test_postgres_claim_rule.py (docs/engine.md, "The sink's transaction").
 _CLAIM = (
     sql.SQL(
         "INSERT INTO {t} AS e (sink_id, epoch, committed_at, rows, bytes)"

@@ -2,7 +2,7 @@
 //!
 //! Every sink reports its lifecycle here (begin, writes, prepare, commit, abort, recovery's
 //! resolution) and asks it one question before writing: has this epoch already been committed? A
-//! replayed epoch (`epoch <= last committed`) is answered with [`BeginDecision::SkipReplayed`] and
+//! replayed epoch (`protocol::records::epoch_committed`, the one replay rule) is answered with [`BeginDecision::SkipReplayed`] and
 //! nothing changes, so the same micro-batch is never written twice.
 //!
 //! The tracker is sans-io: time comes in as `now_us` arguments (microseconds on any clock that
@@ -11,6 +11,7 @@
 use std::collections::VecDeque;
 
 use crate::error::{CoreError, CoreResult};
+use crate::protocol::records::epoch_committed;
 use crate::state::{Epoch, Resolution, TransactionEvent, TransactionState};
 use crate::stats::LatencyStats;
 
@@ -250,13 +251,14 @@ impl EpochTracker {
         // The state check comes first: a begin while a transaction is open is a bug whatever the
         // epoch, and must not be mistaken for a replay.
         let next = self.state.next(TransactionEvent::Begin(epoch))?;
-        if let Some(last) = self.last_committed_epoch {
-            if epoch <= last {
-                self.metrics.replays_skipped = self.metrics.replays_skipped.saturating_add(1);
-                return Ok(BeginDecision::SkipReplayed {
-                    last_committed_epoch: last,
-                });
-            }
+        let replayed_over = self
+            .last_committed_epoch
+            .filter(|&last| epoch_committed(Some(last), epoch));
+        if let Some(last) = replayed_over {
+            self.metrics.replays_skipped = self.metrics.replays_skipped.saturating_add(1);
+            return Ok(BeginDecision::SkipReplayed {
+                last_committed_epoch: last,
+            });
         }
         self.state = next;
         if self.history.len() >= self.history_limit {
@@ -395,13 +397,17 @@ impl EpochTracker {
         }
     }
 
-    /// Applies `event` to the state (unchanged on error), checks `expected_epoch` first, and
-    /// mirrors the new state into the open epoch's record.
-    fn transition(
-        &mut self,
+    /// Whether `event` (for `expected_epoch`, if given) is legal now: the error the call would
+    /// raise, without changing anything.
+    pub fn check(&self, event: TransactionEvent, expected_epoch: Option<Epoch>) -> CoreResult<()> {
+        self.checked_next(event, expected_epoch).map(|_| ())
+    }
+
+    fn checked_next(
+        &self,
         event: TransactionEvent,
         expected_epoch: Option<Epoch>,
-    ) -> CoreResult<()> {
+    ) -> CoreResult<TransactionState> {
         let next = self.state.next(event)?;
         if let (Some(expected), Some(open)) = (expected_epoch, self.state.epoch()) {
             if expected != open {
@@ -413,6 +419,17 @@ impl EpochTracker {
                 )));
             }
         }
+        Ok(next)
+    }
+
+    /// Applies `event` to the state (unchanged on error), checks `expected_epoch` first, and
+    /// mirrors the new state into the open epoch's record.
+    fn transition(
+        &mut self,
+        event: TransactionEvent,
+        expected_epoch: Option<Epoch>,
+    ) -> CoreResult<()> {
+        let next = self.checked_next(event, expected_epoch)?;
         self.state = next;
         if let Some(s) = RecordState::of_open(next) {
             self.set_record_state(s);

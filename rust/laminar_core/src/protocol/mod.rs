@@ -15,6 +15,8 @@
 //!   roll-back-and-conclude and complete-and-conclude);
 //! - [`watcher`]: the resolution watcher's pass and the operator's `resolve`;
 //! - [`single`]: one sink's epoch and its in-doubt resolution (Kafka, PostgreSQL);
+//! - [`sink`]: a sink's own transaction (begin, write, prepare, commit, abort, close), the answers
+//!   `PostgresSink` performs;
 //! - [`records`]: the transition tables of `dt_state` and `txn_state` and the small rules every
 //!   machine shares (the "already committed" rule, the epoch base, the owner guard);
 //! - [`names`]: the dtid, the participant names and the one participant-matching rule;
@@ -34,6 +36,7 @@ pub mod kafka_recovery;
 pub mod names;
 pub mod records;
 pub mod single;
+pub mod sink;
 pub mod watcher;
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ fn monotonic_us(py: Python<'_>) -> PyResult<u64> {
     Ok(base_us.saturating_add(elapsed))
 }
 
-fn now_or_clock(py: Python<'_>, now_us: Option<u64>) -> PyResult<u64> {
+pub(crate) fn now_or_clock(py: Python<'_>, now_us: Option<u64>) -> PyResult<u64> {
     match now_us {
         Some(t) => Ok(t),
         None => monotonic_us(py),
@@ -139,8 +139,8 @@ impl PyEpochRecord {
 #[pyclass(module = "laminar._core", name = "EpochTracker")]
 #[derive(Debug)]
 pub struct PyEpochTracker {
-    inner: EpochTracker,
-    sink_id: Option<String>,
+    pub(crate) inner: EpochTracker,
+    pub(crate) sink_id: Option<String>,
 }
 
 impl PyEpochTracker {

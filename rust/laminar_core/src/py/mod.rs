@@ -15,6 +15,7 @@ pub mod protocol;
 pub mod recovery;
 pub mod redo;
 pub mod serialize;
+pub mod sink;
 pub mod state;
 
 /// Registers every class, function and exception of `laminar._core`.
@@ -22,6 +23,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     state::register(m)?;
     epoch::register(m)?;
+    sink::register(m)?;
     metrics::register(m)?;
     prepared::register(m)?;
     serialize::register(m)?;

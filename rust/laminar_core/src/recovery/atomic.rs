@@ -22,6 +22,7 @@
 //! new epoch base (`laminar reset`).
 
 use super::{Epoch, Refusal, RefusalKind, show};
+use crate::protocol::records::epoch_committed;
 
 /// The Kafka producer identity of a prepared transaction (from its `PreparedTxnState`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -243,7 +244,7 @@ pub fn plan_epoch(
     }
     let needs: Vec<bool> = sinks
         .iter()
-        .map(|s| s.last.is_none_or(|last| last < epoch))
+        .map(|s| !epoch_committed(s.last, epoch))
         .collect();
     if needs.iter().any(|n| *n) {
         EpochPlan::Write { sinks: needs }

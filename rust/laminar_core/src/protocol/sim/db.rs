@@ -6,7 +6,7 @@ use crate::protocol::command::{
     ParticipantKind, ParticipantRow, ParticipantState, PreparedGid,
 };
 use crate::protocol::crash::CrashPoint;
-use crate::protocol::records::{DT_TRANSITIONS, DtState};
+use crate::protocol::records::{DT_TRANSITIONS, DtState, epoch_committed};
 
 use super::driver::{Proc, failed};
 use super::pg::{DtRow as SimDtRow, ParticipantRowSim, Pg, TxnStateRow};
@@ -81,7 +81,7 @@ pub(super) fn perform_db(
             let rows = w.rows;
             let claimed = {
                 let d = db(w, proc);
-                if d.sink_epochs.get(&sink_id).is_some_and(|e| *e >= epoch) {
+                if epoch_committed(d.sink_epochs.get(&sink_id).copied(), epoch) {
                     false
                 } else {
                     d.sink_epochs.insert(sink_id.clone(), epoch);

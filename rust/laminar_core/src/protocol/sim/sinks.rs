@@ -7,6 +7,7 @@ use crate::prepared::PreparedTxnState;
 
 use super::super::command::{Event, FailureKind};
 use super::super::crash::CrashPoint;
+use super::super::records::epoch_committed;
 use super::super::single::{KafkaInDoubt, PostgresInDoubt};
 use super::super::{End, Epoch};
 use super::driver::{Proc, drive, failed, kafka_failure, prepared_state};
@@ -21,7 +22,7 @@ pub(super) fn sink_begin(
 ) -> Result<Event, Crash> {
     if let Some(tid) = Proc::kafka_tid(w, sink_id) {
         let (pe, p) = proc.producer(w, &tid);
-        if p.last.is_some_and(|l| l >= epoch) {
+        if epoch_committed(p.last, epoch) {
             return Ok(Event::Began { opened: false });
         }
         if let Err(e) = w.kafka.begin(&tid, pe) {
@@ -34,8 +35,8 @@ pub(super) fn sink_begin(
         return Ok(Event::Began { opened: true });
     }
     let sink = Proc::pg_sink(w, sink_id).expect("a known sink");
-    if w.pg.sink_epochs.get(&sink).is_some_and(|e| *e >= epoch) {
-        let last = w.pg.sink_epochs.get(&sink).copied();
+    let last = w.pg.sink_epochs.get(&sink).copied();
+    if epoch_committed(last, epoch) {
         proc.pg_last.insert(sink, last);
         return Ok(Event::Began { opened: false });
     }

@@ -1,0 +1,307 @@
+//! `laminar.SinkTransaction` and `laminar.SinkAnswer`: the core's machine of one sink's own
+//! transaction (`protocol::sink`), sharing its tracker with the sink's `EpochTracker` object.
+
+use pyo3::prelude::*;
+
+use crate::epoch::EpochTracker;
+use crate::error::{CoreError, CoreResult};
+use crate::protocol::sink::{
+    AbortAnswer, BeginAnswer, CloseAnswer, CommitAnswer, CommitFailure, Decision, RecoverAnswer,
+    SinkTxn,
+};
+use crate::py::epoch::{PyEpochTracker, now_or_clock};
+use crate::py::errors::to_py_err;
+
+/// One answer of the machine: `kind` says what to do, the other fields are None (or False) when
+/// the kind does not use them.
+#[pyclass(module = "laminar._core", name = "SinkAnswer", frozen, get_all)]
+#[derive(Debug, Clone)]
+pub struct PySinkAnswer {
+    kind: &'static str,
+    epoch: Option<i64>,
+    last: Option<i64>,
+    older: bool,
+    commit: bool,
+}
+
+impl PySinkAnswer {
+    fn of(kind: &'static str) -> Self {
+        Self {
+            kind,
+            epoch: None,
+            last: None,
+            older: false,
+            commit: false,
+        }
+    }
+
+    fn begin(a: BeginAnswer) -> Self {
+        match a {
+            BeginAnswer::Recover => Self::of("recover"),
+            BeginAnswer::Open => Self::of("open"),
+            BeginAnswer::Skip { last, older } => Self {
+                last: Some(last),
+                older,
+                ..Self::of("skip")
+            },
+        }
+    }
+}
+
+#[pymethods]
+impl PySinkAnswer {
+    fn __repr__(&self) -> String {
+        format!(
+            "SinkAnswer(kind={:?}, epoch={:?}, last={:?}, older={}, commit={})",
+            self.kind, self.epoch, self.last, self.older, self.commit
+        )
+    }
+}
+
+/// The machine of one sink's transaction; see `_core.pyi` for the calls and their answers.
+#[pyclass(module = "laminar._core", name = "SinkTransaction")]
+#[derive(Debug)]
+pub struct PySinkTransaction {
+    tracker: Py<PyEpochTracker>,
+    core: SinkTxn,
+}
+
+impl PySinkTransaction {
+    /// Runs `f` on the machine holding the shared tracker (moved in for the call, moved back
+    /// after), so `sink.tracker` shows every transition. A refusal names the sink and `epoch`
+    /// (the open epoch when `epoch` is None and `or_open`).
+    fn with<T>(
+        &mut self,
+        py: Python<'_>,
+        epoch: Option<i64>,
+        or_open: bool,
+        f: impl FnOnce(&mut SinkTxn) -> CoreResult<T>,
+    ) -> PyResult<T> {
+        let mut shared = self.tracker.bind(py).borrow_mut();
+        std::mem::swap(&mut shared.inner, self.core.tracker_mut());
+        let result = f(&mut self.core);
+        std::mem::swap(&mut shared.inner, self.core.tracker_mut());
+        let sink_id = shared.sink_id.clone();
+        let open = shared.inner.current_epoch();
+        drop(shared);
+        result.map_err(|e| {
+            let epoch = if or_open { epoch.or(open) } else { epoch };
+            refusal(py, e, sink_id.as_deref(), epoch)
+        })
+    }
+
+    fn read<T>(&mut self, py: Python<'_>, f: impl FnOnce(&SinkTxn) -> T) -> PyResult<T> {
+        self.with(py, None, false, |m| Ok(f(m)))
+    }
+}
+
+fn refusal(py: Python<'_>, e: CoreError, sink_id: Option<&str>, epoch: Option<i64>) -> PyErr {
+    let err = to_py_err(py, e);
+    let value = err.value(py);
+    // Best effort: the error is raised either way.
+    let _ = value.setattr("sink_id", sink_id);
+    let _ = value.setattr("epoch", epoch);
+    err
+}
+
+#[pymethods]
+impl PySinkTransaction {
+    #[new]
+    #[pyo3(signature = (tracker, *, participant=None))]
+    fn new(tracker: Py<PyEpochTracker>, participant: Option<i64>) -> Self {
+        Self {
+            tracker,
+            // A placeholder: the shared tracker is moved in for each call.
+            core: SinkTxn::new(EpochTracker::new(1), participant),
+        }
+    }
+
+    #[getter]
+    fn tracker(&self, py: Python<'_>) -> Py<PyEpochTracker> {
+        self.tracker.clone_ref(py)
+    }
+
+    #[getter]
+    fn between_epochs(&mut self, py: Python<'_>) -> PyResult<bool> {
+        self.read(py, SinkTxn::between_epochs)
+    }
+
+    #[getter]
+    fn in_doubt(&mut self, py: Python<'_>) -> PyResult<Option<i64>> {
+        self.read(py, SinkTxn::in_doubt)
+    }
+
+    #[getter]
+    fn writing(&mut self, py: Python<'_>) -> PyResult<Option<i64>> {
+        self.read(py, SinkTxn::writing)
+    }
+
+    #[getter]
+    fn prepared_epoch(&mut self, py: Python<'_>) -> PyResult<Option<i64>> {
+        self.read(py, SinkTxn::prepared_epoch)
+    }
+
+    fn init(&mut self, py: Python<'_>) -> PyResult<()> {
+        self.with(py, None, false, |m| m.init())
+    }
+
+    fn learned_last(&mut self, py: Python<'_>, last: Option<i64>) -> PyResult<()> {
+        self.with(py, last, false, |m| m.learned_last(last))
+    }
+
+    fn begin(&mut self, py: Python<'_>, epoch: i64) -> PyResult<PySinkAnswer> {
+        self.with(py, Some(epoch), false, |m| m.begin(epoch))
+            .map(PySinkAnswer::begin)
+    }
+
+    #[pyo3(signature = (epoch, now_us=None))]
+    fn opened(&mut self, py: Python<'_>, epoch: i64, now_us: Option<u64>) -> PyResult<()> {
+        let now = now_or_clock(py, now_us)?;
+        self.with(py, Some(epoch), false, |m| m.opened(epoch, now))
+    }
+
+    fn store_holds(
+        &mut self,
+        py: Python<'_>,
+        epoch: i64,
+        last: Option<i64>,
+    ) -> PyResult<PySinkAnswer> {
+        self.with(py, Some(epoch), false, |m| m.store_holds(epoch, last))
+            .map(PySinkAnswer::begin)
+    }
+
+    fn write(&mut self, py: Python<'_>) -> PyResult<i64> {
+        self.with(py, None, false, |m| m.write())
+    }
+
+    #[pyo3(signature = (events, bytes=0))]
+    fn wrote(&mut self, py: Python<'_>, events: u64, bytes: u64) -> PyResult<()> {
+        self.with(py, None, true, |m| m.wrote(events, bytes))
+    }
+
+    fn prepare(&mut self, py: Python<'_>) -> PyResult<i64> {
+        self.with(py, None, true, |m| m.prepare())
+    }
+
+    fn prepared(&mut self, py: Python<'_>, epoch: i64) -> PyResult<()> {
+        self.with(py, Some(epoch), false, |m| m.prepared(epoch))
+    }
+
+    fn commit(&mut self, py: Python<'_>, epoch: i64) -> PyResult<PySinkAnswer> {
+        let answer = self.with(py, Some(epoch), false, |m| m.commit(epoch))?;
+        Ok(PySinkAnswer::of(match answer {
+            CommitAnswer::Prepared => "commit_prepared",
+            CommitAnswer::OnePhase => "commit",
+        }))
+    }
+
+    #[pyo3(signature = (epoch, now_us=None))]
+    fn commit_started(&mut self, py: Python<'_>, epoch: i64, now_us: Option<u64>) -> PyResult<()> {
+        let now = now_or_clock(py, now_us)?;
+        self.with(py, Some(epoch), false, |m| m.commit_started(epoch, now))
+    }
+
+    #[pyo3(signature = (now_us=None))]
+    fn commit_ok(&mut self, py: Python<'_>, now_us: Option<u64>) -> PyResult<()> {
+        let now = now_or_clock(py, now_us)?;
+        self.with(py, None, true, |m| m.commit_ok(now))
+    }
+
+    #[pyo3(signature = (connection_lost, now_us=None))]
+    fn commit_failed(
+        &mut self,
+        py: Python<'_>,
+        connection_lost: bool,
+        now_us: Option<u64>,
+    ) -> PyResult<PySinkAnswer> {
+        let now = now_or_clock(py, now_us)?;
+        let failure = self.with(py, None, true, |m| m.commit_failed(connection_lost, now))?;
+        Ok(PySinkAnswer::of(match failure {
+            CommitFailure::InDoubt => "in_doubt",
+            CommitFailure::RolledBack => "rolled_back",
+        }))
+    }
+
+    #[pyo3(signature = (committed, now_us=None))]
+    fn commit_overtaken(
+        &mut self,
+        py: Python<'_>,
+        committed: bool,
+        now_us: Option<u64>,
+    ) -> PyResult<()> {
+        let now = now_or_clock(py, now_us)?;
+        self.with(py, None, true, |m| m.commit_overtaken(committed, now))
+    }
+
+    fn abort(&mut self, py: Python<'_>, epoch: i64) -> PyResult<PySinkAnswer> {
+        let answer = self.with(py, Some(epoch), false, |m| m.abort(epoch))?;
+        Ok(PySinkAnswer::of(match answer {
+            AbortAnswer::Nothing => "nothing",
+            AbortAnswer::RollbackPrepared => "rollback_prepared",
+            AbortAnswer::Rollback => "rollback",
+        }))
+    }
+
+    fn abort_after_error(&mut self, py: Python<'_>) -> PyResult<Option<i64>> {
+        self.with(py, None, true, SinkTxn::abort_after_error)
+    }
+
+    #[pyo3(signature = (now_us=None))]
+    fn abort_ok(&mut self, py: Python<'_>, now_us: Option<u64>) -> PyResult<()> {
+        let now = now_or_clock(py, now_us)?;
+        self.with(py, None, true, |m| m.abort_ok(now))
+    }
+
+    fn abort_failed(&mut self, py: Python<'_>) -> PyResult<()> {
+        self.with(py, None, true, SinkTxn::abort_failed)
+    }
+
+    #[pyo3(signature = (now_us=None))]
+    fn abort_overtaken(&mut self, py: Python<'_>, now_us: Option<u64>) -> PyResult<()> {
+        let now = now_or_clock(py, now_us)?;
+        self.with(py, None, true, |m| m.abort_overtaken(now))
+    }
+
+    fn recover(&mut self, py: Python<'_>) -> PyResult<PySinkAnswer> {
+        Ok(match self.read(py, SinkTxn::recover)? {
+            RecoverAnswer::ReadLast => PySinkAnswer::of("read_last"),
+            RecoverAnswer::Resolve { epoch, decision } => PySinkAnswer {
+                epoch: Some(epoch),
+                commit: decision == Decision::Commit,
+                ..PySinkAnswer::of("resolve")
+            },
+        })
+    }
+
+    #[pyo3(signature = (committed, last, now_us=None))]
+    fn resolved(
+        &mut self,
+        py: Python<'_>,
+        committed: bool,
+        last: Option<i64>,
+        now_us: Option<u64>,
+    ) -> PyResult<()> {
+        let now = now_or_clock(py, now_us)?;
+        self.with(py, None, true, |m| m.resolved(committed, last, now))
+    }
+
+    fn close(&mut self, py: Python<'_>) -> PyResult<PySinkAnswer> {
+        Ok(match self.read(py, SinkTxn::close)? {
+            CloseAnswer::AbortOpen(e) => PySinkAnswer {
+                epoch: Some(e),
+                ..PySinkAnswer::of("abort_open")
+            },
+            CloseAnswer::LeavePrepared(e) => PySinkAnswer {
+                epoch: Some(e),
+                ..PySinkAnswer::of("leave_prepared")
+            },
+            CloseAnswer::Nothing => PySinkAnswer::of("nothing"),
+        })
+    }
+}
+
+/// Registers `SinkTransaction` and `SinkAnswer`.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PySinkTransaction>()?;
+    m.add_class::<PySinkAnswer>()
+}

@@ -1,0 +1,114 @@
+"""laminar._core.SinkTransaction: the core's machine of one sink's own transaction, as the
+PostgreSQL sink performs it (docs/engine.md, "The sink's transaction"): its answers, the tracker
+it shares, and its refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from laminar import EpochTracker
+from laminar._core import SinkTransaction
+from laminar.errors import IllegalStateError
+
+
+def machine(last: int | None = 3, participant: int | None = None) -> SinkTransaction:
+    return SinkTransaction(EpochTracker("s1", last_committed_epoch=last), participant=participant)
+
+
+def test_a_one_phase_epoch_goes_to_the_shared_tracker() -> None:
+    m = machine()
+    tracker = m.tracker
+    assert m.begin(5).kind == "open"
+    m.opened(5, now_us=10)
+    assert (m.writing, tracker.state.name, tracker.state.epoch) == (5, "Active", 5)
+    assert m.write() == 5
+    m.wrote(3, 30)
+    assert m.commit(5).kind == "commit"
+    m.commit_started(5, now_us=20)
+    m.commit_ok(now_us=25)
+    assert tracker.last_committed_epoch == 5
+    metrics = tracker.metrics()
+    assert (metrics.commits, metrics.events_committed, metrics.max_commit_latency_us) == (1, 3, 5)
+    assert m.close().kind == "nothing"
+
+
+def test_a_replay_is_skipped_and_an_older_epoch_says_so() -> None:
+    m = machine()
+    same, older = m.begin(3), m.begin(1)
+    assert (same.kind, same.last, same.older) == ("skip", 3, False)
+    assert (older.kind, older.last, older.older) == ("skip", 3, True)
+    assert m.tracker.metrics().replays_skipped == 2
+    held = m.store_holds(4, 6)
+    assert (held.kind, held.last, held.older) == ("skip", 6, True)
+    assert m.tracker.last_committed_epoch == 6
+
+
+def test_a_prepared_epoch_commits_prepared_and_close_leaves_it() -> None:
+    m = machine()
+    m.begin(4)
+    m.opened(4)
+    assert m.prepare() == 4
+    m.prepared(4)
+    assert m.prepared_epoch == 4
+    close = m.close()
+    assert (close.kind, close.epoch) == ("leave_prepared", 4)
+    assert m.commit(4).kind == "commit_prepared"
+
+
+def test_a_failed_commit_is_in_doubt_only_when_the_connection_was_lost() -> None:
+    lost = machine()
+    lost.begin(4)
+    lost.opened(4)
+    lost.commit_started(4)
+    assert lost.commit_failed(True).kind == "in_doubt"
+    assert lost.in_doubt == 4
+    assert lost.begin(5).kind == "recover"
+    answer = lost.recover()
+    assert (answer.kind, answer.epoch, answer.commit) == ("resolve", 4, True)
+    lost.resolved(True, 4)
+    assert (lost.in_doubt, lost.tracker.last_committed_epoch) == (None, 4)
+
+    answered = machine()
+    answered.begin(4)
+    answered.opened(4)
+    answered.commit_started(4)
+    assert answered.commit_failed(False).kind == "rolled_back"
+    assert answered.begin(4).kind == "open"
+
+
+def test_abort_answers_and_the_pending_rollback() -> None:
+    m = machine()
+    m.begin(4)
+    m.opened(4)
+    assert m.abort(4).kind == "rollback"
+    m.abort_ok()
+    assert m.abort(4).kind == "nothing"
+    m.begin(5)
+    m.opened(5)
+    m.prepared(5)
+    assert m.abort(5).kind == "rollback_prepared"
+    m.abort_failed()
+    answer = m.recover()
+    assert (answer.kind, answer.epoch, answer.commit) == ("resolve", 5, False)
+
+
+def test_refusals_name_the_sink_and_change_nothing() -> None:
+    m = machine()
+    with pytest.raises(IllegalStateError, match="write\\(\\) needs an open transaction") as e:
+        m.write()
+    assert (e.value.sink_id, e.value.epoch) == ("s1", None)
+    m.begin(4)
+    m.opened(4)
+    with pytest.raises(IllegalStateError, match="Active") as e:
+        m.begin(5)
+    assert e.value.epoch == 5
+    with pytest.raises(IllegalStateError, match="init_transactions"):
+        m.init()
+    with pytest.raises(IllegalStateError):
+        m.commit(6)
+    assert (m.tracker.state.name, m.tracker.state.epoch) == ("Active", 4)
+    participant = machine(participant=2)
+    participant.begin(4)
+    participant.opened(4)
+    with pytest.raises(IllegalStateError, match="commits only through prepare"):
+        participant.commit(4)
