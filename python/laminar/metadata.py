@@ -31,6 +31,7 @@ Version 3 adds the stop fence of ``format("laminar")`` (docs/protocol.md §4, do
 
     laminar.stop_fence(group_id PK, epoch, fenced_at)   set by the data source's abort and
                         resolve_stopped, read by its tasks, lifted by the next run's writer
+                        (deleted; from version 5 reserved for its tasks)
 
 Version 4 adds the atomic groups' commit statistics, read by ``laminar exporter``
 (docs/formats.md §3, docs/operations.md "Metrics and alerts")::

@@ -125,12 +125,18 @@ def task(g: dict[str, Any], batch: int, part: int, attempt: str, writer: str | N
     )
 
 
+def writer_tasks(g: dict[str, Any], batch: int, attempt: str, writer: Any) -> list[Any]:
+    """Every task of ``batch`` from ``writer`` (a `LaminarStreamWriter`: its token), each
+    prepared; their commit messages."""
+    messages = [task(g, batch, p, f"{attempt}-{p}", writer.token) for p in PARTS]
+    assert {r.status for m in messages for r in m.results} == {"prepared"}
+    return messages
+
+
 def run_batch(g: dict[str, Any], batch: int, attempt: str) -> None:
     """A whole batch as a run of the query does it: the writer's creation, every task, commit."""
     writer = LaminarStreamWriter(g["options"])
-    messages = [task(g, batch, p, f"{attempt}-{p}", writer.token) for p in PARTS]
-    assert {r.status for m in messages for r in m.results} == {"prepared"}
-    assert commit_batch(g["options"], messages, batch)
+    assert commit_batch(g["options"], writer_tasks(g, batch, attempt, writer), batch)
 
 
 def fence_row(g: dict[str, Any]) -> tuple[int, str | None] | None:
@@ -213,9 +219,7 @@ def test_a_stopped_worker_after_the_restarts_writer_writes_nothing(group: dict[s
     late = task(g, 1, 2, "0-late", stopped)
     assert {r.status for r in late.results} == {"skipped"}
     assert left_behind(g) == ([], []), "no record created, nothing prepared"
-    messages = [task(g, 1, p, f"1-{p}", writer.token) for p in PARTS]
-    assert {r.status for m in messages for r in m.results} == {"prepared"}
-    writer.commit(messages, 1)
+    writer.commit(writer_tasks(g, 1, "1", writer), 1)
     check_stores(g, range(2))
 
 
@@ -230,8 +234,7 @@ def test_a_stopped_worker_after_the_restarts_task_of_its_partition_writes_nothin
     g = group
     stopped = stop_mid_batch(g, 1)
     writer = LaminarStreamWriter(g["options"])
-    messages = [task(g, 1, p, f"1-{p}", writer.token) for p in PARTS]
-    assert {r.status for m in messages for r in m.results} == {"prepared"}
+    messages = writer_tasks(g, 1, "1", writer)
     late = task(g, 1, 2, "0-late", stopped)
     assert {r.status for r in late.results} == {"skipped"}
     assert all(r.records == 0 and r.prepared_state == "" for r in late.results)
@@ -251,9 +254,7 @@ def test_a_task_naming_no_writer_after_the_restarts_writer_is_one_more_attempt(
     late = task(g, 1, 2, "0-late")
     assert {r.status for r in late.results} == {"prepared"}
     # the restart's tasks: task 2's claim comes last and rolls the late attempt back
-    messages = [task(g, 1, p, f"1-{p}", writer.token) for p in PARTS]
-    assert {r.status for m in messages for r in m.results} == {"prepared"}
-    writer.commit(messages, 1)
+    writer.commit(writer_tasks(g, 1, "1", writer), 1)
     check_stores(g, range(2))
 
 
