@@ -1543,8 +1543,9 @@ class Event:
     @staticmethod
     def dt_state(state: _DtState | None = None) -> Event: ...
     @staticmethod
-    def stop_fence(epoch: int | None = None) -> Event:
-        """``read_stop_fence``: the group's fenced epoch (None: no fence)."""
+    def stop_fence(epoch: int | None = None, writer: str | None = None) -> Event:
+        """``read_stop_fence``: the group's fenced epoch (None: no fence) and the writer the
+        next run reserved it for (None: not reserved)."""
     @staticmethod
     def dt_rows(rows: Sequence[tuple[str, int, _DtState, float]]) -> Event:
         """``(dtid, epoch, state, age_s)``."""
@@ -1656,9 +1657,12 @@ class ScaleOutTaskMachine(_Machine):
         kafka: Sequence[str],
         *,
         group_id: str | None = None,
+        writer: str | None = None,
     ) -> Self:
         """``postgres``: ``(sink_id, gid)`` per PostgreSQL sink; ``kafka``: transactional
-        ids; ``group_id``: create the epoch's record of this group if it is missing."""
+        ids; ``group_id``: create the epoch's record of this group if it is missing;
+        ``writer``: the token of the Spark writer whose task this is (a stop fence reserved
+        for another writer ends the attempt: docs/protocol.md §4)."""
     @property
     def results(self) -> list[_ResultRow]: ...
 

@@ -91,7 +91,7 @@ def read_snapshot(conn: psycopg.Connection[Any]) -> Snapshot:
         snap.distributed = [(str(r[0]), str(r[1]), int(r[2]), str(r[3]), float(r[5])) for r in rows]
         snap.participants = [(str(d), str(p), str(k), str(r), str(s)) for d, p, k, r, s in parts]
         if version >= 3:
-            snap.fences = _records.read_stop_fences(conn)
+            snap.fences = _records.read_stop_fences(conn, reservable=version >= 5)
         if version >= 4:
             snap.stats = _records.read_commit_stats(conn)
         snap.prepared = [

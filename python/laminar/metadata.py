@@ -31,12 +31,19 @@ Version 3 adds the stop fence of ``format("laminar")`` (docs/protocol.md §4, do
 
     laminar.stop_fence(group_id PK, epoch, fenced_at)   set by the data source's abort and
                         resolve_stopped, read by its tasks, lifted by the next run's writer
+                        (deleted; from version 5 reserved for its tasks)
 
 Version 4 adds the atomic groups' commit statistics, read by ``laminar exporter``
 (docs/formats.md §3, docs/operations.md "Metrics and alerts")::
 
     laminar.commit_stats(group_id PK, commits, aborts, latency_sum_s, latency_buckets bigint[],
                          updated_at)   counted by the writer after each epoch (laminar._stats)
+
+Version 5 lets the next run's writer reserve a stop fence for its own tasks instead of deleting
+it (docs/protocol.md §4): a worker of the stopped run arriving after the restart's tasks writes
+nothing::
+
+    laminar.stop_fence  + writer (the reserving writer's token; NULL: not reserved)
 """
 
 from __future__ import annotations
@@ -236,8 +243,25 @@ _V4 = Migration(
     ),
 )
 
+_V5 = Migration(
+    5,
+    "the stop fence reserved for the next run's writer (stop_fence.writer)",
+    (
+        sql.SQL("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS writer text").format(
+            t=table("stop_fence")
+        ),
+        sql.SQL("COMMENT ON COLUMN {}.writer IS {}").format(
+            table("stop_fence"),
+            sql.Literal(
+                "laminar: the writer whose tasks may write the fenced epochs (set by the next "
+                "run's writer; NULL: none yet) (docs/protocol.md §4)"
+            ),
+        ),
+    ),
+)
+
 #: Every migration, in version order. Append new ones; never edit an applied one.
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4)
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5)
 
 #: The schema version this laminar writes.
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -1,6 +1,6 @@
 """The per-process connection a ``format("laminar")`` task keeps for the next task of its Spark
 worker (`laminar.spark._conn_cache`), on a real PostgreSQL: reused in one process, never across a
-fork, closed at exit, replaced when it died."""
+fork or between threads, closed at exit, replaced when it died."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -53,6 +54,39 @@ def test_not_handed_out_in_a_transaction_or_closed(pg_dsn: str) -> None:
     third = _conn_cache.cached_connection(pg_dsn, application_name="t cache")
     assert third is not second
     assert not third.closed
+
+
+def test_each_thread_has_its_own_and_an_ended_threads_is_closed(pg_dsn: str) -> None:
+    """Threads never share one (a thread closed another's busy connection under its running
+    query: the process crashed); the connection of a thread that ended is closed by the next
+    call."""
+    mine = _conn_cache.cached_connection(pg_dsn, application_name="t cache")
+    theirs: list[psycopg.Connection[Any]] = []
+    busy = threading.Event()
+    done = threading.Event()
+
+    def other() -> None:
+        conn = _conn_cache.cached_connection(pg_dsn, application_name="t cache")
+        theirs.append(conn)
+        with conn.transaction():  # busy (not idle) while the main thread asks for its own
+            conn.execute("SELECT 1")
+            busy.set()
+            done.wait(30)
+        theirs.append(_conn_cache.cached_connection(pg_dsn, application_name="t cache"))
+
+    t = threading.Thread(target=other)
+    t.start()
+    assert busy.wait(30)
+    assert _conn_cache.cached_connection(pg_dsn, application_name="t cache") is mine
+    assert not theirs[0].closed, "another thread's busy connection is left alone"
+    done.set()
+    t.join(30)
+    assert not t.is_alive()
+    assert theirs[1] is theirs[0], "the thread got its own back"
+    assert theirs[0] is not mine
+    assert not theirs[0].closed
+    assert _conn_cache.cached_connection(pg_dsn, application_name="t cache") is mine
+    assert theirs[0].closed, "the ended thread's connection is closed"
 
 
 def test_a_fork_child_gets_its_own_and_leaves_the_parents_open(pg_dsn: str) -> None:

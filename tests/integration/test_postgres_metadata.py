@@ -97,7 +97,7 @@ def test_v4_adds_the_commit_statistics_to_a_v3_database(fresh_db: str) -> None:
         conn.commit()
     assert columns_of(fresh_db, "commit_stats") == []
     with psycopg.connect(fresh_db) as conn:
-        assert ensure_schema(conn) == SCHEMA_VERSION == 4
+        assert ensure_schema(conn, migrations=MIGRATIONS[:4]) == 4
     assert columns_of(fresh_db, "commit_stats") == [
         ("group_id", "text", False),
         ("commits", "bigint", False),
@@ -129,6 +129,35 @@ def test_v4_adds_the_commit_statistics_to_a_v3_database(fresh_db: str) -> None:
     assert sum(buckets) == 3
     other = "SELECT commits, aborts FROM laminar.commit_stats WHERE group_id = 'other'"
     assert query(fresh_db, other) == [(0, 1)]
+
+
+def test_v5_lets_a_v4_databases_stop_fence_be_reserved(fresh_db: str) -> None:
+    from laminar.protocol import records
+    from laminar.spark import _stop_fence
+
+    with psycopg.connect(fresh_db) as conn:
+        assert ensure_schema(conn, migrations=MIGRATIONS[:4]) == 4
+        conn.execute("INSERT INTO laminar.stop_fence (group_id, epoch) VALUES ('g', 3), ('h', 4)")
+        conn.commit()
+        assert [f[:2] for f in records.read_stop_fences(conn, reservable=False)] == [
+            ("g", 3),
+            ("h", 4),
+        ]
+    # the writer's lift on a v4 database (no writer column to reserve it) deletes the fence
+    assert _stop_fence.lift(fresh_db, "h", "w0") == 4
+    assert query(fresh_db, "SELECT group_id FROM laminar.stop_fence") == [("g",)]
+    assert [c[0] for c in columns_of(fresh_db, "stop_fence")] == ["group_id", "epoch", "fenced_at"]
+    with psycopg.connect(fresh_db) as conn:
+        assert ensure_schema(conn) == SCHEMA_VERSION == 5
+        assert records.read_stop_fence(conn, "g") == (3, None), "the v4 fence kept, unreserved"
+        assert records.reserve_stop_fence(conn, "g", "w1") == 3
+        assert records.read_stop_fence(conn, "g") == (3, "w1")
+        assert records.read_stop_fences(conn) == [], "a reserved fence is no longer in place"
+        assert records.set_stop_fence(conn, "g", 2) == 3, "a new stop: the highest epoch"
+        assert records.read_stop_fence(conn, "g") == (3, None), "and reserved for nobody"
+        assert records.reserve_stop_fence(conn, "other", "w1") is None, "no fence: nothing"
+        conn.commit()
+    assert columns_of(fresh_db, "stop_fence")[-1] == ("writer", "text", True)
 
 
 def test_migrating_twice_changes_nothing(fresh_db: str) -> None:

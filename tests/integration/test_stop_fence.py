@@ -111,26 +111,47 @@ def values(batches: range) -> list[tuple[int, str]]:
     return [(i, f"n{i}") for i in expected(range(4 * batches.start, 4 * batches.stop))]
 
 
-def task(g: dict[str, Any], batch: int, part: int, attempt: str) -> Any:
+def task(g: dict[str, Any], batch: int, part: int, attempt: str, writer: str | None = None) -> Any:
+    """A task attempt; ``writer``: the token of the writer whose task it is (Spark pickles the
+    writer to its tasks), None for a caller that names none."""
     return write_task(
-        g["options"], batch, OWNER, part, iter(batch_rows(batch, part)), attempt=attempt
+        g["options"],
+        batch,
+        OWNER,
+        part,
+        iter(batch_rows(batch, part)),
+        attempt=attempt,
+        writer=writer,
     )
+
+
+def writer_tasks(g: dict[str, Any], batch: int, attempt: str, writer: Any) -> list[Any]:
+    """Every task of ``batch`` from ``writer`` (a `LaminarStreamWriter`: its token), each
+    prepared; their commit messages."""
+    messages = [task(g, batch, p, f"{attempt}-{p}", writer.token) for p in PARTS]
+    assert {r.status for m in messages for r in m.results} == {"prepared"}
+    return messages
 
 
 def run_batch(g: dict[str, Any], batch: int, attempt: str) -> None:
     """A whole batch as a run of the query does it: the writer's creation, every task, commit."""
-    LaminarStreamWriter(g["options"])
-    messages = [task(g, batch, p, f"{attempt}-{p}") for p in PARTS]
-    assert {r.status for m in messages for r in m.results} == {"prepared"}
-    assert commit_batch(g["options"], messages, batch)
+    writer = LaminarStreamWriter(g["options"])
+    assert commit_batch(g["options"], writer_tasks(g, batch, attempt, writer), batch)
+
+
+def fence_row(g: dict[str, Any]) -> tuple[int, str | None] | None:
+    """The group's ``stop_fence`` row: ``(epoch, writer)`` (None: no row)."""
+    with psycopg.connect(g["dsn"]) as conn:
+        row = conn.execute(
+            "SELECT epoch, writer FROM laminar.stop_fence WHERE group_id = %s", (g["group"],)
+        ).fetchone()
+    return None if row is None else (int(row[0]), row[1])
 
 
 def fence_of(g: dict[str, Any]) -> int | None:
-    with psycopg.connect(g["dsn"]) as conn:
-        row = conn.execute(
-            "SELECT epoch FROM laminar.stop_fence WHERE group_id = %s", (g["group"],)
-        ).fetchone()
-    return None if row is None else int(row[0])
+    """The epoch of the group's fence in place: not lifted (reserved) by a writer since."""
+    row = fence_row(g)
+    return None if row is None or row[1] is not None else row[0]
 
 
 def left_behind(g: dict[str, Any]) -> tuple[list[Any], list[Any]]:
@@ -157,24 +178,26 @@ def check_stores(g: dict[str, Any], batches: range) -> None:
     assert left_behind(g) == ([], [])
 
 
-def stop_mid_batch(g: dict[str, Any], batch: int) -> None:
+def stop_mid_batch(g: dict[str, Any], batch: int) -> str:
     """The batches before ``batch`` commit; ``batch`` starts (its writer, tasks 0 and 1
-    prepare) and the query is stopped; `resolve_stopped` rolls it back and fences the group."""
+    prepare) and the query is stopped; `resolve_stopped` rolls it back and fences the group.
+    Returns the stopped batch's writer token (what its abandoned workers carry)."""
     for before in range(batch):
         run_batch(g, before, "0")
-    LaminarStreamWriter(g["options"])
-    early = [task(g, batch, p, f"0-{p}") for p in (0, 1)]
+    writer = LaminarStreamWriter(g["options"])
+    early = [task(g, batch, p, f"0-{p}", writer.token) for p in (0, 1)]
     assert {r.status for m in early for r in m.results} == {"prepared"}
     resolve_stopped(g["raw"])
     assert left_behind(g) == ([], []), "the stopped batch is rolled back and concluded"
+    return str(writer.token)
 
 
 def test_an_abandoned_worker_after_resolve_stopped_writes_nothing(group: dict[str, Any]) -> None:
     g = group
-    stop_mid_batch(g, 1)
+    stopped = stop_mid_batch(g, 1)
     assert fence_of(g) == 1, "the stopped batch's epoch (batch 1 + epoch base 0)"
     # the worker Spark abandoned at the stop runs task 2 of batch 1 now
-    late = task(g, 1, 2, "0-late")
+    late = task(g, 1, 2, "0-late", stopped)
     assert {r.status for r in late.results} == {"skipped"}
     assert all(r.records == 0 and r.prepared_state == "" for r in late.results)
     assert left_behind(g) == ([], []), "no record created, nothing prepared"
@@ -185,20 +208,53 @@ def test_an_abandoned_worker_after_resolve_stopped_writes_nothing(group: dict[st
     check_stores(g, range(2))
 
 
-def test_a_late_worker_after_the_restarts_writer_is_one_more_attempt(
+def test_a_stopped_worker_after_the_restarts_writer_writes_nothing(group: dict[str, Any]) -> None:
+    """The restart's writer reserves the fence for its own tasks: the stopped batch's abandoned
+    worker arriving before them neither creates the record nor claims; they write the batch."""
+    g = group
+    stopped = stop_mid_batch(g, 1)
+    writer = LaminarStreamWriter(g["options"])  # the restart's writer: the fence is lifted
+    assert fence_of(g) is None
+    assert fence_row(g) == (1, writer.token), "reserved for the restart's writer"
+    late = task(g, 1, 2, "0-late", stopped)
+    assert {r.status for r in late.results} == {"skipped"}
+    assert left_behind(g) == ([], []), "no record created, nothing prepared"
+    writer.commit(writer_tasks(g, 1, "1", writer), 1)
+    check_stores(g, range(2))
+
+
+def test_a_stopped_worker_after_the_restarts_task_of_its_partition_writes_nothing(
     group: dict[str, Any],
 ) -> None:
+    """The flaky interleaving of test_stop_fence_edges.py's concurrent test, made to happen: the
+    stopped batch's worker of partition 2 reaches the database only after the restart's task
+    2 claimed and prepared. Before the writer's reservation it claimed last (rolling the
+    restart's partition back) and the restart's commit was refused ("a task attempt other than
+    the collected one claimed a partition"); now it writes nothing and the commit decides."""
+    g = group
+    stopped = stop_mid_batch(g, 1)
+    writer = LaminarStreamWriter(g["options"])
+    messages = writer_tasks(g, 1, "1", writer)
+    late = task(g, 1, 2, "0-late", stopped)
+    assert {r.status for r in late.results} == {"skipped"}
+    assert all(r.records == 0 and r.prepared_state == "" for r in late.results)
+    assert commit_batch(g["options"], messages, 1)
+    check_stores(g, range(2))
+
+
+def test_a_task_naming_no_writer_after_the_restarts_writer_is_one_more_attempt(
+    group: dict[str, Any],
+) -> None:
+    """A caller of `write_task` that names no writer is not told apart from the restart's
+    tasks: it is one more attempt of its partition (the last claimant is the one committed)."""
     g = group
     stop_mid_batch(g, 1)
     writer = LaminarStreamWriter(g["options"])  # the restart's writer: the fence is lifted
     assert fence_of(g) is None
-    # the abandoned worker arrives now, before the restart's tasks: it writes as an attempt
     late = task(g, 1, 2, "0-late")
     assert {r.status for r in late.results} == {"prepared"}
     # the restart's tasks: task 2's claim comes last and rolls the late attempt back
-    messages = [task(g, 1, p, f"1-{p}") for p in PARTS]
-    assert {r.status for m in messages for r in m.results} == {"prepared"}
-    writer.commit(messages, 1)
+    writer.commit(writer_tasks(g, 1, "1", writer), 1)
     check_stores(g, range(2))
 
 

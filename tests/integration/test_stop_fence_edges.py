@@ -113,15 +113,18 @@ def test_the_writers_lift_without_the_laminar_schema(
 @pytest.mark.parametrize("delay_s", [0.0, 0.05, 0.1, 0.2, 0.3, 0.5])
 def test_resolve_stopped_concurrently_with_tasks(pg_group: dict[str, Any], delay_s: float) -> None:
     """Tasks of the stopped batch run in threads while `resolve_stopped` runs: whatever order
-    they meet in, nothing is left prepared or undecided, and the next run writes once."""
+    they meet in, nothing is left prepared or undecided, and the next run writes once — also
+    when a worker of the stopped batch is still on its way when the restart writes (the
+    restart's writer reserves the fence for its tasks: test_stop_fence.py,
+    ``test_a_stopped_worker_after_the_restarts_task_of_its_partition_writes_nothing``)."""
     g = pg_group
     run_batch(g, 0, "0")
-    LaminarStreamWriter(g["options"])
+    stopped = LaminarStreamWriter(g["options"]).token
     errors: list[BaseException] = []
 
     def worker(part: int) -> None:
         try:
-            task(g, 1, part, f"0-{part}")
+            task(g, 1, part, f"0-{part}", stopped)
         except BaseException as e:  # a task may fail; it must leave nothing behind
             errors.append(e)
 
@@ -134,22 +137,29 @@ def test_resolve_stopped_concurrently_with_tasks(pg_group: dict[str, Any], delay
         t.join(60)
     assert left_behind(g) == ([], [])
     run_batch(g, 1, "1")
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), "every task of the stopped batch ended"
     check_stores(g, range(2))
 
 
 def test_a_new_query_refused_on_the_group_lifts_the_fence_and_resolve_stopped_cleans_up(
     pg_group: dict[str, Any],
 ) -> None:
-    """The documented limit (docs/spark.md): any writer's creation lifts the fence, before the
-    owner guard refuses a new query (a new checkpoint) on the fenced group, so the stopped
-    query's abandoned worker arriving after that prepares. A second `resolve_stopped` rolls it
-    back and fences again; the stopped query's restart then writes every row once."""
+    """Any writer's creation lifts the fence, before the owner guard refuses a new query (a new
+    checkpoint) on the fenced group — for that writer's tasks only: the stopped query's
+    abandoned worker arriving after that writes nothing. A caller of `write_task` naming no
+    writer is not told apart and prepares (the documented limit, docs/spark.md); a second
+    `resolve_stopped` rolls it back and fences again; the stopped query's restart then writes
+    every row once."""
     g = pg_group
-    stop_mid_batch(g, 1)
+    stopped = stop_mid_batch(g, 1)
     LaminarStreamWriter(g["options"])  # a new query (a new checkpoint) on the same options
     with pytest.raises(ConfigError):
         write_task(g["options"], 0, "spark:another-query", 0, iter(batch_rows(0, 0)), attempt="x")
-    # the stopped query's abandoned worker arrives now
+    # the stopped query's abandoned worker arrives now: the fence is the new writer's
+    assert {r.status for r in task(g, 1, 2, "0-late", stopped).results} == {"skipped"}
+    # a caller naming no writer is not told apart from the new query's tasks: it prepares
     late = task(g, 1, 2, "0-late")
     assert {r.status for r in late.results} == {"prepared"}
     resolve_stopped(g["raw"])

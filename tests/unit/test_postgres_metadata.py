@@ -47,6 +47,13 @@ def test_v3_appends_the_stop_fence_table() -> None:
         assert column in text
 
 
+def test_v5_adds_the_stop_fences_writer() -> None:
+    v5 = MIGRATIONS[4]
+    assert v5.version == 5
+    text = " ".join(s.as_string(None) for s in v5.statements)
+    assert 'ALTER TABLE "laminar"."stop_fence" ADD COLUMN IF NOT EXISTS writer text' in text
+
+
 def test_v4_appends_the_commit_statistics_table() -> None:
     v4 = MIGRATIONS[3]
     assert v4.version == 4

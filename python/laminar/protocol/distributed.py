@@ -158,7 +158,8 @@ class DistributedDriver(KafkaDriver):
 
     def _read_stop_fence(self, conn: psycopg.Connection[Any], c: Command) -> Event:
         assert c.group_id is not None
-        return Event.stop_fence(_records.read_stop_fence(conn, c.group_id))
+        epoch, writer = _records.read_stop_fence(conn, c.group_id)
+        return Event.stop_fence(epoch, writer)
 
     def _set_dt_state(self, conn: psycopg.Connection[Any], c: Command) -> Event:
         assert c.dtid is not None

@@ -65,6 +65,7 @@ __all__ = [
     "redo_blobs",
     "redo_exists",
     "replace_redo",
+    "reserve_stop_fence",
     "reset_owner",
     "rewrite_decision",
     "set_dt_state",
@@ -592,25 +593,30 @@ def lock_partition(conn: psycopg.Connection[Any], key: str) -> None:
 #: fence and create the epoch's record, exclusive for the fence's writer (so a fence committed
 #: first is seen by the task, and a record committed first is seen by the resolution after it).
 _FENCE_LOCK = "SELECT pg_advisory_xact_lock{}(hashtextextended('laminar stop fence ' || %s, 0))"
-_READ_FENCE = sql.SQL("SELECT epoch FROM {t} WHERE group_id = %s").format(t=table("stop_fence"))
+_READ_FENCE = sql.SQL("SELECT epoch, writer FROM {t} WHERE group_id = %s").format(
+    t=table("stop_fence")
+)
 _SET_FENCE = sql.SQL(
     "INSERT INTO {t} AS f (group_id, epoch) VALUES (%s, %s) ON CONFLICT (group_id)"
-    " DO UPDATE SET epoch = greatest(f.epoch, EXCLUDED.epoch), fenced_at = now()"
+    " DO UPDATE SET epoch = greatest(f.epoch, EXCLUDED.epoch), fenced_at = now(), writer = NULL"
     " RETURNING f.epoch"
 ).format(t=table("stop_fence"))
+_RESERVE_FENCE = sql.SQL("UPDATE {t} SET writer = %s WHERE group_id = %s RETURNING epoch").format(
+    t=table("stop_fence")
+)
 _LIFT_FENCE = sql.SQL("DELETE FROM {t} WHERE group_id = %s RETURNING epoch").format(
     t=table("stop_fence")
 )
 
 
-def read_stop_fence(conn: psycopg.Connection[Any], group_id: str) -> int | None:
-    """The group's fenced epoch (None: no fence), read under the group's fence lock (shared,
-    held until the transaction ends: the task's record creation commits under it). Two
-    statements: the read's snapshot is taken once the lock is granted, after any fence that
-    held it."""
+def read_stop_fence(conn: psycopg.Connection[Any], group_id: str) -> tuple[int | None, str | None]:
+    """The group's fenced epoch (None: no fence) and the writer the next run reserved it for
+    (None: not reserved), read under the group's fence lock (shared, held until the transaction
+    ends: the task's record creation commits under it). Two statements: the read's snapshot is
+    taken once the lock is granted, after any fence that held it."""
     conn.execute(_FENCE_LOCK.format("_shared"), (group_id,))
     row = conn.execute(_READ_FENCE, (group_id,)).fetchone()
-    return None if row is None else int(row[0])
+    return (None, None) if row is None else (int(row[0]), None if row[1] is None else str(row[1]))
 
 
 def lock_stop_fence(conn: psycopg.Connection[Any], group_id: str) -> None:
@@ -621,15 +627,23 @@ def lock_stop_fence(conn: psycopg.Connection[Any], group_id: str) -> None:
 
 
 def set_stop_fence(conn: psycopg.Connection[Any], group_id: str, epoch: int) -> int:
-    """Fence the group up to ``epoch`` (the highest of this and an earlier fence; the caller
-    holds `lock_stop_fence`); returns the fenced epoch."""
+    """Fence the group up to ``epoch`` (the highest of this and an earlier fence, reserved for
+    no writer; the caller holds `lock_stop_fence`); returns the fenced epoch."""
     row = conn.execute(_SET_FENCE, (group_id, epoch)).fetchone()
     assert row is not None  # an upsert returns its row
     return int(row[0])
 
 
+def reserve_stop_fence(conn: psycopg.Connection[Any], group_id: str, writer: str) -> int | None:
+    """Reserve the group's fence for the tasks of ``writer`` (a new run's writer: docs/protocol.md
+    §4); the epoch it holds (None: there is no fence)."""
+    row = conn.execute(_RESERVE_FENCE, (writer, group_id)).fetchone()
+    return None if row is None else int(row[0])
+
+
 def lift_stop_fence(conn: psycopg.Connection[Any], group_id: str) -> int | None:
-    """Delete the group's fence; the epoch it held (None: there was none)."""
+    """Delete the group's fence (a database at schema version 3 or 4, which cannot reserve it);
+    the epoch it held (None: there was none)."""
     row = conn.execute(_LIFT_FENCE, (group_id,)).fetchone()
     return None if row is None else int(row[0])
 
@@ -651,7 +665,6 @@ _COMMIT_STATS = sql.SQL(
 ).format(t=table("commit_stats"))
 _STOP_FENCES = sql.SQL(
     "SELECT group_id, epoch, extract(epoch FROM clock_timestamp() - fenced_at) FROM {t}"
-    " ORDER BY group_id"
 ).format(t=table("stop_fence"))
 _METRIC_SINKS = sql.SQL(
     "SELECT s.sink_id, s.kind, s.config -> 'sinks', s.generation, e.epoch,"
@@ -684,9 +697,15 @@ def read_commit_stats(
     ]
 
 
-def read_stop_fences(conn: psycopg.Connection[Any]) -> list[tuple[str, int, float]]:
-    """``(group_id, epoch, age_s)`` of every stop fence in place."""
-    return [(str(g), int(e), float(a)) for g, e, a in conn.execute(_STOP_FENCES).fetchall()]
+def read_stop_fences(
+    conn: psycopg.Connection[Any], *, reservable: bool = True
+) -> list[tuple[str, int, float]]:
+    """``(group_id, epoch, age_s)`` of every stop fence in place: not yet reserved by a new
+    run's writer, which lifts it for its own tasks (``reservable``: the schema has the
+    ``writer`` column, version 5)."""
+    query = _STOP_FENCES + sql.SQL(" WHERE writer IS NULL" if reservable else "")
+    rows = conn.execute(query + sql.SQL(" ORDER BY group_id")).fetchall()
+    return [(str(g), int(e), float(a)) for g, e, a in rows]
 
 
 def read_metric_sinks(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:

@@ -199,11 +199,14 @@ class ScaleOutTask:
         *,
         attempt: str | None = None,
         create_record: bool = False,
+        writer: str | None = None,
     ) -> list[ParticipantResult]:
         """Write partition ``part`` of the epoch as prepared participants: the core's
         `ScaleOutTaskMachine`, driven on a control connection of its own (module docstring).
         ``create_record``: the task first creates the epoch's ``dt_state`` row if it is missing
-        (the data source's tasks run before any coordinator step: docs/spark.md)."""
+        (the data source's tasks run before any coordinator step: docs/spark.md); ``writer``:
+        the token of the data source's writer whose task this is (a stop fence reserved for
+        another writer makes the attempt write nothing, docs/protocol.md §4)."""
         attempt = attempt or f"0-{uuid.uuid4().hex[:12]}"
         pgs = [postgres_participant(p, part) for p in self.postgres]
         kas = [kafka_participant(k, part) for k in self.kafka]
@@ -215,6 +218,7 @@ class ScaleOutTask:
             [(p.sink_id, p.gid(self.epoch)) for p in pgs],
             [k.sink_id for k in self.kafka],
             group_id=self.group_id if create_record else None,
+            writer=writer,
         )
         driver = _TaskDriver(self, part, batches, pgs, kas)
         try:

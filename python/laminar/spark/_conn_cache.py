@@ -1,4 +1,4 @@
-"""One autocommit PostgreSQL connection per process, DSN and use, kept for the next
+"""One autocommit PostgreSQL connection per process, thread, DSN and use, kept for the next
 ``format("laminar")`` task that the same Spark Python worker runs (docs/benchmarks.md, "Where a
 task's time goes"; Spark reuses its Python workers between tasks, ``spark.python.worker.reuse``)
 or the next micro-batch's writer in a driver-side Python process Spark reuses.
@@ -13,6 +13,11 @@ machines (docs/protocol.md §4).
 
 - A connection is handed out again only if it is open, not broken and idle; otherwise it is
   closed and a new one made.
+- Never shared between threads (a Spark worker runs one task at a time, but tests and a caller
+  may run several in threads of one process): a thread that found another's connection busy
+  closed it under the running query, which crashed the process (psycopg frees the connection a
+  query still uses). Each thread has its own; a thread that ended has its connection closed by
+  the next call of any thread.
 - Fork-safe: a child process never uses, and never closes, a connection its parent opened
   (closing it would end the parent's session on the shared socket); after a fork the child
   starts with an empty cache and keeps the inherited objects alive, untouched.
@@ -33,8 +38,8 @@ import psycopg
 
 __all__ = ["cached_connection", "clear", "discard"]
 
-#: Connections of this process by DSN and use.
-_cache: dict[tuple[str, str], psycopg.Connection[Any]] = {}
+#: Connections of this process by DSN, use and thread (`threading.get_ident`).
+_cache: dict[tuple[str, str, int], psycopg.Connection[Any]] = {}
 #: Inherited through a fork: kept referenced so the child never finalizes (closes) them.
 _inherited: list[psycopg.Connection[Any]] = []
 _owner = os.getpid()
@@ -56,13 +61,14 @@ def cached_connection(
     prepare: Callable[[psycopg.Connection[Any]], object] | None = None,
     use: str = "",
 ) -> psycopg.Connection[Any]:
-    """This process's autocommit connection to ``dsn`` for ``use`` (a new one if there is none
+    """This thread's autocommit connection to ``dsn`` for ``use`` (a new one if there is none
     usable). ``prepare(conn)`` runs once per connection, when it is made (the schema check).
     The caller must leave it idle (autocommit: no transaction stays open) and must not close
     it; on an error it calls `discard`. Raises what ``psycopg.connect`` and ``prepare`` raise."""
-    key = (dsn, use)
+    key = (dsn, use, threading.get_ident())
     with _lock:
         _after_fork_check()
+        _close_ended_threads()
         found = _cache.pop(key, None)
         if found is not None and _usable(found):
             _cache[key] = found
@@ -82,11 +88,11 @@ def cached_connection(
 
 
 def discard(dsn: str, *, use: str = "") -> None:
-    """Close and forget this process's connection to ``dsn`` for ``use`` (after an error on
+    """Close and forget this thread's connection to ``dsn`` for ``use`` (after an error on
     it)."""
     with _lock:
         _after_fork_check()
-        found = _cache.pop((dsn, use), None)
+        found = _cache.pop((dsn, use, threading.get_ident()), None)
     if found is not None:
         _close(found)
 
@@ -104,6 +110,14 @@ def clear() -> None:
 def _close(conn: psycopg.Connection[Any]) -> None:
     with contextlib.suppress(psycopg.Error):
         conn.close()
+
+
+def _close_ended_threads() -> None:
+    """Close the connections of threads that ended (called with ``_lock`` held: nobody else
+    can use them)."""
+    alive = {t.ident for t in threading.enumerate()}
+    for key in [k for k in _cache if k[2] not in alive]:
+        _close(_cache.pop(key))
 
 
 def _after_fork_check() -> None:

@@ -6,9 +6,11 @@ even connected; run later, its task would find the batch's record gone (`resolve
 rolled it back and concluded it) and create it afresh, preparing participants nobody decides.
 `fence_stopped` (in `resolve_stopped`, before any rollback) records the highest epoch the
 stopped batch can carry; the core's task machine then leaves a missing record of a fenced
-epoch missing and writes nothing (``skipped``). `lift` (the next run's writer creation) deletes
-the fence: from then on a late worker is one more attempt under the usual rules (the last
-claimant is the one committed).
+epoch missing and writes nothing (``skipped``). `lift` (the next run's writer creation) reserves
+the fence for that writer's tasks (its token, pickled with it to the executors): they create
+the record and write; a worker of the stopped run arriving even later — after the restart's
+own task of its partition, whose claim it would supersede, so that the restart's commit is
+refused — writes nothing either (docs/protocol.md §4).
 
 Both are one transaction on the decision database; the epoch is the core's
 (`laminar._core.stop_fence_epoch`), this module only reads and writes.
@@ -66,16 +68,20 @@ def fence_stopped(
     return fenced
 
 
-def lift(dsn: str, group_id: str) -> int | None:
-    """Delete ``group_id``'s fence (a new run of the query); the epoch it held, None if there
-    was none. One statement, on the connection the process keeps for it
-    (`laminar.spark._conn_cache`: Spark reuses its driver-side Python workers from one
-    micro-batch to the next), tried once more on a new connection if the kept one failed. A
-    database without the table (never migrated to version 3) has no fence to lift."""
+def lift(dsn: str, group_id: str, writer: str) -> int | None:
+    """Reserve ``group_id``'s fence for the tasks of ``writer`` (a new run of the query: its
+    writer's token); the epoch it holds, None if there is none. One statement, on the
+    connection the process keeps for it (`laminar.spark._conn_cache`: Spark reuses its
+    driver-side Python workers from one micro-batch to the next), tried once more on a new
+    connection if the kept one failed. A database without the table (never migrated to version
+    3) has no fence to lift; one at version 3 or 4 (no ``writer`` column) has it deleted."""
     for last_try in (False, True):
         try:
             conn = cached_connection(dsn, application_name="laminar writer", use="lift")
-            lifted = _records.lift_stop_fence(conn, group_id)
+            try:
+                lifted = _records.reserve_stop_fence(conn, group_id, writer)
+            except psycopg.errors.UndefinedColumn:
+                lifted = _records.lift_stop_fence(conn, group_id)
             break
         except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
             return None
@@ -86,5 +92,5 @@ def lift(dsn: str, group_id: str) -> int | None:
                     e, f"format('laminar'): lifting the stop fence of {group_id!r}"
                 ) from e
     if lifted is not None:
-        log.info("%s: a new run: lifted the stop fence (epoch %d)", group_id, lifted)
+        log.info("%s: a new run: the stop fence (epoch %d) lifted for its writer", group_id, lifted)
     return lifted

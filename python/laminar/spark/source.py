@@ -120,10 +120,13 @@ class LaminarStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
+        #: This writer's token, pickled with it to its tasks: the stop fence it lifts is
+        #: reserved for them (a worker of an earlier writer stays fenced, docs/protocol.md §4).
+        self.token = uuid.uuid4().hex
         # the sinks are built once here: their own checks, then the servers, then the fence
         kafka, postgres, group_id = _sinks(options)
         _check_servers_once(options, [*postgres, *kafka], where="the Spark driver's Python")
-        _lift_stop_fence(options, group_id)
+        _lift_stop_fence(options, group_id, self.token)
         _trace.mark("stream writer created")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LaminarCommitMessage:
@@ -145,6 +148,7 @@ class LaminarStreamWriter(DataSourceStreamArrowWriter):
             attempt=attempt,
             # Spark's stream execution runs each batch's job in the job group of its run id
             run=ctx.getLocalProperty("spark.jobGroup.id"),
+            writer=self.token,
         )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
@@ -166,13 +170,14 @@ def _check_servers_once(options: SinkOptions, sinks: list[Any], *, where: str) -
     _checked.add(key)
 
 
-def _lift_stop_fence(options: SinkOptions, group_id: str) -> None:
+def _lift_stop_fence(options: SinkOptions, group_id: str, writer: str) -> None:
     """A new run (Spark creates the writer on the driver before each batch's tasks): lift the
-    group's stop fence that `resolve_stopped` left (`laminar.spark._stop_fence`)."""
+    group's stop fence that `resolve_stopped` left for the tasks of ``writer`` (its token) only
+    (`laminar.spark._stop_fence`)."""
     # in-function: the driver-side processes import only what their entry point needs
     from laminar.spark import _stop_fence
 
-    _stop_fence.lift(options.resolved_state_dsn(), group_id)
+    _stop_fence.lift(options.resolved_state_dsn(), group_id, writer)
 
 
 def _sinks(options: SinkOptions) -> tuple[list[KafkaSink], list[PostgresSink], str]:
@@ -233,12 +238,14 @@ def write_task(
     *,
     attempt: str,
     run: str | None = None,
+    writer: str | None = None,
 ) -> LaminarCommitMessage:
     """One task attempt: partition ``part`` of Spark batch ``batch_id`` as prepared participants
     (`ScaleOutTask.write_partition` with ``create_record``: the core's task machine skips an
     epoch committed already — a replayed batch — and creates the epoch's record if missing,
     unless the group's stop fence covers the epoch: an abandoned worker of a batch
-    `resolve_stopped` resolved then writes nothing)."""
+    `resolve_stopped` resolved then writes nothing, and so does one that arrives after the next
+    run's writer reserved the fence, ``writer`` being that of the task's writer: its token)."""
     from laminar.protocol.scaleout import ScaleOutTask  # lazy: see top
 
     kafka, postgres, group_id = _sinks(options)
@@ -248,7 +255,9 @@ def write_task(
     epoch = batch_id + _read_epoch_base(dsn, group_id, members, owner, part)
     _trace.mark("epoch base read", part=part)
     task = ScaleOutTask(group_id, epoch, postgres, kafka, state_dsn=dsn)
-    results = task.write_partition(part, batches, attempt=attempt, create_record=True)
+    results = task.write_partition(
+        part, batches, attempt=attempt, create_record=True, writer=writer
+    )
     _trace.mark("task done", part=part, rows=sum(r.records for r in results))
     return LaminarCommitMessage(epoch, part, owner, results, run)
 

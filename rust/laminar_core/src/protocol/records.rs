@@ -34,6 +34,42 @@ pub fn stop_fenced(fence: Option<Epoch>, epoch: Epoch) -> bool {
     fence.is_some_and(|fence| fence >= epoch)
 }
 
+/// What a data-source task may do with its epoch's record under the group's stop fence
+/// (docs/protocol.md §4, task step a).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceRule {
+    /// No fence covers the epoch, or the fence is reserved for the task's own writer: the
+    /// record is created if missing, then claimed.
+    Open,
+    /// A fence nobody reserved yet (set by `resolve_stopped` or Spark's `abort`): a missing
+    /// record stays missing (the task writes nothing); one that exists is claimed.
+    Fenced,
+    /// A fence the next run's writer reserved for its own tasks, and this task is of another
+    /// writer (a worker of the stopped run, arriving after the restart's writer): it writes
+    /// nothing and claims nothing, the record missing or not.
+    Superseded,
+}
+
+/// The rule of a stop fence at `fence`, reserved for the writer `reserved` (None: not yet,
+/// the stopped run's resolution set it), for a task of `epoch` created by the writer `writer`
+/// (None: a caller that names no writer, not told apart from the reserving one). The one place
+/// this rule is written.
+pub fn stop_fence_rule(
+    fence: Option<Epoch>,
+    reserved: Option<&str>,
+    epoch: Epoch,
+    writer: Option<&str>,
+) -> FenceRule {
+    if !stop_fenced(fence, epoch) {
+        return FenceRule::Open;
+    }
+    match (reserved, writer) {
+        (None, _) => FenceRule::Fenced,
+        (Some(r), Some(w)) if r != w => FenceRule::Superseded,
+        (Some(_), _) => FenceRule::Open,
+    }
+}
+
 /// The epoch `resolve_stopped` fences a group up to: the highest epoch a late task of the
 /// stopped batch can carry (its batch id plus the epoch base) — the highest of the group's
 /// unconcluded records (`in_flight`: the batch's tasks that created one), and the epoch after
@@ -324,6 +360,17 @@ mod tests {
         assert!(stop_fenced(Some(7), 2));
         assert!(!stop_fenced(Some(7), 8));
         assert!(!stop_fenced(None, 0));
+        use FenceRule::*;
+        assert_eq!(stop_fence_rule(None, None, 3, Some("w")), Open);
+        assert_eq!(stop_fence_rule(Some(2), Some("w0"), 3, Some("w")), Open);
+        assert_eq!(stop_fence_rule(Some(3), None, 3, Some("w")), Fenced);
+        assert_eq!(stop_fence_rule(Some(3), None, 3, None), Fenced);
+        assert_eq!(stop_fence_rule(Some(3), Some("w"), 3, Some("w")), Open);
+        assert_eq!(stop_fence_rule(Some(3), Some("w"), 2, None), Open);
+        assert_eq!(
+            stop_fence_rule(Some(3), Some("w1"), 3, Some("w0")),
+            Superseded
+        );
     }
 
     fn records<'a>(

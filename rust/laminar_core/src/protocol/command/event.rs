@@ -236,8 +236,12 @@ pub enum Event {
     EndTxn { refused: Option<String> },
     /// `ReadDtState`.
     DtState { state: Option<DtState> },
-    /// `ReadStopFence`: the group's fenced epoch (None: no fence).
-    StopFence { epoch: Option<Epoch> },
+    /// `ReadStopFence`: the group's fenced epoch (None: no fence) and the writer the next run
+    /// reserved it for (None: not reserved yet).
+    StopFence {
+        epoch: Option<Epoch>,
+        writer: Option<String>,
+    },
     /// `ReadDtStates`.
     DtRows { rows: Vec<DtRow> },
     /// `ReadParticipants`.

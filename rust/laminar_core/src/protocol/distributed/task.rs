@@ -6,8 +6,11 @@
 //!    read_sink_epochs of the PostgreSQL sinks (Kafka only: read_decisions of the group) ->
 //!    committed: nothing written (skipped, a replayed batch); else read_stop_fence (the
 //!    group's fence lock, shared, held to the end of the transaction) -> a fence at or past
-//!    the epoch (set by `resolve_stopped`; the next run's writer lifts it): the record is
-//!    not created, only read; else create_dt, the epoch's record if it is missing, commit]
+//!    the epoch (set by `resolve_stopped`; the next run's writer reserves it for its tasks):
+//!    reserved for another writer -> commit, nothing written (skipped: a worker of the
+//!    stopped run after the restart's writer); not reserved -> the record is not created,
+//!    only read; else (no fence, or reserved for this task's writer) create_dt, the epoch's
+//!    record if it is missing, commit (`stop_fence_rule`)]
 //! b read_dt_state (for share): not `prepare` -> commit, nothing written (skipped; a missing
 //!   record under a fence: the abandoned worker of a stopped batch)
 //!   claim_participants                                  scaleout.task_after_claim
@@ -41,7 +44,9 @@ use super::super::names::{
     attempt_participant, kafka_participant, kafka_participant_id, participant_matches,
     partition_lock_key, postgres_participant,
 };
-use super::super::records::{DtEvent, DtState, dt_next, epoch_committed, stop_fenced};
+use super::super::records::{
+    DtEvent, DtState, FenceRule, dt_next, epoch_committed, stop_fence_rule,
+};
 use super::super::{Core, End, Epoch, Idle, NoChild, Steps, core_accessors};
 
 /// What one task attempt writes.
@@ -59,6 +64,10 @@ pub struct TaskContext {
     /// The group whose epoch record the attempt creates if it is missing (the data source's
     /// tasks, docs/spark.md); None: the coordinator created it.
     pub create_record: Option<String>,
+    /// `create_record`: the token of the Spark writer (one per writer's creation on the driver)
+    /// whose task this is; a stop fence the next run's writer reserved covers the tasks of
+    /// every other writer (`stop_fence_rule`). None: not told apart from the reserving one.
+    pub writer: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,7 +219,7 @@ impl ScaleOutTask {
             Some(group_id) => self.core.out.push(Command::ReadStopFence {
                 group_id: group_id.clone(),
             }),
-            None => self.on_fence(None),
+            None => self.on_fence(None, None),
         }
     }
 
@@ -218,19 +227,38 @@ impl ScaleOutTask {
     /// was stopped mid-batch and resolved) leaves a missing record missing — the task is an
     /// abandoned worker of the stopped batch, and creating the record would prepare
     /// participants nobody decides; else the record is created if missing. Either way it is
-    /// read next (a record that exists is claimed as always).
-    fn on_fence(&mut self, fence: Option<Epoch>) {
-        if stop_fenced(fence, self.ctx.epoch) {
-            self.fenced_at = fence;
-        } else if let (Some(group_id), Ok(_)) =
-            (&self.ctx.create_record, dt_next(None, DtEvent::Create))
-        {
-            self.core.out.push(Command::CreateDt {
-                dtid: self.ctx.dtid.clone(),
-                group_id: group_id.clone(),
-                epoch: self.ctx.epoch,
-            });
-            self.core.out.push(Command::Commit); // ends the fence read's transaction
+    /// read next (a record that exists is claimed as always). A fence the next run's writer
+    /// reserved for its own tasks ends a task of another writer here, before its claim: a
+    /// worker of the stopped run arriving after the restart's tasks must not claim their
+    /// partition last (the restart's vote would refuse the epoch: docs/protocol.md §4).
+    fn on_fence(&mut self, fence: Option<Epoch>, reserved: Option<&str>) {
+        let rule = stop_fence_rule(fence, reserved, self.ctx.epoch, self.ctx.writer.as_deref());
+        match rule {
+            FenceRule::Superseded => {
+                self.core.out.push(Command::Commit); // ends the fence read's transaction
+                self.core.out.push(Command::warn(format!(
+                    "{} partition {}: the group is fenced up to epoch {} and reserved for the \
+                     tasks of the next run's writer (its query was stopped mid-batch and \
+                     resolved: resolve_stopped); a worker of an earlier writer: nothing written",
+                    self.ctx.dtid,
+                    self.ctx.part,
+                    fence.unwrap_or(self.ctx.epoch)
+                )));
+                return self.finish(ResultStatus::Skipped);
+            }
+            FenceRule::Fenced => self.fenced_at = fence,
+            FenceRule::Open => {
+                if let (Some(group_id), Ok(_)) =
+                    (&self.ctx.create_record, dt_next(None, DtEvent::Create))
+                {
+                    self.core.out.push(Command::CreateDt {
+                        dtid: self.ctx.dtid.clone(),
+                        group_id: group_id.clone(),
+                        epoch: self.ctx.epoch,
+                    });
+                    self.core.out.push(Command::Commit); // ends the fence read's transaction
+                }
+            }
         }
         self.core.out.push(Command::ReadDtState {
             dtid: self.ctx.dtid.clone(),
@@ -387,7 +415,9 @@ impl ScaleOutTask {
                 let last = rows.iter().map(|r| r.epoch).max();
                 self.on_progress(epoch_committed(last, self.ctx.epoch));
             }
-            (Command::ReadStopFence { .. }, Event::StopFence { epoch }) => self.on_fence(epoch),
+            (Command::ReadStopFence { .. }, Event::StopFence { epoch, writer }) => {
+                self.on_fence(epoch, writer.as_deref());
+            }
             (Command::ReadDtState { .. }, Event::DtState { state }) if self.writing => {
                 self.on_recheck(state);
             }

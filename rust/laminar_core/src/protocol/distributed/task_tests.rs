@@ -13,6 +13,7 @@ fn task() -> ScaleOutTask {
         postgres: vec![("pg".into(), "laminar:pg:7:1".into())],
         kafka: vec!["tid".into()],
         create_record: Some("g".into()),
+        writer: Some("w1".into()),
     })
 }
 
@@ -28,6 +29,16 @@ fn run_fenced(
     first: Option<DtState>,
     recheck: Option<DtState>,
 ) -> (ScaleOutTask, Vec<Command>) {
+    run_reserved(fence, None, first, recheck)
+}
+
+/// `run_fenced` with the fence reserved for the writer `reserved` (the attempt's is `w1`).
+fn run_reserved(
+    fence: Option<Epoch>,
+    reserved: Option<&str>,
+    first: Option<DtState>,
+    recheck: Option<DtState>,
+) -> (ScaleOutTask, Vec<Command>) {
     let mut t = task();
     let mut seen = Vec::new();
     let mut reads = 0;
@@ -35,7 +46,10 @@ fn run_fenced(
     while let Some(c) = t.poll() {
         let event = match &c {
             Command::ReadSinkEpochs { .. } => Event::Progress { epochs: vec![] },
-            Command::ReadStopFence { .. } => Event::StopFence { epoch: fence },
+            Command::ReadStopFence { .. } => Event::StopFence {
+                epoch: fence,
+                writer: reserved.map(str::to_owned),
+            },
             Command::CreateDt { .. } => {
                 created = first.is_none();
                 Event::Applied { applied: created }
@@ -274,12 +288,16 @@ fn a_kafka_only_task_reads_the_fence_after_the_group_s_decisions() {
         postgres: vec![],
         kafka: vec!["tid".into()],
         create_record: Some("g".into()),
+        writer: None,
     });
     let mut seen = Vec::new();
     while let Some(c) = t.poll() {
         let event = match &c {
             Command::ReadDecisions { .. } => Event::Decisions { rows: vec![] },
-            Command::ReadStopFence { .. } => Event::StopFence { epoch: Some(7) },
+            Command::ReadStopFence { .. } => Event::StopFence {
+                epoch: Some(7),
+                writer: None,
+            },
             Command::ReadDtState { .. } => Event::DtState { state: None },
             _ => Event::Ack,
         };
@@ -294,4 +312,44 @@ fn a_kafka_only_task_reads_the_fence_after_the_group_s_decisions() {
             .iter()
             .all(|r| r.status == ResultStatus::Skipped)
     );
+}
+
+#[test]
+fn a_fence_reserved_for_another_writer_ends_the_attempt_before_its_claim() {
+    // a worker of the stopped run (writer w1) after the restart's writer (w2) reserved the
+    // fence: the restart's record exists or not, the worker neither creates nor claims it
+    for first in [None, Some(DtState::Prepare)] {
+        let (t, seen) = run_reserved(Some(7), Some("w2"), first, Some(DtState::Prepare));
+        assert_eq!(t.end(), Some(&End::Ok));
+        assert!(!issued(&seen, |c| matches!(c, Command::CreateDt { .. })));
+        assert!(!issued(&seen, |c| matches!(c, Command::ReadDtState { .. })));
+        assert!(!wrote(&seen), "nothing claimed or written: {seen:?}");
+        let fenced = position(&seen, |c| matches!(c, Command::ReadStopFence { .. }));
+        assert!(matches!(seen[fenced + 1], Command::Commit), "{seen:?}");
+        assert!(issued(&seen, |c| matches!(
+            c,
+            Command::Log { level: LogLevel::Warning, message } if message.contains("reserved")
+        )));
+        assert!(
+            t.results()
+                .iter()
+                .all(|r| r.status == ResultStatus::Skipped && r.records == 0)
+        );
+    }
+}
+
+#[test]
+fn a_fence_reserved_for_the_attempt_s_writer_or_below_the_epoch_is_open() {
+    // the restart's own tasks create the record under the fence their writer reserved
+    for (fence, reserved) in [(Some(7), "w1"), (Some(6), "w2")] {
+        let (t, seen) = run_reserved(fence, Some(reserved), None, Some(DtState::Prepare));
+        assert_eq!(t.end(), Some(&End::Ok));
+        assert!(issued(&seen, |c| matches!(c, Command::CreateDt { .. })));
+        assert!(wrote(&seen));
+        assert!(
+            t.results()
+                .iter()
+                .all(|r| r.status == ResultStatus::Prepared)
+        );
+    }
 }

@@ -227,6 +227,7 @@ pub(super) fn perform_db(
         }
         Command::ReadStopFence { group_id } => Event::StopFence {
             epoch: db(w, proc).stop_fence.get(&group_id).copied(),
+            writer: db(w, proc).stop_fence_writer.get(&group_id).cloned(),
         },
         Command::CreateDt {
             dtid,

@@ -56,6 +56,8 @@ pub(super) struct TaskPlan {
     pub create_record: bool,
     /// The results the data source's tasks sent the driver, per epoch.
     pub sent: BTreeMap<Epoch, Vec<super::command::ParticipantResult>>,
+    /// The data source: the token of the writer whose tasks run (None: they name none).
+    pub writer: Option<String>,
 }
 
 /// The simulated world.

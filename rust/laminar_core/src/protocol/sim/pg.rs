@@ -59,6 +59,8 @@ pub(in crate::protocol) struct Pg {
     pub dt_seq: u64,
     /// `laminar.stop_fence`: the fenced epoch per group.
     pub stop_fence: BTreeMap<String, Epoch>,
+    /// `laminar.stop_fence.writer`: the writer a group's fence is reserved for.
+    pub stop_fence_writer: BTreeMap<String, String>,
 }
 
 impl Pg {

@@ -72,6 +72,7 @@ pub(super) fn run_task(
         postgres,
         kafka: w.kafka_sinks.clone(),
         create_record: w.tasks.create_record.then(|| "g".to_owned()),
+        writer: w.tasks.writer.clone(),
     });
     match drive(w, &mut proc, &mut task) {
         Ok(End::Ok) => Some(task.results()),

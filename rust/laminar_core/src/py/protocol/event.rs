@@ -179,11 +179,12 @@ impl PyEvent {
         }))
     }
 
-    /// The group's fenced epoch (None: no fence).
+    /// The group's fenced epoch (None: no fence) and the writer it is reserved for (None: not
+    /// reserved).
     #[staticmethod]
-    #[pyo3(signature = (epoch=None))]
-    fn stop_fence(epoch: Option<Epoch>) -> Self {
-        Self(Event::StopFence { epoch })
+    #[pyo3(signature = (epoch=None, writer=None))]
+    fn stop_fence(epoch: Option<Epoch>, writer: Option<String>) -> Self {
+        Self(Event::StopFence { epoch, writer })
     }
 
     /// Rows `(dtid, epoch, state, age_s)`.

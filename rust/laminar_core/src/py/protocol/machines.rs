@@ -199,7 +199,8 @@ machine_class!(PyKafkaRecovery, "KafkaRecoveryMachine", KafkaRecovery, {
 
 machine_class!(PyScaleOutTask, "ScaleOutTaskMachine", ScaleOutTask, {
     #[new]
-    #[pyo3(signature = (dtid, epoch, part, attempt, postgres, kafka, *, group_id=None))]
+    #[pyo3(signature = (dtid, epoch, part, attempt, postgres, kafka, *, group_id=None, writer=None))]
+    #[allow(clippy::too_many_arguments)] // the task's context, as Python names it
     fn new(
         dtid: String,
         epoch: Epoch,
@@ -208,6 +209,7 @@ machine_class!(PyScaleOutTask, "ScaleOutTaskMachine", ScaleOutTask, {
         postgres: Vec<(String, String)>,
         kafka: Vec<String>,
         group_id: Option<String>,
+        writer: Option<String>,
     ) -> Self {
         Self {
             inner: ScaleOutTask::new(TaskContext {
@@ -218,6 +220,7 @@ machine_class!(PyScaleOutTask, "ScaleOutTaskMachine", ScaleOutTask, {
                 postgres,
                 kafka,
                 create_record: group_id,
+                writer,
             }),
         }
     }
