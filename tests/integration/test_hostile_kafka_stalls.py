@@ -359,3 +359,40 @@ def test_sound_the_stalled_error_names_servers_never_a_secret() -> None:
     text = str(caught.value) + repr(caught.value)
     assert address in text, text
     assert "hunter2" not in text, text
+
+
+def test_sound_tls_to_a_stalled_server_is_a_retriable_error_naming_it_not_the_key_password() -> (
+    None
+):
+    """SOUND check: TLS settings (with a key password) and only a server that accepts and never
+    answers (the TLS handshake stalls): a retriable AbortableError within the bound, naming the
+    server, never the password."""
+    stall = socket.socket()
+    stall.bind(("127.0.0.1", 0))
+    stall.listen(8)
+    address = f"127.0.0.1:{stall.getsockname()[1]}"
+    bound = 3.0
+    try:
+        sink = laminar.KafkaSink(
+            address,
+            "t",
+            "tid-tls-check",
+            init_timeout_s=bound,
+            producer_config={
+                "security.protocol": "SSL",
+                "ssl.key.password": "tls-very-secret-pw",
+            },
+        )
+        started = time.monotonic()
+        with pytest.raises(LaminarError) as caught:
+            sink.last_committed_epoch()
+        took = time.monotonic() - started
+        sink.close()
+    finally:
+        stall.close()
+    text = str(caught.value) + repr(caught.value)
+    print(type(caught.value).__name__, f"{took:.1f} s", text[:300])
+    assert address in text, text
+    assert "tls-very-secret-pw" not in text, text
+    assert caught.value.retriable, text
+    assert took < bound + 2.0

@@ -4,7 +4,11 @@ in ``produce()`` — a partition the topic does not have once its metadata is ca
 (``_UNKNOWN_PARTITION``), a topic it knows does not exist (``_UNKNOWN_TOPIC``) — and that path
 (`_Producing._produce` → `_produce_error` → `_error` without ``topic=``) still names the sink's
 home topic. The producer here is a stand-in for librdkafka's synchronous refusal (pure logic of
-the error path; the routed-row plumbing is the sink's own)."""
+the error path; the routed-row plumbing is the sink's own).
+
+Severity: low. `_shape.check_chunk` checks each routed topic and partition against metadata
+before producing, and caches the counts per producer, so the synchronous refusal is reached
+when a routed topic is deleted (or its metadata changes) while the sink runs."""
 
 from __future__ import annotations
 
