@@ -308,6 +308,15 @@ class _Clients(_SinkBase):
                 "was written; the call can be retried",
                 sink_id=self.sink_id,
             )
+        connected = rt.connected_brokers()
+        if connected:
+            return AbortableError(
+                f"the Kafka cluster at bootstrap.servers={self._bootstrap_servers} did not "
+                f"answer within init_timeout_s={self._init_timeout_s:g} s ({self._scrub(str(e))}):"
+                f" {', '.join(connected)} set up the connection but did not answer the request "
+                "(a hung or overloaded broker). Nothing was written; the call can be retried",
+                sink_id=self.sink_id,
+            )
         detail = ""
         for seen in reversed(rt.client_errors):
             if seen.code() in _CONNECTION_CODES and seen.code() != KafkaError._ALL_BROKERS_DOWN:

@@ -74,7 +74,14 @@ class _Producing(_Clients):
             except shape.RoutedProduceError as f:
                 row = first_row + start + f.offset
                 raise self._produce_error(
-                    f.error, epoch, row, f.key, f.value, rt, header_bytes=f.header_bytes
+                    f.error,
+                    epoch,
+                    row,
+                    f.key,
+                    f.value,
+                    rt,
+                    header_bytes=f.header_bytes,
+                    topic=f.topic,
                 ) from f.error
 
     def _produce_range(
@@ -153,7 +160,9 @@ class _Producing(_Clients):
         rt: _Runtime,
         *,
         header_bytes: int | None = None,
+        topic: str | None = None,
     ) -> LaminarError:
+        """``e`` for row ``row`` as a `LaminarError`; ``topic``: a routed row's own topic."""
         kafka_error = as_kafka_error(e)
         if kafka_error is not None and kafka_error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
             if header_bytes is None:  # Laminar's own headers only
@@ -168,7 +177,8 @@ class _Producing(_Clients):
                 sink_id=self.sink_id,
                 epoch=epoch,
             )
-        return self._error(e, "produce", epoch, rt, hint=f"row {row} (key {_show_key(key)})")
+        hint = f"row {row} (key {_show_key(key)})"
+        return self._error(e, "produce", epoch, rt, hint=hint, topic=topic)
 
     def _finish_writes(self, rt: _Runtime, epoch: int) -> None:
         """Epoch marker, then flush: after this every record is acknowledged by the brokers."""

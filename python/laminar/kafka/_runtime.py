@@ -81,6 +81,15 @@ class _Runtime:
         still waiting for their set-up's answer (ApiVersions, TLS, SASL): servers that accept
         connections and do not answer — a hung broker, a black-holed load balancer — rather
         than an address that refuses or does not resolve (docs/kafka.md, "Failover")."""
+        return self._brokers_in(_SETUP_WAIT_STATES)
+
+    def connected_brokers(self) -> list[str]:
+        """The brokers librdkafka's last statistics show set up (``UP``): the cluster was
+        reached, so a request that timed out met a hung or overloaded broker, not a wrong
+        address."""
+        return self._brokers_in(frozenset({"UP"}))
+
+    def _brokers_in(self, states: frozenset[str]) -> list[str]:
         if self.stats_json is None:
             return []
         try:
@@ -88,7 +97,7 @@ class _Runtime:
             return sorted(
                 str(b.get("nodename") or name)
                 for name, b in brokers.items()
-                if b.get("state") in _SETUP_WAIT_STATES
+                if b.get("state") in states
             )
         except (ValueError, TypeError, AttributeError):
             return []

@@ -215,12 +215,12 @@ def produce_routed(
                 wait_for_room()
                 produce(topic, value, key, partition, None, None, 0, row_headers)
         except KafkaException as e:
-            raise RoutedProduceError(e, offset, key, value, headers_size(row_headers)) from e
+            raise RoutedProduceError(e, offset, key, value, headers_size(row_headers), topic) from e
 
 
 class RoutedProduceError(Exception):
     """librdkafka refused one routed record: which (``offset`` from the chunk's start), with its
-    key, value and the size of its headers, for the sink's error message."""
+    key, value, the size of its headers and its topic, for the sink's error message."""
 
     def __init__(
         self,
@@ -229,10 +229,11 @@ class RoutedProduceError(Exception):
         key: bytes | None,
         value: bytes | None,
         header_bytes: int,
+        topic: str | None = None,
     ) -> None:
         super().__init__(str(error))
         self.error, self.offset, self.key, self.value = error, offset, key, value
-        self.header_bytes = header_bytes
+        self.header_bytes, self.topic = header_bytes, topic
 
 
 def headers_size(headers: Iterable[Any]) -> int:

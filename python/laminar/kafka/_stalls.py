@@ -18,7 +18,14 @@ from typing import Any
 
 from laminar.errors import ConfigError
 
-__all__ = ["SETUP_TIMEOUT_CAP_S", "SETUP_TIMEOUT_KEY", "STALLS", "StallMemory", "setup_timeout_s"]
+__all__ = [
+    "SETUP_TIMEOUT_CAP_S",
+    "SETUP_TIMEOUT_KEY",
+    "STALLS",
+    "StallMemory",
+    "request_timeout_s",
+    "setup_timeout_s",
+]
 
 #: The longest set-up deadline the wire client chooses itself (librdkafka's own
 #: ``socket.connection.setup.timeout.ms``, 30 s by default, serves its producer).
@@ -29,24 +36,34 @@ SETUP_TIMEOUT_SHARE = 0.25
 SETUP_TIMEOUT_KEY = "socket.connection.setup.timeout.ms"
 
 
+def request_timeout_s(bound_s: float) -> float:
+    """How long one request may wait for its answer in a call bounded by ``bound_s``: half the
+    bound (at most 10 s), so a broker that took the connection and hangs on the request leaves
+    the other half for the next server (a request time-out marks the server stalled too)."""
+    return min(bound_s / 2, 10.0)
+
+
 def setup_timeout_s(bound_s: float, config: Mapping[str, Any] | None = None) -> float:
     """The set-up deadline of a new connection for a call bounded by ``bound_s``: the user's
     ``socket.connection.setup.timeout.ms`` if ``config`` sets it, else
     ``min(SETUP_TIMEOUT_CAP_S, SETUP_TIMEOUT_SHARE * bound_s)`` — 2 s for the sink's default
     ``init_timeout_s`` of 30 s, so a stalled server costs 2 s, not the bound. Never more than
-    ``bound_s``. `ConfigError` if the setting is not a positive number of milliseconds."""
+    ``bound_s``. `ConfigError` if the setting is not what librdkafka accepts (a whole number of
+    milliseconds from 1000 to 2147483647), before the producer would refuse it."""
     value = (config or {}).get(SETUP_TIMEOUT_KEY)
     if value is None:
         return min(SETUP_TIMEOUT_CAP_S, SETUP_TIMEOUT_SHARE * bound_s)
-    try:
-        chosen = float(value) / 1000
-    except (TypeError, ValueError):
-        chosen = -1.0
-    if not chosen > 0:
+    millis = -1  # what librdkafka takes: a whole number of milliseconds, 1000 to 2147483647
+    if isinstance(value, int) and not isinstance(value, bool):
+        millis = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        millis = int(value.strip())
+    chosen = millis / 1000
+    if not 1000 <= millis <= 2_147_483_647:
         raise ConfigError(
-            f"producer_config {SETUP_TIMEOUT_KEY}={value!r} is not a positive number of "
-            "milliseconds; set it to how long a new broker connection may take to answer "
-            "(librdkafka: 1000 to 2147483647), or remove it"
+            f"producer_config {SETUP_TIMEOUT_KEY}={value!r} is not a whole number of "
+            "milliseconds from 1000 to 2147483647 (what librdkafka accepts); set it to how long "
+            "a new broker connection may take to answer, or remove it"
         )
     return min(chosen, bound_s)
 

@@ -30,7 +30,7 @@ from laminar.errors import (
 from laminar.kafka import _shape as shape
 from laminar.kafka._clients import _Clients
 from laminar.kafka._runtime import _Runtime
-from laminar.kafka._stalls import setup_timeout_s
+from laminar.kafka._stalls import request_timeout_s, setup_timeout_s
 from laminar.kafka.log import (
     BrokerUnavailableError,
     ClientSecurity,
@@ -189,7 +189,7 @@ class _Witness(_Clients):
         security = ClientSecurity.from_config(self._producer_config)
         return KafkaLogClient(
             self._bootstrap_servers,
-            timeout=min(self._init_timeout_s, 10.0),
+            timeout=request_timeout_s(self._init_timeout_s),
             retry_for_s=self._init_timeout_s,
             setup_timeout=setup_timeout_s(self._init_timeout_s, self._producer_config),
             client_id=f"laminar-sink-{self.sink_id}"[:200],

@@ -341,8 +341,11 @@ class Connection:
             answer = self._recv(size)
         except OSError as e:
             self.close()
+            # a time-out: the broker took the request and never answered (a hung broker)
             raise BrokerUnavailableError(
-                f"broker {self.address} did not answer: {e}", address=self.address
+                f"broker {self.address} did not answer: {e}",
+                address=self.address,
+                stalled=isinstance(e, TimeoutError),
             ) from e
         return decode(answer, chosen, correlation)
 

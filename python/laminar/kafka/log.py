@@ -278,6 +278,10 @@ class KafkaLogClient:
                     return attempt()
                 except BrokerUnavailableError as e:
                     self._forget(e.address)
+                    if e.stalled and e.address is not None:
+                        # set up, then silent on a request: tried last by the process's next
+                        # connections too (class docstring, "Stalled servers")
+                        self.stalls.stalled(e.address, time.monotonic())
                     if time.monotonic() + delay > deadline:
                         raise BrokerUnavailableError(
                             f"{what}: no broker answered within retry_for_s="

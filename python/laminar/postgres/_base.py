@@ -71,6 +71,11 @@ class _SinkBase(TransactionalSink):
             self._sink_id_defaulted = True
         elif not isinstance(sink_id, str) or not sink_id:
             raise ConfigError("sink_id must be a non-empty string (or None for the table name)")
+        elif "\x00" in sink_id or not _is_utf8(sink_id):
+            raise ConfigError(
+                f"sink_id {sink_id!r} holds a NUL or a lone surrogate, which PostgreSQL cannot "
+                "store (its gids and rows name the sink); use printable text"
+            )
         else:
             self._sink_id_defaulted = False
         if two_phase_part is not None and (
@@ -289,3 +294,12 @@ def _normalise_columns(columns: ColumnsSpec) -> list[str] | dict[str, str] | Non
         if not isinstance(name, str) or not name:
             raise ConfigError(f"columns= lists column names (non-empty strings); got {name!r}")
     return names
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether ``text`` encodes to UTF-8 (no lone surrogates, as ``os.fsdecode`` makes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

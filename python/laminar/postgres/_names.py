@@ -158,9 +158,16 @@ def make_gid(sink_id: str, epoch: int, part: int = 0) -> str:
         raise ConfigError(f"gid needs a non-negative epoch and part, got {epoch} and {part}")
     try:
         return _core.make_gid(sink_id, epoch, part)
-    except OverflowError as e:  # only with out-of-range epoch/part values
-        too_long = f"gid for epoch {epoch}, part {part} exceeds {GID_MAX_BYTES} bytes"
-        raise ConfigError(too_long) from e
+    except OverflowError as e:
+        raise ConfigError(
+            f"gid for epoch {epoch}, part {part}: out of range (an epoch is at most 2**63-1, a "
+            "part at most 2**32-1)"
+        ) from e
+    except UnicodeEncodeError as e:
+        raise ConfigError(
+            f"sink id {sink_id!r} is not valid Unicode text (a lone surrogate): it cannot name "
+            "a PostgreSQL transaction"
+        ) from e
 
 
 def parse_gid(gid: str) -> ParsedGid | None:

@@ -29,7 +29,7 @@ from laminar.errors import (
     LaminarError,
 )
 from laminar.kafka._redo import produce_blob
-from laminar.kafka._stalls import setup_timeout_s
+from laminar.kafka._stalls import request_timeout_s, setup_timeout_s
 from laminar.kafka.log import ClientSecurity, KafkaLogClient, KafkaLogError
 from laminar.postgres._errors import map_pg_error
 from laminar.protocol import records as _records
@@ -129,7 +129,7 @@ def end_txn(
         if client is None:
             client = KafkaLogClient(
                 bootstrap_servers,
-                timeout=min(timeout_s, 10.0),
+                timeout=request_timeout_s(timeout_s),
                 retry_for_s=timeout_s,
                 setup_timeout=setup_timeout_s(timeout_s, producer_config),
                 security=security,

@@ -19,7 +19,11 @@ with ``resume``): the memo only saves work, it never decides.
 - The directory stays small on a driver that runs queries for months: a run's ``commit``
   rewrites its group's file, so a file untouched for `STALE_S` belongs to a run that ended (or
   commits less often than that, and then only starts up again); `remember` deletes such files
-  whenever it creates a group's file.
+  whenever it creates a group's file — only files named as it names them (``<32 hex>.json``, and
+  the ``.memo-…`` scratch files of a killed writer), never another file of the directory.
+- The default directory is in the shared temp directory, so it is used only if it and its
+  parent are real directories (not links) owned by this user and writable by nobody else;
+  otherwise there is no memo (logged once), and every commit starts up as before.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import hashlib
 import json
 import logging
 import os
+import re
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -46,6 +52,10 @@ STALE_S = 24 * 3600.0
 log = logging.getLogger("laminar.spark.source")
 
 
+#: The names `remember` gives files: a group's memo, and a writer's scratch file (`mkstemp`).
+_OURS = re.compile(r"[0-9a-f]{32}\.json|\.memo-[A-Za-z0-9_]+")
+
+
 def _directory() -> Path:
     chosen = os.environ.get(ENV)
     if chosen:
@@ -58,11 +68,36 @@ def _path(group_id: str) -> Path:
     return _directory() / f"{name}.json"
 
 
+def _private(directory: Path) -> bool:
+    """Whether the default ``directory`` and its parent are this user's alone: real directories
+    (a link planted in the shared temp directory is refused), owned by this user, writable by
+    nobody else. A directory the user chose (`ENV`) is theirs to choose."""
+    if os.environ.get(ENV):
+        return True
+    for path in (directory.parent, directory):
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+            log.warning(
+                "%s is not a private directory of this user (a link, another owner, or writable "
+                "by others): the runs' starts are not kept there; set %s to a directory of yours",
+                path,
+                ENV,
+            )
+            return False
+    return True
+
+
 def recall(group_id: str, owner: str, run: str) -> tuple[int, int] | None:
     """``(generation, epoch_base)`` the run ``run`` of ``owner`` started ``group_id`` with, or
     None (no memo of that query and run)."""
+    path = _path(group_id)
+    if not _private(path.parent):
+        return None
     try:
-        found = json.loads(_path(group_id).read_text(encoding="utf-8"))
+        found = json.loads(path.read_text(encoding="utf-8"))
         memo = (int(found["generation"]), int(found["epoch_base"]))
         same = (found["version"], found["group"], found["owner"], found["run"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -86,6 +121,8 @@ def remember(group_id: str, owner: str, run: str, generation: int, epoch_base: i
     }
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not _private(path.parent):
+            return
         if not path.exists():
             _drop_stale(path.parent)
         fd, scratch = tempfile.mkstemp(dir=path.parent, prefix=".memo-")
@@ -106,11 +143,16 @@ def _drop_stale(directory: Path) -> None:
     """Delete the memo files (and scratch files a killed writer left) not written to for
     `STALE_S`: their runs ended."""
     cutoff = time.time() - STALE_S
-    for entry in directory.iterdir():
-        if not entry.name.endswith(".json") and not entry.name.startswith(".memo-"):
+    try:
+        entries = list(directory.iterdir())
+    except OSError as e:  # a side job: the memo is written all the same
+        log.info("%s: old memos not dropped (%s)", directory, e)
+        return
+    for entry in entries:
+        if not _OURS.fullmatch(entry.name):
             continue  # not ours
         with contextlib.suppress(OSError):  # another driver may have dropped it first
-            if entry.stat().st_mtime < cutoff:
+            if entry.lstat().st_mtime < cutoff:
                 entry.unlink()
 
 

@@ -1,6 +1,6 @@
-"""Hostile pass over the run memo's pruning (`laminar.spark._run_memo._drop_stale`, 7e201cb):
-foreign files, a planted symlink, an unreadable directory, thousands of files, concurrent
-drivers. DEFECT tests fail on the branch; SOUND tests passed when written."""
+"""The run memo's sweep of ended runs (`laminar.spark._run_memo._drop_stale`) against foreign
+files, a planted symlink, an unreadable directory, thousands of files and concurrent drivers:
+it deletes only its own files, never through a link, and never loses the memo it writes."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ def memo_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "runs"
 
 
-def test_defect_the_sweep_deletes_any_old_json_file_not_only_memo_files(memo_dir: Path) -> None:
-    """DEFECT: the sweep takes every ``*.json`` older than a day, though memo files are named
+def test_the_sweep_deletes_any_old_json_file_not_only_memo_files(memo_dir: Path) -> None:
+    """the sweep takes every ``*.json`` older than a day, though memo files are named
     ``<32 hex>.json``. A user who points LAMINAR_RUN_MEMO_DIR at a directory that holds other
     files (a job's config dir, a shared scratch dir) loses their JSON files the next time a
     group's memo is created. The unit test in test_run_memo.py keeps only a ``.txt`` file."""
@@ -39,10 +39,10 @@ def test_defect_the_sweep_deletes_any_old_json_file_not_only_memo_files(memo_dir
     assert settings.exists(), "a file laminar never wrote was deleted by the memo sweep"
 
 
-def test_defect_a_planted_symlink_makes_the_sweep_delete_another_directorys_files(
+def test_a_planted_symlink_makes_the_sweep_delete_another_directorys_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """DEFECT (security): the default directory ``<tmp>/laminar-<uid>/runs`` lives in a shared,
+    """the default directory ``<tmp>/laminar-<uid>/runs`` lives in a shared,
     world-writable temp dir, and `remember` uses it without checking it is a directory it owns
     (``mkdir(exist_ok=True)`` accepts a symlink or someone else's directory). Another local user
     who creates ``/tmp/laminar-<uid>/`` first with ``runs`` a symlink into the victim's files
@@ -64,10 +64,10 @@ def test_defect_a_planted_symlink_makes_the_sweep_delete_another_directorys_file
     assert precious.exists(), "the memo sweep followed a planted symlink and deleted a file"
 
 
-def test_defect_a_directory_that_cannot_be_listed_loses_the_memo(
+def test_a_directory_that_cannot_be_listed_loses_the_memo(
     memo_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """DEFECT (minor): the sweep is a side job, but an OSError from listing the directory (a
+    """the sweep is a side job, but an OSError from listing the directory (a
     directory with -r, mode 0300: writable, not listable) is caught by `remember`'s write
     handler, so the memo itself is not written and every commit of the run starts up. As root
     chmod does not bite, so the listing failure is injected with Path.iterdir."""
@@ -81,8 +81,8 @@ def test_defect_a_directory_that_cannot_be_listed_loses_the_memo(
     assert _run_memo.recall("g", "spark:q1", "run-1") == (7, 100)
 
 
-def test_sound_thousands_of_files_cost_a_new_groups_memo_milliseconds(memo_dir: Path) -> None:
-    """SOUND: 20,000 live files; creating a new group's memo (the only time the sweep runs)
+def test_thousands_of_files_cost_a_new_groups_memo_milliseconds(memo_dir: Path) -> None:
+    """20,000 live files; creating a new group's memo (the only time the sweep runs)
     takes well under a second, and a rewrite of an existing group's memo does not sweep."""
     memo_dir.mkdir(parents=True)
     for i in range(20_000):
@@ -98,8 +98,8 @@ def test_sound_thousands_of_files_cost_a_new_groups_memo_milliseconds(memo_dir: 
     assert len(list(memo_dir.iterdir())) == 20_001
 
 
-def test_sound_concurrent_drivers_sweeping_at_once_lose_no_live_memo(memo_dir: Path) -> None:
-    """SOUND: 16 threads (drivers) create their groups' memos at once over 500 stale files;
+def test_concurrent_drivers_sweeping_at_once_lose_no_live_memo(memo_dir: Path) -> None:
+    """16 threads (drivers) create their groups' memos at once over 500 stale files;
     no error, every live memo is recalled, every stale file is gone, no scratch file left."""
     memo_dir.mkdir(parents=True)
     for i in range(500):
@@ -129,8 +129,8 @@ def test_sound_concurrent_drivers_sweeping_at_once_lose_no_live_memo(memo_dir: P
     assert not any(name.startswith(".memo-") for name in names)
 
 
-def test_sound_a_symlinked_memo_file_is_unlinked_not_its_target(memo_dir: Path) -> None:
-    """SOUND: a stale ``*.json`` symlink in the memo directory is removed as a link; the file it
+def test_a_symlinked_memo_file_is_unlinked_not_its_target(memo_dir: Path) -> None:
+    """a stale ``*.json`` symlink in the memo directory is removed as a link; the file it
     points at stays."""
     memo_dir.mkdir(parents=True)
     target = memo_dir.parent / "elsewhere.json"

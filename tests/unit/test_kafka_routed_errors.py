@@ -1,12 +1,12 @@
-"""Hostile pass over 4fd0899 ("a routed record's delivery refusal names its topic"): the fix
-covers the *delivery report* path only. librdkafka also refuses a routed record synchronously,
-in ``produce()`` — a partition the topic does not have once its metadata is cached
-(``_UNKNOWN_PARTITION``), a topic it knows does not exist (``_UNKNOWN_TOPIC``) — and that path
-(`_Producing._produce` → `_produce_error` → `_error` without ``topic=``) still names the sink's
-home topic. The producer here is a stand-in for librdkafka's synchronous refusal (pure logic of
+"""A routed record's refusal names its own topic, not the sink's home topic: librdkafka refuses
+a routed record in its delivery report (tests/unit/test_kafka_errors.py) or synchronously, in
+``produce()`` — a partition the topic does not have once its metadata is cached
+(``_UNKNOWN_PARTITION``), a topic it knows does not exist (``_UNKNOWN_TOPIC``): this path
+(`_Producing._produce` → `_produce_error` → `_error`) is the one tested here. The producer
+here is a stand-in for librdkafka's synchronous refusal (pure logic of
 the error path; the routed-row plumbing is the sink's own).
 
-Severity: low. `_shape.check_chunk` checks each routed topic and partition against metadata
+It is rare: `_shape.check_chunk` checks each routed topic and partition against metadata
 before producing, and caches the counts per producer, so the synchronous refusal is reached
 when a routed topic is deleted (or its metadata changes) while the sink runs."""
 
@@ -43,8 +43,8 @@ class _RefusingProducer:
 @pytest.mark.parametrize(
     "code", [KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC], ids=["partition", "topic"]
 )
-def test_defect_a_routed_records_synchronous_refusal_names_the_sinks_topic(code: int) -> None:
-    """DEFECT: row 1 goes to 'audit' partition 7 and librdkafka refuses it in produce(); the
+def test_a_routed_records_synchronous_refusal_names_the_sinks_topic(code: int) -> None:
+    """row 1 goes to 'audit' partition 7 and librdkafka refuses it in produce(); the
     error says topic 'orders' (the sink's) does not exist — the user is sent to the wrong
     topic."""
     sink = KafkaSink("broker:9092", "orders", "orders-sink")

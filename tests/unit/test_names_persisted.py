@@ -1,10 +1,10 @@
-"""Hostile pass over the persisted names the core now makes (protocol/gid.rs, protocol/names.rs):
+"""The persisted names the core makes (protocol/gid.rs, protocol/names.rs) on adversarial ids:
 the gid, the default group id and the Kafka marker/identity groups must be byte-for-byte what the
 previous Python made (2c0d9ad: postgres/_names.py, protocol/atomic.py default_group_id,
 kafka/_config.py marker_group) — a difference orphans existing prepared transactions and groups.
 
 The previous implementation is copied here verbatim as the oracle (it is a persisted format, not
-product code). Tests marked SOUND passed when written; DEFECT tests fail on the branch."""
+product code)."""
 
 from __future__ import annotations
 
@@ -123,8 +123,8 @@ PARTS = [0, 1, 2**31 - 1, 2**31, 2**32 - 1]
 
 
 @pytest.mark.parametrize("sink_id", ADVERSARIAL_IDS, ids=range(len(ADVERSARIAL_IDS)))
-def test_sound_gid_equals_the_previous_python_on_adversarial_ids(sink_id: str) -> None:
-    """SOUND: the gid and its prefix are byte-equal to 2c0d9ad's for every in-range epoch/part,
+def test_gid_equals_the_previous_python_on_adversarial_ids(sink_id: str) -> None:
+    """the gid and its prefix are byte-equal to 2c0d9ad's for every in-range epoch/part,
     parse back the same, and stay within PostgreSQL's 199 bytes."""
     assert _names.gid_prefix(sink_id) == old_gid_prefix(sink_id)
     for epoch in EPOCHS:
@@ -143,8 +143,8 @@ def test_sound_gid_equals_the_previous_python_on_adversarial_ids(sink_id: str) -
             )
 
 
-def test_sound_ids_differing_only_in_normalisation_get_distinct_gids() -> None:
-    """SOUND: no normalisation happens (NFC and NFD ids are different sinks, as before)."""
+def test_ids_differing_only_in_normalisation_get_distinct_gids() -> None:
+    """no normalisation happens (NFC and NFD ids are different sinks, as before)."""
     nfc, nfd = unicodedata.normalize("NFC", "é"), unicodedata.normalize("NFD", "é")
     assert _names.make_gid(nfc, 1) != _names.make_gid(nfd, 1)
     assert _names.make_gid(nfd, 1) == old_make_gid(nfd, 1)
@@ -168,40 +168,41 @@ def test_sound_ids_differing_only_in_normalisation_get_distinct_gids() -> None:
     ],
     ids=range(12),
 )
-def test_sound_default_group_id_equals_the_previous_python(ids: list[str]) -> None:
-    """SOUND: sorted by code point (astral vs BMP too), hashed past 200 code points, the lone
+def test_default_group_id_equals_the_previous_python(ids: list[str]) -> None:
+    """sorted by code point (astral vs BMP too), hashed past 200 code points, the lone
     scale-out mark appended after the hash — as 2c0d9ad did."""
     assert _core.default_group_id(ids) == old_default_group_id(ids)
     old_scale_out = old_default_group_id(ids) + ("+scale-out" if len(ids) == 1 else "")
     assert _core.default_group_id(ids, scale_out=True) == old_scale_out
 
 
-def test_sound_marker_and_identity_groups_equal_the_previous_python() -> None:
+def test_marker_and_identity_groups_equal_the_previous_python() -> None:
     for tid in ["t", "a.b-c_d", "x" * 200]:
         assert _core.marker_group(tid) == f"laminar.{tid}"
         assert _core.identity_group(tid) == f"laminar.{tid}.identity"
 
 
-def test_defect_default_group_id_refuses_a_lone_surrogate_the_previous_python_accepted() -> None:
-    """DEFECT (regression, low impact): 2c0d9ad's default_group_id returned a short id holding a
-    lone surrogate as it was; the core's binding raises a bare UnicodeEncodeError (no
-    LaminarError naming the sink id and the fix)."""
-    ids = ["\ud800"]
-    assert old_default_group_id(ids) == "\ud800"
-    assert _core.default_group_id(ids) == old_default_group_id(ids)
+def test_a_sink_id_with_a_lone_surrogate_or_a_nul_is_refused_when_the_sink_is_made() -> None:
+    """The previous Python made a group id of a lone surrogate (the core's binding cannot take
+    one); such an id never reaches it: PostgreSQL cannot store it, so the sink refuses it with a
+    ConfigError naming it."""
+    from laminar import PostgresSink
+
+    assert old_default_group_id(["\ud800"]) == "\ud800"
+    for bad in ("\ud800", "a\x00b"):
+        with pytest.raises(ConfigError, match="sink_id"):
+            PostgresSink("postgresql://u@h/db", "t", sink_id=bad)
 
 
-def test_defect_a_lone_surrogate_sink_id_gives_a_bare_unicode_error_not_a_laminar_error() -> None:
-    """DEFECT (error quality): a sink id with a lone surrogate (e.g. from os.fsdecode of a
-    non-UTF-8 name) reaches make_gid, which raises UnicodeEncodeError from the binding rather
-    than a ConfigError naming the sink id. (2c0d9ad raised the same UnicodeEncodeError, so this
-    is not a format change.)"""
+def test_a_lone_surrogate_sink_id_gives_a_config_error_not_a_unicode_error() -> None:
+    """A sink id with a lone surrogate (e.g. from os.fsdecode of a non-UTF-8 name) that reaches
+    make_gid is a ConfigError naming it, not the binding's UnicodeEncodeError."""
     with pytest.raises(ConfigError):
         _names.make_gid("\ud800", 1)
 
 
-def test_sound_an_empty_sink_id_never_reaches_the_gid() -> None:
-    """SOUND at the public boundary: make_gid('') gives 'laminar::1:0', which parse_gid
+def test_an_empty_sink_id_never_reaches_the_gid() -> None:
+    """At the public boundary: make_gid('') gives 'laminar::1:0', which parse_gid
     refuses (as 2c0d9ad did) — recovery could never see such a transaction — but PostgresSink
     refuses an empty sink_id before any gid is made."""
     from laminar import PostgresSink
@@ -212,21 +213,21 @@ def test_sound_an_empty_sink_id_never_reaches_the_gid() -> None:
         PostgresSink("postgresql://u@h/db", "t", sink_id="")
 
 
-def test_defect_out_of_range_epoch_and_part_are_refused_with_a_misleading_message() -> None:
-    """DEFECT (error text; not a format break: Spark's batch ids are Longs, partitions Ints):
-    epoch 2**63 and part 2**32 made gids before and are refused now — with a ConfigError saying
-    the gid 'exceeds 199 bytes', which it does not (it is 33 bytes); the message should say the
-    epoch or part is out of range."""
+def test_out_of_range_epoch_and_part_are_refused_as_out_of_range() -> None:
+    """Not a format break (Spark's batch ids are Longs, partitions Ints): epoch 2**63 and part
+    2**32 made gids before and are refused now, with a ConfigError that says they are out of
+    range (not that the gid is too long: it is 33 bytes)."""
     assert old_make_gid("s", 2**63, 0) == "laminar:s:9223372036854775808:0"
     assert old_make_gid("s", 0, 2**32) == "laminar:s:0:4294967296"
     for epoch, part in ((2**63, 0), (0, 2**32)):
         with pytest.raises(ConfigError) as caught:
             _names.make_gid("s", epoch, part)
         assert "exceeds" not in str(caught.value), caught.value
+        assert "out of range" in str(caught.value), caught.value
 
 
-def test_sound_parse_gid_of_out_of_range_numbers_is_none_not_an_error() -> None:
-    """SOUND for the live path (no gid past i64/u32 is ever made), a documented narrowing: the
+def test_parse_gid_of_out_of_range_numbers_is_none_not_an_error() -> None:
+    """For the live path (no gid past i64/u32 is ever made), a documented narrowing: the
     previous Python parsed them."""
     assert old_parse_gid("laminar:s:9223372036854775808:0") is not None
     assert _names.parse_gid("laminar:s:9223372036854775808:0") is None
