@@ -21,6 +21,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
+from laminar._core import identity_group, marker_group
 from laminar._redact import redact_text
 from laminar.errors import (
     AbortableError,
@@ -242,7 +243,9 @@ def _auth_message(code: int, operation: str, what: str, ctx: ErrorContext) -> st
         )
     resource = {
         KafkaError.TOPIC_AUTHORIZATION_FAILED: f"WRITE on topic {ctx.topic!r}",
-        KafkaError.GROUP_AUTHORIZATION_FAILED: f"READ on group 'laminar.{ctx.sink_id}'",
+        KafkaError.GROUP_AUTHORIZATION_FAILED: (
+            f"READ on groups {marker_group(ctx.sink_id)!r} and {identity_group(ctx.sink_id)!r}"
+        ),
         KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: (
             f"WRITE on transactional id {ctx.sink_id!r}"
         ),
