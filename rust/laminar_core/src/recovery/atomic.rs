@@ -153,7 +153,7 @@ pub fn complete_kafka(sink_id: &str, part: &KafkaPart) -> Completion {
                  marker was at {} then, but the marker now says {}: something outside the \
                  recipe moved it (an expired marker group read back from the records, a reset \
                  topic?). Refusing to guess; `laminar status` shows the state and `laminar \
-                 resolve` settles it",
+                 resolve` resolves it",
                 show(p),
                 show(k)
             ),

@@ -134,7 +134,7 @@ impl KafkaInDoubt {
                                      brokers answer other requests (the marker says epoch {} is \
                                      the last committed): another instance has most likely taken \
                                      over this transactional id; this one stops. If no other \
-                                     writer runs, restart it: init_transactions settles the epoch",
+                                     writer runs, restart it: init_transactions resolves the epoch",
                                     self.epoch,
                                     marker.map_or_else(|| "None".to_owned(), |m| m.to_string())
                                 ),

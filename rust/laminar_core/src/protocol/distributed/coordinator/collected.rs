@@ -25,8 +25,8 @@ impl ScaleOutEpoch {
             Some(DtState::Commit) => {
                 // decided by a commit that died before completing it: complete it now
                 self.ctx.pending.insert(self.dtid.clone());
-                self.skip_after_settle = true;
-                self.settle();
+                self.skip_after_resolving = true;
+                self.resolve_pending();
             }
             Some(DtState::Rollback) => {
                 let message = self.not_decided("was rolled back");

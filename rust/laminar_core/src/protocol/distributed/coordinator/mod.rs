@@ -72,7 +72,7 @@ children!(
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
-    Settling,
+    Resolving,
     Creating,
     /// Rolling back a row an earlier run left.
     Clearing,
@@ -91,8 +91,8 @@ pub struct ScaleOutEpoch {
     stage: Stage,
     results: Vec<ParticipantResult>,
     committed: bool,
-    /// After settling: skip the epoch (an earlier call decided it).
-    skip_after_settle: bool,
+    /// After resolving the pending transactions: skip the epoch (an earlier call decided it).
+    skip_after_resolving: bool,
     /// A row left by an earlier run was rolled back once already.
     cleared: bool,
     after_rollback: Option<End>,
@@ -109,10 +109,10 @@ impl ScaleOutEpoch {
             dtid,
             ctx,
             core: Core::default(),
-            stage: Stage::Settling,
+            stage: Stage::Resolving,
             results: Vec::new(),
             committed: false,
-            skip_after_settle: false,
+            skip_after_resolving: false,
             cleared: false,
             after_rollback: None,
             ending: None,
@@ -121,7 +121,7 @@ impl ScaleOutEpoch {
         if me.ctx.pending.is_empty() {
             me.plan();
         } else {
-            me.settle();
+            me.resolve_pending();
         }
         me
     }
@@ -141,8 +141,8 @@ impl ScaleOutEpoch {
         &self.ctx.postgres
     }
 
-    pub(super) fn settle(&mut self) {
-        self.stage = Stage::Settling;
+    pub(super) fn resolve_pending(&mut self) {
+        self.stage = Stage::Resolving;
         let sinks = self
             .ctx
             .postgres
@@ -150,7 +150,7 @@ impl ScaleOutEpoch {
             .map(|(s, _)| s.clone())
             .collect::<Vec<_>>();
         let mut config = PassConfig::owned_group(&self.ctx.group_id, &sinks);
-        if self.ctx.collected && !self.skip_after_settle {
+        if self.ctx.collected && !self.skip_after_resolving {
             // the tasks' record of this epoch is in flight: it is decided here, not rolled back
             config.spare = Some(self.dtid.clone());
         }
@@ -242,7 +242,7 @@ impl ScaleOutEpoch {
 
     fn child_ended(&mut self, child: Child, end: End) {
         match (self.stage, child) {
-            (Stage::Settling, Child::Pass(pass)) => {
+            (Stage::Resolving, Child::Pass(pass)) => {
                 if let Some(line) = pass.startup_summary(&self.ctx.group_id) {
                     self.core.out.push(Command::warn(line));
                 }
@@ -262,8 +262,8 @@ impl ScaleOutEpoch {
                 (End::Ok, Some(ResolutionOutcome::DecidedCommit)) => {
                     // decided by an earlier call whose answer was lost: complete it instead
                     self.ctx.pending.insert(self.dtid.clone());
-                    self.skip_after_settle = true;
-                    self.settle();
+                    self.skip_after_resolving = true;
+                    self.resolve_pending();
                 }
                 (End::Ok, Some(ResolutionOutcome::Unresolved(why))) => {
                     let refusal = Refusal::new(
@@ -348,7 +348,7 @@ impl ScaleOutEpoch {
                         ),
                     );
                     self.ending = Some(End::Refused(refusal.for_epoch(self.ctx.epoch)));
-                } else if self.skip_after_settle {
+                } else if self.skip_after_resolving {
                     self.ending = Some(End::Ok);
                 } else {
                     self.plan();
