@@ -23,10 +23,14 @@ commit whose outcome is unknown is an `InDoubtError` (state Failed), which `reco
 from the marker — re-initialising the producer first when needed, so that the broker completes or
 aborts the pending transaction before the marker is read.
 
-This module holds the lifecycle; the class's pieces live beside it (docs/engine.md, "Package
-layout"): `_base` (settings, properties, the error mapping), `_clients` (producer and consumer,
-bounded and retried calls), `_produce` (producing, markers, flush), `_witness` (the last committed
-epoch, the identity, in-doubt resolution) and `_runtime` (the live state of the writing process).
+The core's `SinkTransaction`, built with ``durable_prepare=False`` (a prepared Kafka transaction
+dies with its producer), decides each step of the lifecycle (docs/engine.md, "The sink's
+transaction": skip a replay, which commit, what a failed commit or abort means, what close and a
+new producer's init settle); this module performs its answers. It holds the lifecycle; the
+class's pieces live beside it (docs/engine.md, "Package layout"): `_base` (settings, properties,
+the error mapping), `_clients` (producer and consumer, bounded and retried calls), `_produce`
+(producing, markers, flush), `_witness` (the last committed epoch, the identity, in-doubt
+resolution) and `_runtime` (the live state of the writing process).
 """
 
 from __future__ import annotations
