@@ -329,6 +329,8 @@ _SinkAnswerKind = Literal[
     "leave_prepared",
     "read_last",
     "resolve",
+    "fenced",
+    "reopen",
 ]
 
 @final
@@ -360,14 +362,21 @@ class SinkTransaction:
     ``prepare()`` → the open epoch; ``commit(epoch)`` → ``commit_prepared`` | ``commit``;
     ``commit_failed(connection_lost)`` → ``in_doubt`` | ``rolled_back``; ``abort(epoch)`` →
     ``nothing`` | ``rollback_prepared`` | ``rollback``; ``close()`` → ``abort_open`` |
-    ``leave_prepared`` | ``nothing``; ``recover()`` → ``read_last`` | ``resolve``. A call that is
+    ``leave_prepared`` | ``nothing``; ``recover()`` → ``read_last`` | ``resolve``. With
+    ``durable_prepare=False`` (Kafka: a prepared transaction dies with its producer) a refused
+    commit is ``rolled_back`` even after prepare, an abort while idle is ``nothing``, ``close()``
+    aborts a prepared epoch, ``abort_via(epoch, client)`` → ``nothing`` | ``fenced`` | ``reopen``
+    | ``rollback(_prepared)`` and ``abort_failed()`` → ``reopen``. A call that is
     not legal now raises ``laminar.errors.IllegalStateError`` and changes nothing. ``now_us``
     defaults to ``time.monotonic_ns() // 1000``.
     """
 
-    def __new__(cls, tracker: EpochTracker, *, participant: int | None = None) -> Self:
+    def __new__(
+        cls, tracker: EpochTracker, *, participant: int | None = None, durable_prepare: bool = True
+    ) -> Self:
         """The machine over ``tracker``; ``participant``: a scale-out partition (it only ends an
-        epoch by preparing)."""
+        epoch by preparing); ``durable_prepare``: a prepared transaction outlives the process
+        (PostgreSQL) or not (Kafka)."""
 
     @property
     def tracker(self) -> EpochTracker:
@@ -417,12 +426,34 @@ class SinkTransaction:
     def abort(self, epoch: int) -> SinkAnswer:
         """``nothing`` (already rolled back) | ``rollback_prepared`` | ``rollback``; the abort has
         started. Refused in any other state."""
+    def abort_via(
+        self,
+        epoch: int,
+        client: Literal["live", "given_up", "fenced"],
+        now_us: int | None = None,
+    ) -> SinkAnswer:
+        """Kafka's abort: ``nothing`` when idle (or a given-up client's open epoch, aborted
+        without sending) | ``fenced`` (raise, nothing changes) | ``reopen`` (open a new client,
+        then ask again) | ``abort(epoch)``'s answer for a live client."""
     def abort_after_error(self) -> int | None:
         """After a fatal error: the open epoch to roll back (the abort has started), if any."""
     def abort_ok(self, now_us: int | None = None) -> None:
         """The abort is confirmed."""
-    def abort_failed(self) -> None:
-        """The ROLLBACK (PREPARED) failed: in doubt, the abort pending."""
+    def abort_failed(self) -> SinkAnswer:
+        """The ROLLBACK (PREPARED) failed: in doubt, the abort pending; ``in_doubt`` |
+        ``reopen`` (prepare not durable: replace the client, then ``abort_reopened``)."""
+    def abort_reopened(self, now_us: int | None = None) -> None:
+        """The client that failed to abort was replaced: its init aborted the epoch."""
+    def saw_committed(self, last: int | None) -> None:
+        """Evidence that ``last`` is committed: raises the known epoch while idle, never lowers."""
+    def reopened(self, last: int | None, now_us: int | None = None) -> None:
+        """A new client's init fenced the old one and read ``last``: an open epoch is aborted, an
+        ending or in-doubt one decided by ``last``; then ``saw_committed(last)``."""
+    def resolved_by_marker(
+        self, committed: bool | None, marker: int | None, now_us: int | None = None
+    ) -> None:
+        """Kafka's in-doubt resolution ended: ``committed`` resolves the epoch still in doubt,
+        ``marker`` is evidence of the last committed epoch."""
     def abort_overtaken(self, now_us: int | None = None) -> None:
         """ROLLBACK PREPARED found no gid and the epoch is committed (by another process)."""
     def recover(self) -> SinkAnswer:

@@ -1,6 +1,6 @@
 """laminar._core.SinkTransaction: the core's machine of one sink's own transaction, as the
-PostgreSQL sink performs it (docs/engine.md, "The sink's transaction"): its answers, the tracker
-it shares, and its refusals."""
+PostgreSQL sink and (with ``durable_prepare=False``) the Kafka sink perform it (docs/engine.md,
+"The sink's transaction"): its answers, the tracker it shares, and its refusals."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from laminar import EpochTracker
 from laminar._core import SinkTransaction
-from laminar.errors import IllegalStateError
+from laminar.errors import ConfigError, IllegalStateError
 
 
 def machine(last: int | None = 3, participant: int | None = None) -> SinkTransaction:
@@ -112,3 +112,55 @@ def test_refusals_name_the_sink_and_change_nothing() -> None:
     participant.opened(4)
     with pytest.raises(IllegalStateError, match="commits only through prepare"):
         participant.commit(4)
+
+
+def kafka_machine(last: int | None = 3) -> SinkTransaction:
+    """The machine as `KafkaSink` builds it: a prepare that is not durable."""
+    tracker = EpochTracker("k1", last_committed_epoch=last)
+    return SinkTransaction(tracker, durable_prepare=False)
+
+
+def test_kafka_a_refused_commit_after_prepare_is_rolled_back_and_close_aborts() -> None:
+    m = kafka_machine()
+    m.begin(4)
+    m.opened(4)
+    m.prepared(4)
+    close = m.close()
+    assert (close.kind, close.epoch) == ("abort_open", 4)
+    m.commit_started(4)
+    assert m.commit_failed(False).kind == "rolled_back"
+    assert (m.tracker.state.name, m.tracker.last_committed_epoch) == ("Idle", 3)
+    assert m.abort(9).kind == "nothing"  # idle: always a no-op
+
+
+def test_kafka_aborts_by_client_and_a_failed_abort_reopens() -> None:
+    m = kafka_machine()
+    m.begin(4)
+    m.opened(4)
+    assert m.abort_via(4, "fenced").kind == "fenced"
+    assert m.writing == 4
+    assert m.abort_via(4, "live").kind == "rollback"
+    assert m.abort_failed().kind == "reopen"
+    assert m.in_doubt == 4
+    m.abort_reopened()
+    assert m.tracker.state.name == "Idle"
+    m.begin(5)
+    m.opened(5)
+    assert m.abort_via(5, "given_up").kind == "nothing"  # aborted without sending
+    assert m.tracker.metrics().aborts == 2
+    with pytest.raises(ConfigError, match="client must be"):
+        m.abort_via(5, "gone")  # type: ignore[arg-type]
+
+
+def test_kafka_reopened_and_marker_evidence_never_lower_the_last_epoch() -> None:
+    m = kafka_machine()
+    m.begin(4)
+    m.opened(4)
+    m.commit(4)
+    m.commit_started(4)
+    assert m.commit_failed(True).kind == "in_doubt"
+    m.reopened(4)  # the new producer's init read epoch 4 back: committed
+    assert (m.tracker.state.name, m.tracker.last_committed_epoch) == ("Idle", 4)
+    m.saw_committed(2)
+    m.resolved_by_marker(None, None)
+    assert m.tracker.last_committed_epoch == 4

@@ -11,7 +11,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
-from laminar._core import is_internal_kafka_topic, marker_group
+from laminar._core import SinkTransaction, is_internal_kafka_topic, marker_group
 from laminar._redact import SECRET, redact_config, redact_text
 from laminar._settings import Setting, is_deferred, resolve, resolve_mapping
 from laminar._sink import TransactionalSink
@@ -140,10 +140,22 @@ class _SinkBase(TransactionalSink):
         self._flush_timeout_s = float(flush_timeout_s)
         self._retries = int(retries)
         self._rt: _Runtime | None = None
+        self._txn: SinkTransaction | None = None
         self._key_format = key_format
         self._registry_setting = dict(schema_registry) if schema_registry is not None else None
         self._avro = avro
         self._key_avro = key_avro
+
+    @property
+    def _machine(self) -> SinkTransaction:
+        """The core's machine of this sink's transaction (docs/engine.md, "The sink's
+        transaction"), over `tracker`, with a prepare that is not durable (a prepared Kafka
+        transaction dies with its producer): each call asks it what to do and reports back."""
+        tracker = self.tracker
+        txn = getattr(self, "_txn", None)
+        if txn is None or txn.tracker is not tracker:
+            txn = self._txn = SinkTransaction(tracker, durable_prepare=False)
+        return txn
 
     # -- configuration ------------------------------------------------------------------------
 

@@ -198,14 +198,14 @@ class _Clients(_SinkBase):
         return rt
 
     def _open_epoch(self, call: str) -> int:
-        state = self.tracker.state
-        if state.name != "Active" or state.epoch is None:
+        epoch = self._machine.writing
+        if epoch is None:
             raise IllegalStateError(
-                f"{call}() needs an open transaction, but the sink is {state!r}; call "
-                "begin_transaction(epoch) first",
+                f"{call}() needs an open transaction, but the sink is {self.tracker.state!r}; "
+                "call begin_transaction(epoch) first",
                 sink_id=self.sink_id,
             )
-        return state.epoch
+        return epoch
 
     def _open_consumer(self, rt: _Runtime) -> None:
         if rt.consumer is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Literal
 
 from confluent_kafka import KafkaError
 
@@ -103,6 +103,16 @@ class _Runtime:
             return []
 
     # -- identity -----------------------------------------------------------------------------
+
+    @staticmethod
+    def client_of(rt: _Runtime | None) -> Literal["live", "given_up", "fenced"]:
+        """The producer as the sink's machine sees it for an abort (`SinkTransaction.abort_via`):
+        fenced, given up (none open: a stuck call dropped it, or none was opened yet) or live."""
+        if rt is not None and rt.fenced is not None:
+            return "fenced"
+        if rt is None or rt.producer is None:
+            return "given_up"
+        return "live"
 
     def identity_changed(self) -> None:
         """The producer id/epoch may have changed (new producer, or an abort that bumps it)."""

@@ -16,7 +16,6 @@ from laminar._core import (
     Command,
     Event,
     KafkaInDoubtMachine,
-    epoch_committed,
     identity_group,
 )
 from laminar._faults import fail_point
@@ -406,35 +405,14 @@ class _Witness(_Clients):
             raise
         finally:
             committed = machine.committed
-            if committed is not None and self.tracker.state.name == "Failed":
-                self.tracker.resolve(committed, epoch=epoch)
+            self._machine.resolved_by_marker(committed, machine.marker)
             if machine.end == "ok" or (machine.end == "refused" and committed is not None):
                 rt.failed_operation = None
-            self._set_last_committed(machine.marker)
         return self.tracker.last_committed_epoch
 
     def _settle_after_reinit(self, last: int | None) -> None:
-        """After a new producer's init: whatever this instance had open is aborted; an in-doubt
-        commit is decided by the marker."""
-        tracker = self.tracker
-        state = tracker.state
-        if state.name in ("Active", "Prepared"):
-            tracker.abort_started()
-            tracker.abort_ok()
-        elif state.name == "Aborting":
-            tracker.abort_ok()
-        elif state.name == "Committing":
-            tracker.commit_failed()
-        state = tracker.state
-        if state.name == "Failed" and state.epoch is not None:
-            tracker.resolve(epoch_committed(last, state.epoch), epoch=state.epoch)
+        """After a new producer's init: the machine aborts whatever this instance had open and
+        decides an in-doubt commit by ``last`` (`SinkTransaction.reopened`)."""
+        self._machine.reopened(last)
         if self._rt is not None:
             self._rt.failed_operation = None
-        self._set_last_committed(last)
-
-    def _set_last_committed(self, last: int | None) -> None:
-        if self.tracker.state.name != "Idle":
-            return
-        known = self.tracker.last_committed_epoch
-        if last is not None and (known is None or last > known):
-            self.tracker.last_committed_epoch = last

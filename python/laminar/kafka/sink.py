@@ -23,10 +23,14 @@ commit whose outcome is unknown is an `InDoubtError` (state Failed), which `reco
 from the marker — re-initialising the producer first when needed, so that the broker completes or
 aborts the pending transaction before the marker is read.
 
-This module holds the lifecycle; the class's pieces live beside it (docs/engine.md, "Package
-layout"): `_base` (settings, properties, the error mapping), `_clients` (producer and consumer,
-bounded and retried calls), `_produce` (producing, markers, flush), `_witness` (the last committed
-epoch, the identity, in-doubt resolution) and `_runtime` (the live state of the writing process).
+The core's `SinkTransaction`, built with ``durable_prepare=False`` (a prepared Kafka transaction
+dies with its producer), decides each step of the lifecycle (docs/engine.md, "The sink's
+transaction": skip a replay, which commit, what a failed commit or abort means, what close and a
+new producer's init settle); this module performs its answers. It holds the lifecycle; the
+class's pieces live beside it (docs/engine.md, "Package layout"): `_base` (settings, properties,
+the error mapping), `_clients` (producer and consumer, bounded and retried calls), `_produce`
+(producing, markers, flush), `_witness` (the last committed epoch, the identity, in-doubt
+resolution) and `_runtime` (the live state of the writing process).
 """
 
 from __future__ import annotations
@@ -97,7 +101,7 @@ class KafkaSink(_Producing, _Witness):
     """
 
     kind: ClassVar[str] = "kafka"
-    _runtime_attrs: ClassVar[tuple[str, ...]] = ("_rt", "_resolved")
+    _runtime_attrs: ClassVar[tuple[str, ...]] = ("_rt", "_resolved", "_txn")
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -124,15 +128,19 @@ class KafkaSink(_Producing, _Witness):
         """Open the epoch's transaction; False (nothing opened) if the epoch is committed."""
         epoch = check_epoch(epoch, sink_id=self.sink_id)
         rt = self._live()
-        if self.tracker.state.name == "Failed":
+        machine = self._machine
+        answer = machine.begin(epoch)  # refused while an epoch is open
+        if answer.kind == "recover":
             self.recover()
-        if not self.tracker.begin(epoch):
+            answer = machine.begin(epoch)
+        if answer.kind == "skip":
             return False
+        machine.opened(epoch)
         try:
             rt.producer.begin_transaction()
         except KafkaException as e:
-            self.tracker.abort_started(epoch=epoch)
-            self.tracker.abort_ok()
+            machine.abort_after_error()
+            machine.abort_ok()
             raise self._error(e, "begin_transaction", epoch, rt) from e
         rt.attempt = rt.attempt + 1 if rt.last_epoch == epoch else 0
         rt.last_epoch = epoch
@@ -202,7 +210,7 @@ class KafkaSink(_Producing, _Witness):
                 first = False
                 row += count
                 rt.records += count
-                self.tracker.record_write(count, records.total_bytes)
+                self._machine.wrote(count, records.total_bytes)
         except (ConfigError, DataError) as err:
             # The batch cannot be written: abort the epoch so the sink stays usable.
             err.sink_id, err.epoch = err.sink_id or self.sink_id, epoch
@@ -240,7 +248,7 @@ class KafkaSink(_Producing, _Witness):
         self._produce(rt, values, keys, epoch, 0, True, rows)
         rt.records += len(values)
         size = sum(len(v) for v in values if v) + sum(len(k) for k in keys or () if k)
-        self.tracker.record_write(len(values), size)
+        self._machine.wrote(len(values), size)
 
     def prepare_transaction(self) -> PreparedTxnState:
         """Send the epoch marker and flush: every record acknowledged, nothing visible yet."""
@@ -248,7 +256,7 @@ class KafkaSink(_Producing, _Witness):
         epoch = self._open_epoch("prepare_transaction")
         self._finish_writes(rt, epoch)
         producer_id, producer_epoch = self._producer_identity(rt)
-        self.tracker.prepare(epoch=epoch)
+        self._machine.prepared(epoch)
         return PreparedTxnState(
             self.sink_id,
             epoch,
@@ -263,72 +271,65 @@ class KafkaSink(_Producing, _Witness):
         """Commit the epoch's records and its marker atomically (from Active: one phase)."""
         epoch = check_epoch(epoch, sink_id=self.sink_id)
         rt = self._live()
-        state = self.tracker.state
-        if state.name in ("Active", "Prepared") and state.epoch != epoch:
+        machine = self._machine
+        open_epoch = machine.writing if machine.writing is not None else machine.prepared_epoch
+        if open_epoch is not None and open_epoch != epoch:
             raise IllegalStateError(
-                f"commit_transaction({epoch}) but the open transaction is epoch {state.epoch}",
+                f"commit_transaction({epoch}) but the open transaction is epoch {open_epoch}",
                 sink_id=self.sink_id,
                 epoch=epoch,
             )
-        if state.name == "Active":
+        if machine.commit(epoch).kind == "commit":  # one phase: from Active
             self._finish_writes(rt, epoch)
-        self.tracker.commit_started(epoch=epoch)
+        machine.commit_started(epoch)
         try:
             self._retrying(rt, "commit_transaction", epoch, self._commit_timeout_s)
-        except FencedError as err:
-            self.tracker.commit_failed()
+        except LaminarError as err:
+            # The broker refused the commit (an abortable error): nothing was committed, even
+            # after prepare — the machine says rolled back, the producer's transaction is aborted
+            # and the caller retries the epoch. Any other failure leaves the outcome unknown.
+            failure = machine.commit_failed(not isinstance(err, AbortableError))
+            if failure.kind == "rolled_back":
+                self._abort_producer_quietly(rt)
+                raise
             rt.failed_operation = "commit"
-            rt.fenced = err
-            raise
-        except AbortableError:
-            # A definite failure: nothing was committed. Abort here (the state machine has no
-            # Committing -> Aborting edge) and let the caller retry the epoch.
-            self.tracker.commit_failed()
-            self._abort_producer_quietly(rt)
-            self.tracker.resolve(False, epoch=epoch)
-            raise
-        except LaminarError:
-            self.tracker.commit_failed()
-            rt.failed_operation = "commit"
+            if isinstance(err, FencedError):
+                rt.fenced = err
             raise
         crash_point("kafka.after_commit")
-        self.tracker.commit_ok()
+        machine.commit_ok()
 
     def abort_transaction(self, epoch: int) -> None:
         """Discard the epoch's records (and its marker)."""
         epoch = check_epoch(epoch, sink_id=self.sink_id)
-        state = self.tracker.state
-        if state.name == "Idle":
-            # Opening a new producer (after one was given up) aborted the epoch already.
-            return
+        machine = self._machine
         rt = self._rt
-        if rt is not None and rt.fenced is not None:
+        # Idle: nothing (opening a new producer after one was given up aborted the epoch
+        # already). A given-up producer (a call that did not return in time) sends nothing: the
+        # next producer's init_transactions fences it and aborts what it left open, and no epoch
+        # can begin before that init. Opening one here instead would make the abort fail
+        # whenever the cluster is still moving its coordinators, leaving this epoch open and its
+        # retry refused.
+        answer = machine.abort_via(epoch, _Runtime.client_of(rt))
+        if answer.kind == "reopen":
+            rt = self._live()  # its init settles the epoch
+            answer = machine.abort_via(epoch, "live")
+        if answer.kind == "fenced" and rt is not None and rt.fenced is not None:
             raise rt.fenced
-        if (rt is None or rt.producer is None) and state.name in ("Active", "Prepared"):
-            # The producer was given up (a call that did not return in time): nothing to send.
-            # The next producer's init_transactions fences it and aborts what it left open, and
-            # no epoch can begin before that init. Opening one here instead would make the
-            # abort fail whenever the cluster is still moving its coordinators, leaving this
-            # epoch open and its retry refused.
-            self.tracker.abort_started(epoch=epoch)
-            self.tracker.abort_ok()
+        if answer.kind == "nothing":
             return
-        rt = self._live()
-        if self.tracker.state.name == "Idle":
-            return
-        self.tracker.abort_started(epoch=epoch)
+        assert rt is not None  # a live producer
         try:
             self._retrying(rt, "abort_transaction", epoch, self._commit_timeout_s)
-        except FencedError as err:
-            self.tracker.abort_failed()
-            rt.failed_operation = "abort"
-            rt.fenced = err
-            raise
         except LaminarError as err:
+            failure = machine.abort_failed()
+            rt.failed_operation = "abort"
+            if isinstance(err, FencedError) or failure.kind != "reopen":
+                if isinstance(err, FencedError):
+                    rt.fenced = err
+                raise
             # An abort never commits; replacing the producer makes it final (the broker aborts
             # the transaction when the new producer fences the old one).
-            self.tracker.abort_failed()
-            rt.failed_operation = "abort"
             log.warning(
                 "sink %s: abort of epoch %d failed (%s); re-initialising the producer",
                 self.sink_id,
@@ -336,10 +337,10 @@ class KafkaSink(_Producing, _Witness):
                 err,
             )
             self._reinit_producer(rt)
-            self.tracker.resolve(False, epoch=epoch)
+            machine.abort_reopened()
             return
         rt.identity_changed()
-        self.tracker.abort_ok()
+        machine.abort_ok()
 
     def last_committed_epoch(self) -> int | None:
         """The last committed epoch, read from the marker group (or the record headers)."""
@@ -362,16 +363,18 @@ class KafkaSink(_Producing, _Witness):
             return self.tracker.last_committed_epoch
         if rt.fenced is not None:
             raise rt.fenced
-        state = self.tracker.state
-        if state.name == "Failed":
-            return self._resolve_failed(rt, state.epoch)
-        if state.name != "Idle":
+        machine = self._machine
+        answer = machine.recover()
+        if answer.kind == "resolve" and answer.epoch is not None:
+            return self._resolve_failed(rt, answer.epoch)
+        if not machine.between_epochs:
             raise IllegalStateError(
-                f"recover() while a transaction is open ({state!r}); commit or abort it first",
+                f"recover() while a transaction is open ({self.tracker.state!r}); commit or "
+                "abort it first",
                 sink_id=self.sink_id,
             )
         last = self._read_last_committed(rt)
-        self._set_last_committed(last)
+        machine.saw_committed(last)
         return self.tracker.last_committed_epoch
 
     def release_prepared(self) -> None:
@@ -388,11 +391,12 @@ class KafkaSink(_Producing, _Witness):
         rt = self._rt
         if rt is None:
             return
-        state = self.tracker.state
-        if rt.producer is not None and rt.fenced is None and state.name in ("Active", "Prepared"):
+        # The machine: abort an open or prepared epoch (a Kafka prepare is not durable).
+        answer = self._machine.close()
+        live = rt.producer is not None and rt.fenced is None
+        if live and answer.kind == "abort_open" and answer.epoch is not None:
             with contextlib.suppress(LaminarError):
-                assert state.epoch is not None
-                self.abort_transaction(state.epoch)
+                self.abort_transaction(answer.epoch)
         self._release_clients(rt)
 
     def _route(self, rt: _Runtime, records: Any, epoch: int, first_row: int, redo: bool) -> None:
@@ -424,7 +428,7 @@ class KafkaSink(_Producing, _Witness):
         rt.epoch_topics.update(others)
 
     def _abort_quietly(self, rt: _Runtime, epoch: int) -> None:
-        if self.tracker.state.name in ("Active", "Prepared"):
+        if self._machine.writing is not None or self._machine.prepared_epoch is not None:
             try:
                 self.abort_transaction(epoch)
             except LaminarError as err:

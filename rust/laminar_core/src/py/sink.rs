@@ -6,8 +6,8 @@ use pyo3::prelude::*;
 use crate::epoch::EpochTracker;
 use crate::error::{CoreError, CoreResult};
 use crate::protocol::sink::{
-    AbortAnswer, BeginAnswer, CloseAnswer, CommitAnswer, CommitFailure, Decision, RecoverAnswer,
-    SinkTxn,
+    AbortAnswer, AbortFailure, BeginAnswer, Client, CloseAnswer, CommitAnswer, CommitFailure,
+    Decision, RecoverAnswer, SinkTxn,
 };
 use crate::py::epoch::{PyEpochTracker, now_or_clock};
 use crate::py::errors::to_py_err;
@@ -107,12 +107,12 @@ fn refusal(py: Python<'_>, e: CoreError, sink_id: Option<&str>, epoch: Option<i6
 #[pymethods]
 impl PySinkTransaction {
     #[new]
-    #[pyo3(signature = (tracker, *, participant=None))]
-    fn new(tracker: Py<PyEpochTracker>, participant: Option<i64>) -> Self {
+    #[pyo3(signature = (tracker, *, participant=None, durable_prepare=true))]
+    fn new(tracker: Py<PyEpochTracker>, participant: Option<i64>, durable_prepare: bool) -> Self {
         Self {
             tracker,
             // A placeholder: the shared tracker is moved in for each call.
-            core: SinkTxn::new(EpochTracker::new(1), participant),
+            core: SinkTxn::new(EpochTracker::new(1), participant).durable_prepare(durable_prepare),
         }
     }
 
@@ -235,11 +235,33 @@ impl PySinkTransaction {
 
     fn abort(&mut self, py: Python<'_>, epoch: i64) -> PyResult<PySinkAnswer> {
         let answer = self.with(py, Some(epoch), false, |m| m.abort(epoch))?;
-        Ok(PySinkAnswer::of(match answer {
-            AbortAnswer::Nothing => "nothing",
-            AbortAnswer::RollbackPrepared => "rollback_prepared",
-            AbortAnswer::Rollback => "rollback",
-        }))
+        Ok(abort_answer(answer))
+    }
+
+    #[pyo3(signature = (epoch, client, now_us=None))]
+    fn abort_via(
+        &mut self,
+        py: Python<'_>,
+        epoch: i64,
+        client: &str,
+        now_us: Option<u64>,
+    ) -> PyResult<PySinkAnswer> {
+        let client = match client {
+            "live" => Client::Live,
+            "given_up" => Client::GivenUp,
+            "fenced" => Client::Fenced,
+            other => {
+                return Err(to_py_err(
+                    py,
+                    CoreError::Config(format!(
+                        "client must be 'live', 'given_up' or 'fenced', not {other:?}"
+                    )),
+                ));
+            }
+        };
+        let now = now_or_clock(py, now_us)?;
+        let answer = self.with(py, Some(epoch), false, |m| m.abort_via(epoch, client, now))?;
+        Ok(abort_answer(answer))
     }
 
     fn abort_after_error(&mut self, py: Python<'_>) -> PyResult<Option<i64>> {
@@ -252,8 +274,42 @@ impl PySinkTransaction {
         self.with(py, None, true, |m| m.abort_ok(now))
     }
 
-    fn abort_failed(&mut self, py: Python<'_>) -> PyResult<()> {
-        self.with(py, None, true, SinkTxn::abort_failed)
+    fn abort_failed(&mut self, py: Python<'_>) -> PyResult<PySinkAnswer> {
+        let failure = self.with(py, None, true, SinkTxn::abort_failed)?;
+        Ok(PySinkAnswer::of(match failure {
+            AbortFailure::InDoubt => "in_doubt",
+            AbortFailure::Reopen => "reopen",
+        }))
+    }
+
+    #[pyo3(signature = (now_us=None))]
+    fn abort_reopened(&mut self, py: Python<'_>, now_us: Option<u64>) -> PyResult<()> {
+        let now = now_or_clock(py, now_us)?;
+        self.with(py, None, true, |m| m.abort_reopened(now))
+    }
+
+    fn saw_committed(&mut self, py: Python<'_>, last: Option<i64>) -> PyResult<()> {
+        self.with(py, last, false, |m| m.saw_committed(last))
+    }
+
+    #[pyo3(signature = (last, now_us=None))]
+    fn reopened(&mut self, py: Python<'_>, last: Option<i64>, now_us: Option<u64>) -> PyResult<()> {
+        let now = now_or_clock(py, now_us)?;
+        self.with(py, None, true, |m| m.reopened(last, now))
+    }
+
+    #[pyo3(signature = (committed, marker, now_us=None))]
+    fn resolved_by_marker(
+        &mut self,
+        py: Python<'_>,
+        committed: Option<bool>,
+        marker: Option<i64>,
+        now_us: Option<u64>,
+    ) -> PyResult<()> {
+        let now = now_or_clock(py, now_us)?;
+        self.with(py, None, true, |m| {
+            m.resolved_by_marker(committed, marker, now)
+        })
     }
 
     #[pyo3(signature = (now_us=None))]
@@ -298,6 +354,16 @@ impl PySinkTransaction {
             CloseAnswer::Nothing => PySinkAnswer::of("nothing"),
         })
     }
+}
+
+fn abort_answer(answer: AbortAnswer) -> PySinkAnswer {
+    PySinkAnswer::of(match answer {
+        AbortAnswer::Nothing => "nothing",
+        AbortAnswer::RollbackPrepared => "rollback_prepared",
+        AbortAnswer::Rollback => "rollback",
+        AbortAnswer::Fenced => "fenced",
+        AbortAnswer::Reopen => "reopen",
+    })
 }
 
 /// Registers `SinkTransaction` and `SinkAnswer`.

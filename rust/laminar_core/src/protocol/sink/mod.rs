@@ -1,12 +1,19 @@
 //! `SinkTxn`: one sink's own transaction as a machine (docs/engine.md, "The sink's transaction").
 //!
-//! A sink (`PostgresSink`) asks this machine at each call of the transactional-sink contract what
-//! to do, performs the answer against its store, and reports the outcome back; the machine holds
-//! the [`EpochTracker`] (state, history, metrics), the decision a failed COMMIT or ROLLBACK left
-//! pending, and the rules: the replay rule ([`epoch_committed`], written once), which commit an
+//! A sink (`PostgresSink`, `KafkaSink`) asks this machine at each call of the transactional-sink
+//! contract what to do, performs the answer against its store, and reports the outcome back; the
+//! machine holds the [`EpochTracker`] (state, history, metrics), the decision a failed COMMIT or
+//! ROLLBACK left pending, and the rules: the replay rule ([`epoch_committed`], written once), which commit an
 //! epoch takes (prepared or one phase), what a failed COMMIT means (connection lost: in doubt,
 //! else rolled back), what an abort and a close do. Refusals are [`CoreError::IllegalState`]
 //! (raised as `IllegalStateError`) and change nothing.
+//!
+//! A sink whose prepare is not durable (`KafkaSink`: a prepared Kafka transaction dies with its
+//! producer) builds the machine with [`SinkTxn::durable_prepare`] false: a commit the broker
+//! refused is rolled back even after prepare, `close()` aborts a prepared epoch, an abort while
+//! idle is a no-op, and [`SinkTxn::abort_via`], [`SinkTxn::reopened`] and
+//! [`SinkTxn::resolved_by_marker`] answer for its producer (docs/engine.md, "The sink's
+//! transaction").
 
 use crate::epoch::{BeginDecision, EpochTracker, RecordState};
 use crate::error::{CoreError, CoreResult};
@@ -72,6 +79,33 @@ pub enum AbortAnswer {
     RollbackPrepared,
     /// `ROLLBACK` the open transaction.
     Rollback,
+    /// (`abort_via`) The client is fenced: raise its error, nothing changes.
+    Fenced,
+    /// (`abort_via`) The client was given up mid-call and the epoch is in doubt or ending: open
+    /// a new client (its init settles the epoch, [`SinkTxn::reopened`]), then ask again.
+    Reopen,
+}
+
+/// The client that would send an abort (`KafkaSink`'s producer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Client {
+    /// Initialised and not fenced.
+    Live,
+    /// Given up after a call that did not return in time: it sends nothing more; the next
+    /// client's init fences it and aborts what it left open.
+    GivenUp,
+    /// Fenced by a newer instance.
+    Fenced,
+}
+
+/// What a failed abort leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AbortFailure {
+    /// In doubt with the abort pending (`Failed`): recovery finishes it.
+    InDoubt,
+    /// (prepare not durable) Replace the client: its init aborts the transaction; then report
+    /// [`SinkTxn::abort_reopened`].
+    Reopen,
 }
 
 /// What `close()` asks the sink to do.
@@ -108,6 +142,7 @@ pub struct SinkTxn {
     pending: Option<Decision>,
     participant: Option<i64>,
     one_phase: bool,
+    durable_prepare: bool,
 }
 
 impl SinkTxn {
@@ -119,7 +154,18 @@ impl SinkTxn {
             pending: None,
             participant,
             one_phase: false,
+            durable_prepare: true,
         }
+    }
+
+    /// Whether a prepared transaction outlives this process (PostgreSQL's `PREPARE
+    /// TRANSACTION`: true, the default) or not (Kafka: false). False changes three answers: a
+    /// commit the server refused is rolled back even after prepare, an abort while idle is a
+    /// no-op, and `close()` aborts a prepared epoch.
+    #[must_use]
+    pub fn durable_prepare(mut self, durable: bool) -> Self {
+        self.durable_prepare = durable;
+        self
     }
 
     /// The tracker (state, history, metrics).
@@ -321,16 +367,18 @@ impl SinkTxn {
         Ok(())
     }
 
-    /// The COMMIT failed. A one-phase COMMIT whose connection was lost is in doubt; one the
-    /// server answered is rolled back. A COMMIT PREPARED that failed is in doubt either way:
-    /// the gid may still be there, and recovery finishes it.
+    /// The COMMIT failed. A one-phase COMMIT whose connection was lost (the outcome is unknown)
+    /// is in doubt; one the server answered is rolled back. A COMMIT PREPARED that failed is in
+    /// doubt either way when the prepare is durable: the gid may still be there, and recovery
+    /// finishes it; when it is not (Kafka), a commit the broker refused (an abortable error) is
+    /// rolled back too.
     pub fn commit_failed(
         &mut self,
         connection_lost: bool,
         now_us: u64,
     ) -> CoreResult<CommitFailure> {
         self.tracker.commit_failed()?;
-        if self.one_phase && !connection_lost {
+        if !connection_lost && (self.one_phase || !self.durable_prepare) {
             self.tracker.resolve(Resolution::Aborted, now_us, None)?;
             return Ok(CommitFailure::RolledBack);
         }
@@ -354,10 +402,11 @@ impl SinkTxn {
     pub fn abort(&mut self, epoch: Epoch) -> CoreResult<AbortAnswer> {
         let state = self.state();
         if state.is_idle()
-            && self
-                .tracker
-                .record(epoch)
-                .is_some_and(|r| r.state == RecordState::Aborted)
+            && (!self.durable_prepare
+                || self
+                    .tracker
+                    .record(epoch)
+                    .is_some_and(|r| r.state == RecordState::Aborted))
         {
             return Ok(AbortAnswer::Nothing);
         }
@@ -366,6 +415,33 @@ impl SinkTxn {
             TransactionState::Prepared(_) => AbortAnswer::RollbackPrepared,
             _ => AbortAnswer::Rollback,
         })
+    }
+
+    /// `abort_transaction(epoch)` of a sink whose `client` sends the abort (Kafka): nothing when
+    /// idle (whatever the client); the fenced client's error; a given-up client's open or
+    /// prepared epoch is aborted here without sending anything (answer `Nothing`), in any other
+    /// state a new client is opened first (`Reopen`); a live client gets [`SinkTxn::abort`]'s
+    /// answer.
+    pub fn abort_via(
+        &mut self,
+        epoch: Epoch,
+        client: Client,
+        now_us: u64,
+    ) -> CoreResult<AbortAnswer> {
+        let state = self.state();
+        if state.is_idle() && !self.durable_prepare {
+            return Ok(AbortAnswer::Nothing);
+        }
+        match (client, state) {
+            (Client::Fenced, _) => Ok(AbortAnswer::Fenced),
+            (Client::GivenUp, TransactionState::Active(_) | TransactionState::Prepared(_)) => {
+                self.tracker.abort_started(Some(epoch))?;
+                self.tracker.abort_ok(now_us)?;
+                Ok(AbortAnswer::Nothing)
+            }
+            (Client::GivenUp, _) => Ok(AbortAnswer::Reopen),
+            (Client::Live, _) => self.abort(epoch),
+        }
     }
 
     /// After a fatal error in a call: roll back the open epoch (the abort has started), if one
@@ -387,10 +463,23 @@ impl SinkTxn {
         Ok(())
     }
 
-    /// The ROLLBACK (PREPARED) failed: in doubt, with the abort pending.
-    pub fn abort_failed(&mut self) -> CoreResult<()> {
+    /// The ROLLBACK (PREPARED) failed: in doubt, with the abort pending. When the prepare is
+    /// not durable (Kafka), replacing the client makes the abort final (`Reopen`), unless the
+    /// client is fenced (the sink raises and the epoch stays in doubt).
+    pub fn abort_failed(&mut self) -> CoreResult<AbortFailure> {
         self.tracker.abort_failed()?;
         self.pending = Some(Decision::Abort);
+        Ok(if self.durable_prepare {
+            AbortFailure::InDoubt
+        } else {
+            AbortFailure::Reopen
+        })
+    }
+
+    /// The client that failed to abort was replaced: its init aborted the epoch.
+    pub fn abort_reopened(&mut self, now_us: u64) -> CoreResult<()> {
+        self.tracker.resolve(Resolution::Aborted, now_us, None)?;
+        self.pending = None;
         Ok(())
     }
 
@@ -431,10 +520,62 @@ impl SinkTxn {
         Ok(())
     }
 
-    /// `close()`: abort the open epoch, leave the prepared one, or nothing.
+    /// Evidence (a marker, this instance's own commit) that `last` is committed: raises the
+    /// known last committed epoch while idle, never lowers it (Kafka's marker may read back
+    /// later than this instance's own commit).
+    pub fn saw_committed(&mut self, last: Option<Epoch>) -> CoreResult<()> {
+        let known = self.tracker.last_committed_epoch();
+        match last {
+            Some(l) if self.state().is_idle() && known.is_none_or(|k| l > k) => {
+                self.tracker.set_last_committed_epoch(Some(l))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A new client's init fenced the previous one (Kafka's `init_transactions`), and `last` is
+    /// the last committed epoch it read: an open or prepared epoch is aborted (the init aborted
+    /// it), an abort under way is done, a commit under way or in doubt committed exactly when
+    /// `last` covers it ([`epoch_committed`]); then [`SinkTxn::saw_committed`].
+    pub fn reopened(&mut self, last: Option<Epoch>, now_us: u64) -> CoreResult<()> {
+        match self.state() {
+            TransactionState::Active(_) | TransactionState::Prepared(_) => {
+                self.tracker.abort_started(None)?;
+                self.tracker.abort_ok(now_us)?;
+            }
+            TransactionState::Aborting(_) => self.tracker.abort_ok(now_us)?,
+            TransactionState::Committing(_) => self.tracker.commit_failed()?,
+            _ => {}
+        }
+        if let TransactionState::Failed(e) = self.state() {
+            let committed = epoch_committed(last, e);
+            self.tracker.resolve(resolution(committed), now_us, None)?;
+        }
+        self.pending = None;
+        self.saw_committed(last)
+    }
+
+    /// Kafka's in-doubt resolution ended: `committed` (when the marker decided) resolves the
+    /// epoch still in doubt; `marker` is then evidence of the last committed epoch.
+    pub fn resolved_by_marker(
+        &mut self,
+        committed: Option<bool>,
+        marker: Option<Epoch>,
+        now_us: u64,
+    ) -> CoreResult<()> {
+        if let (Some(c), Some(_)) = (committed, self.in_doubt()) {
+            self.tracker.resolve(resolution(c), now_us, None)?;
+            self.pending = None;
+        }
+        self.saw_committed(marker)
+    }
+
+    /// `close()`: abort the open epoch, leave the prepared one (abort it when the prepare is not
+    /// durable), or nothing.
     pub fn close(&self) -> CloseAnswer {
         match self.state() {
             TransactionState::Active(e) => CloseAnswer::AbortOpen(e),
+            TransactionState::Prepared(e) if !self.durable_prepare => CloseAnswer::AbortOpen(e),
             TransactionState::Prepared(e) => CloseAnswer::LeavePrepared(e),
             _ => CloseAnswer::Nothing,
         }

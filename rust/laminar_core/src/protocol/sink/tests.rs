@@ -5,7 +5,16 @@ use crate::state::StateKind;
 
 /// A machine in the given kind of state for epoch 5, having committed epoch 3 before.
 fn in_state(kind: StateKind) -> SinkTxn {
-    let mut m = SinkTxn::new(EpochTracker::default(), None);
+    in_state_of(kind, true)
+}
+
+/// The same for a sink whose prepare is not durable (Kafka).
+fn kafka_in_state(kind: StateKind) -> SinkTxn {
+    in_state_of(kind, false)
+}
+
+fn in_state_of(kind: StateKind, durable: bool) -> SinkTxn {
+    let mut m = SinkTxn::new(EpochTracker::default(), None).durable_prepare(durable);
     m.learned_last(Some(3)).unwrap();
     if kind == StateKind::Idle {
         return m;
@@ -323,4 +332,210 @@ fn resolution_and_what_the_store_says() {
     assert_eq!(m.tracker().last_committed_epoch(), Some(9));
     m.learned_last(None).unwrap();
     assert_eq!(m.tracker().last_committed_epoch(), None);
+}
+
+// -- a prepare that is not durable (Kafka) -------------------------------------------------------
+
+#[test]
+fn kafka_a_refused_commit_is_rolled_back_even_after_prepare() {
+    for from in [StateKind::Active, StateKind::Prepared] {
+        // The broker answered (an abortable error): nothing committed, the epoch can be retried.
+        let mut m = kafka_in_state(from);
+        m.commit_started(5, 20).unwrap();
+        assert_eq!(m.commit_failed(false, 30), Ok(CommitFailure::RolledBack));
+        assert!(m.tracker().state().is_idle());
+        assert_eq!(m.tracker().last_committed_epoch(), Some(3));
+        assert_eq!(m.tracker().metrics().commit_failures, 1);
+        assert_eq!(m.begin(5), Ok(BeginAnswer::Open));
+        // The outcome is unknown (timeout, fenced, fatal): in doubt.
+        let mut m = kafka_in_state(from);
+        m.commit_started(5, 20).unwrap();
+        assert_eq!(m.commit_failed(true, 30), Ok(CommitFailure::InDoubt));
+        assert_eq!(m.in_doubt(), Some(5));
+    }
+}
+
+#[test]
+fn kafka_abort_in_each_state() {
+    for kind in StateKind::ALL {
+        let mut m = kafka_in_state(kind);
+        let before = m.clone();
+        let answer = m.abort(5);
+        match kind {
+            // Idle: a no-op, even for an epoch this sink never saw.
+            StateKind::Idle => {
+                assert_eq!(answer, Ok(AbortAnswer::Nothing));
+                assert_eq!(m.abort(42), Ok(AbortAnswer::Nothing));
+                unchanged(&before, &m);
+            }
+            StateKind::Active => assert_eq!(answer, Ok(AbortAnswer::Rollback)),
+            StateKind::Prepared => assert_eq!(answer, Ok(AbortAnswer::RollbackPrepared)),
+            _ => {
+                refused(answer, "abort_started");
+                unchanged(&before, &m);
+            }
+        }
+    }
+}
+
+#[test]
+fn kafka_abort_via_each_client_in_each_state() {
+    for kind in StateKind::ALL {
+        for client in [Client::Live, Client::GivenUp, Client::Fenced] {
+            let mut m = kafka_in_state(kind);
+            let before = m.clone();
+            let answer = m.abort_via(5, client, 40);
+            match (kind, client) {
+                (StateKind::Idle, _) => {
+                    assert_eq!(answer, Ok(AbortAnswer::Nothing));
+                    unchanged(&before, &m);
+                }
+                (_, Client::Fenced) => {
+                    assert_eq!(answer, Ok(AbortAnswer::Fenced));
+                    unchanged(&before, &m);
+                }
+                (StateKind::Active | StateKind::Prepared, Client::GivenUp) => {
+                    // Aborted here, nothing sent: the next producer's init fences the old one.
+                    assert_eq!(answer, Ok(AbortAnswer::Nothing));
+                    assert!(m.tracker().state().is_idle());
+                    assert_eq!(m.tracker().metrics().aborts, 1);
+                    assert_eq!(m.begin(5), Ok(BeginAnswer::Open));
+                }
+                (_, Client::GivenUp) => {
+                    assert_eq!(answer, Ok(AbortAnswer::Reopen));
+                    unchanged(&before, &m);
+                }
+                (StateKind::Active, Client::Live) => assert_eq!(answer, Ok(AbortAnswer::Rollback)),
+                (StateKind::Prepared, Client::Live) => {
+                    assert_eq!(answer, Ok(AbortAnswer::RollbackPrepared))
+                }
+                (_, Client::Live) => {
+                    refused(answer, "abort_started");
+                    unchanged(&before, &m);
+                }
+            }
+        }
+    }
+    // A durable prepare keeps abort()'s answers while idle.
+    let mut m = in_state(StateKind::Idle);
+    refused(m.abort_via(5, Client::Live, 40), "abort_started");
+    // Another epoch than the open one is refused.
+    let mut m = kafka_in_state(StateKind::Active);
+    refused(m.abort_via(6, Client::GivenUp, 40), "abort_started epoch 6");
+}
+
+#[test]
+fn kafka_a_failed_abort_reopens_and_is_aborted() {
+    for from in [StateKind::Active, StateKind::Prepared] {
+        let mut m = kafka_in_state(from);
+        m.abort(5).unwrap();
+        assert_eq!(m.abort_failed(), Ok(AbortFailure::Reopen));
+        // Fenced: the sink raises instead; the epoch stays in doubt.
+        assert_eq!(m.in_doubt(), Some(5));
+        m.abort_reopened(50).unwrap();
+        assert!(m.tracker().state().is_idle());
+        assert_eq!(m.pending(), None);
+        assert_eq!(m.tracker().last_committed_epoch(), Some(3));
+        assert_eq!(m.tracker().metrics().abort_failures, 1);
+        assert_eq!(m.begin(5), Ok(BeginAnswer::Open));
+    }
+    // A durable prepare: in doubt.
+    let mut m = in_state(StateKind::Prepared);
+    m.abort(5).unwrap();
+    assert_eq!(m.abort_failed(), Ok(AbortFailure::InDoubt));
+    // abort_reopened outside doubt is refused.
+    let mut m = kafka_in_state(StateKind::Idle);
+    refused(m.abort_reopened(50), "resolve");
+}
+
+#[test]
+fn kafka_close_aborts_a_prepared_epoch() {
+    for kind in StateKind::ALL {
+        let expected = match kind {
+            StateKind::Active | StateKind::Prepared => CloseAnswer::AbortOpen(5),
+            _ => CloseAnswer::Nothing,
+        };
+        assert_eq!(kafka_in_state(kind).close(), expected);
+    }
+}
+
+#[test]
+fn saw_committed_raises_never_lowers_and_waits_while_busy() {
+    for kind in StateKind::ALL {
+        let mut m = kafka_in_state(kind);
+        m.saw_committed(Some(9)).unwrap();
+        let expected = if kind == StateKind::Idle { 9 } else { 3 };
+        assert_eq!(m.tracker().last_committed_epoch(), Some(expected));
+        m.saw_committed(Some(2)).unwrap();
+        m.saw_committed(None).unwrap();
+        assert_eq!(m.tracker().last_committed_epoch(), Some(expected));
+    }
+    let mut m = SinkTxn::new(EpochTracker::default(), None).durable_prepare(false);
+    m.saw_committed(None).unwrap();
+    assert_eq!(m.tracker().last_committed_epoch(), None);
+    m.saw_committed(Some(0)).unwrap();
+    assert_eq!(m.tracker().last_committed_epoch(), Some(0));
+}
+
+#[test]
+fn reopened_settles_each_state_by_what_the_init_read() {
+    for kind in StateKind::ALL {
+        for last in [Some(3), Some(5), Some(7), None] {
+            let mut m = kafka_in_state(kind);
+            m.reopened(last, 60).unwrap();
+            assert!(m.tracker().state().is_idle(), "{kind:?} {last:?}");
+            assert_eq!(m.pending(), None);
+            let record = m.tracker().record(5).map(|r| r.state);
+            let metrics = m.tracker().metrics();
+            match kind {
+                StateKind::Idle => assert_eq!(record, None),
+                StateKind::Active | StateKind::Prepared | StateKind::Aborting => {
+                    assert_eq!(record, Some(RecordState::Aborted));
+                    assert_eq!(metrics.aborts, 1);
+                }
+                StateKind::Committing | StateKind::Failed => {
+                    // Committed exactly when the epoch read back covers it.
+                    let committed = last.is_some_and(|l| l >= 5);
+                    let want = if committed {
+                        RecordState::Committed
+                    } else {
+                        RecordState::Aborted
+                    };
+                    assert_eq!(record, Some(want), "{kind:?} {last:?}");
+                    assert_eq!(metrics.commit_failures, 1);
+                }
+            }
+            // The epoch read back is kept, never lowered.
+            let known = m.tracker().last_committed_epoch();
+            assert!(
+                known >= last && known >= Some(3),
+                "{kind:?} {last:?} {known:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn resolved_by_marker_resolves_only_an_epoch_in_doubt() {
+    for kind in StateKind::ALL {
+        for committed in [Some(true), Some(false), None] {
+            let mut m = kafka_in_state(kind);
+            let before = m.tracker().state();
+            m.resolved_by_marker(committed, Some(4), 70).unwrap();
+            match (kind, committed) {
+                (StateKind::Failed, Some(c)) => {
+                    assert!(m.tracker().state().is_idle());
+                    let want = if c { Some(5) } else { Some(4) };
+                    assert_eq!(m.tracker().last_committed_epoch(), want);
+                }
+                (StateKind::Idle, _) => {
+                    assert_eq!(m.tracker().last_committed_epoch(), Some(4));
+                }
+                _ => {
+                    assert_eq!(m.tracker().state(), before);
+                    assert_eq!(m.tracker().last_committed_epoch(), Some(3));
+                }
+            }
+        }
+    }
 }
