@@ -71,6 +71,10 @@ class TransactionState:
     def epoch(self) -> int | None:
         """The epoch of the open transaction; ``None`` when idle."""
 
+    def holds_transaction(self) -> bool:
+        """Whether an epoch's transaction is held (``Active`` or ``Prepared``): an abort
+        discards it."""
+
     def __eq__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 

@@ -255,7 +255,7 @@ class KafkaDriver:
             sink.commit_transaction(epoch)
         elif kind == "sink_abort":
             # best effort: an abort that fails is cleaned up by the next fencing
-            if sink.transaction_state.name in ("Active", "Prepared"):
+            if sink.transaction_state.holds_transaction():
                 try:
                     sink.abort_transaction(epoch)
                 except LaminarError as err:

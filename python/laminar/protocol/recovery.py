@@ -111,7 +111,7 @@ def redo_from_log(conn: psycopg.Connection[Any], sink: Any, epoch: int) -> bool:
             produce_blob(sink, blob)
         sink.commit_transaction(epoch)
     except LaminarError:
-        if sink.transaction_state.name in ("Active", "Prepared"):
+        if sink.transaction_state.holds_transaction():
             sink.abort_transaction(epoch)
         raise
     delete_redo(conn, sink.sink_id, epoch)

@@ -52,7 +52,7 @@ def write_single(
             # one sink needs no vote: it commits in one phase (Active -> Committing)
             sink.commit_transaction(epoch)
         elif c.kind == "sink_abort":
-            if sink.transaction_state.name in ("Active", "Prepared"):
+            if sink.transaction_state.holds_transaction():
                 sink.abort_transaction(epoch)
         elif c.kind == "sink_recover":
             return Event.marker(sink.recover(), now_ms())

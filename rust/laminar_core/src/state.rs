@@ -295,6 +295,15 @@ impl TransactionState {
         self == TransactionState::Idle
     }
 
+    /// Whether the sink holds an epoch's transaction that an abort discards (`Active`, or
+    /// `Prepared`): what a driver's best-effort abort checks first.
+    pub fn holds_transaction(self) -> bool {
+        matches!(
+            self,
+            TransactionState::Active(_) | TransactionState::Prepared(_)
+        )
+    }
+
     /// The state after `event`, or [`CoreError::IllegalState`] if the table has no such transition.
     pub fn next(self, event: TransactionEvent) -> CoreResult<TransactionState> {
         next_state(self, event)
@@ -448,6 +457,15 @@ mod tests {
             (S::Failed(_), E::Resolve(_)) => Some(S::Idle),
             _ => None,
         }
+    }
+
+    #[test]
+    fn only_active_and_prepared_hold_a_transaction() {
+        let held: Vec<StateKind> = StateKind::ALL
+            .into_iter()
+            .filter(|k| k.with_epoch(3).holds_transaction())
+            .collect();
+        assert_eq!(held, vec![StateKind::Active, StateKind::Prepared]);
     }
 
     #[test]

@@ -112,6 +112,11 @@ impl PyTransactionState {
         self.0.epoch()
     }
 
+    /// Whether an epoch's transaction is held (`Active` or `Prepared`): an abort discards it.
+    fn holds_transaction(&self) -> bool {
+        self.0.holds_transaction()
+    }
+
     fn __repr__(&self) -> String {
         self.repr()
     }
