@@ -74,7 +74,7 @@ def test_odd_sink_ids_prepare_list_and_resolve_end_to_end(
         assert main(["resolve", gid, "--commit", "--dsn", dsn]) == 0, capsys.readouterr()
         capsys.readouterr()
         assert _count(dsn, table) == len(epoch_table(7))
-    assert main(["status", "--dsn", dsn, "--json"]) == 0
+    main(["status", "--dsn", dsn, "--json"])  # its exit code counts other tests' leftovers too
     left = {i["id"] for i in json.loads(capsys.readouterr().out)["in_doubt"]}
     assert not (left & set(gids))
 
