@@ -9,9 +9,11 @@ API but configures nothing):
 
 - **the write path with and without the hooks**: one ``exactly_once(KafkaSink, PostgresSink)``
   writing small epochs on the session's servers, its rounds alternating between the code as
-  shipped and the same code with the three hooks replaced by bare no-ops, best round of each;
-  the ratio is gated near 1 (the noise of a round trip dominates it: a hook that imported or
-  allocated per command would not move it, which is why the second gate exists);
+  shipped and the same code with the three hooks replaced by bare no-ops; the median of the
+  rounds' own ratios (`benches.gates.paired`: a broker commit's latency has two modes, and a
+  best-of-each would compare one lucky round with another) is gated near 1 (the noise of a
+  round trip dominates it: a hook that imported or allocated per command would not move it,
+  which is why the second gate exists);
 - **the hooks' share of an epoch**: the hooks an epoch calls (``traced`` per protocol run,
   ``epoch`` and ``written`` once), timed alone in a tight loop, over the same epoch's best time:
   gated at a fraction of a percent, so a hook made 100x dearer (an import, a span object per
@@ -33,7 +35,7 @@ import opentelemetry.trace  # the API present, no SDK: the disabled path that lo
 import psycopg
 import pyarrow as pa
 import pytest
-from benches.gates import Contender, Gate, best, interleaved, spread
+from benches.gates import Contender, Gate, best, interleaved, paired, spread
 
 import laminar
 from laminar import _telemetry
@@ -111,17 +113,19 @@ def bench_telemetry_disabled_costs_nothing_on_the_write_path(writer: Writer, gat
         {"hooks": Contender(writer.run), "bare": Contender(run_bare)},
         ROUNDS,
         max_rounds=ROUNDS * 3,
-        settled=lambda s: bool(s["hooks"]) and best(s["hooks"]) <= 1.05 * best(s["bare"]),
+        settled=lambda s: bool(s["hooks"]) and paired(s["hooks"], s["bare"]) <= 1.05,
     )
-    ratio = best(seconds["hooks"]) / best(seconds["bare"])
+    ratio = paired(seconds["hooks"], seconds["bare"])
     gate(
         "telemetry off: atomic write path with hooks / without",
         ratio,
         at_most=1.10,
         unit="x",
         target="1.00 x",
-        detail=f"{EPOCHS_PER_ROUND} epochs of {ROWS} rows a round, {len(seconds['hooks'])} "
-        f"rounds; hooks {spread(seconds['hooks'])}, bare {spread(seconds['bare'])}",
+        detail=f"median of the rounds' own ratios; {EPOCHS_PER_ROUND} epochs of {ROWS} rows a "
+        f"round, {len(seconds['hooks'])} rounds, best-round ratio "
+        f"{best(seconds['hooks']) / best(seconds['bare']):.2f} x; "
+        f"hooks {spread(seconds['hooks'])}, bare {spread(seconds['bare'])}",
     )
 
     # the hooks an epoch calls, alone, against that epoch's best time

@@ -25,6 +25,7 @@ import functools
 import gc
 import json
 import math
+import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -262,6 +263,20 @@ def interleaved(
 
 def best(seconds: list[float]) -> float:
     return min(seconds)
+
+
+def paired(numerator: list[float], denominator: list[float]) -> float:
+    """The median of the rounds' own ratios, ``numerator[i] / denominator[i]``: the figure for
+    two contenders measured side by side in the same rounds (`interleaved`, or alternating
+    batches). A burst of load that lands on one round moves one ratio of many, where it can move a
+    best or a median of its own contender's rounds alone; a contender whose latency has two modes
+    (a broker's commit that sometimes waits a tick) is judged against its partner's same round,
+    not against the partner's one lucky round. A path that really is slower is slower in most
+    rounds, so the median of the ratios still shows it."""
+    ratios = [n / d for n, d in zip(numerator, denominator, strict=False) if d > 0]
+    if not ratios:
+        raise ValueError("no paired rounds to compare")
+    return statistics.median(ratios)
 
 
 def spread(seconds: list[float]) -> str:
