@@ -15,6 +15,7 @@ from laminar.cli import outcomes as _outcomes
 from laminar.cli import status as _status
 from laminar.errors import LaminarError
 from laminar.protocol import admin as _admin
+from laminar.protocol.kafka_sinks import RegisteredKafkaSinks
 
 __all__ = ["CommandError", "run"]
 
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace, kafka_extra: dict[str, str]) -> int:
                 f"{redact_dsn(args.dsn)} has no laminar metadata (schema laminar): no sink has "
                 "written to this database yet"
             )
-        factory = _admin._KafkaFactory(conn, kafka_extra)
+        factory = RegisteredKafkaSinks(conn, kafka_extra)
         try:
             if args.command == "status":
                 return _run_status(conn, args, factory)
@@ -71,13 +72,17 @@ def run(args: argparse.Namespace, kafka_extra: dict[str, str]) -> int:
     raise CommandError(f"unknown command {args.command}", 2)
 
 
-def _run_status(conn: psycopg.Connection[Any], args: argparse.Namespace, kafka: Any) -> int:
+def _run_status(
+    conn: psycopg.Connection[Any], args: argparse.Namespace, kafka: RegisteredKafkaSinks
+) -> int:
     found = _admin.status(conn, kafka, lingering_after_s=args.lingering_after)
     _status.print_status(redact_dsn(args.dsn), found, as_json=args.json)
     return 5 if found.in_doubt else 0
 
 
-def _run_resolve(conn: psycopg.Connection[Any], args: argparse.Namespace, kafka: Any) -> int:
+def _run_resolve(
+    conn: psycopg.Connection[Any], args: argparse.Namespace, kafka: RegisteredKafkaSinks
+) -> int:
     target: str = args.transaction_id
     commit = bool(args.commit)
     try:
@@ -91,7 +96,7 @@ def _run_resolve(conn: psycopg.Connection[Any], args: argparse.Namespace, kafka:
     return 5 if done.what == "awaits_replay" else 0
 
 
-def _run_recover(args: argparse.Namespace, kafka: Any) -> int:
+def _run_recover(args: argparse.Namespace, kafka: RegisteredKafkaSinks) -> int:
     report = _admin.recover(args.dsn, kafka, older_than_s=args.older_than)
     _outcomes.print_recovered(report, as_json=args.json)
     return 5 if report.unresolved else 0

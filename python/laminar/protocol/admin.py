@@ -3,23 +3,20 @@ decision database, answered as data; `laminar.cli` prints the answers and picks 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
-from laminar._core import ResolveMachine, next_epoch_base, participant_base
-from laminar._redact import SECRET
-from laminar.errors import FatalError, LaminarError
-from laminar.kafka.log import ClientSecurity, KafkaLogClient, UnsupportedSecurityError
-from laminar.kafka.sink import KafkaSink
+from laminar._core import ResolveMachine, next_epoch_base
+from laminar.errors import LaminarError
 from laminar.metadata import applied_version
 from laminar.postgres._names import parse_gid
 from laminar.protocol import records as _records
-from laminar.protocol.distributed import DistributedDriver, kafka_participant
+from laminar.protocol.distributed import DistributedDriver
 from laminar.protocol.driver import drive
+from laminar.protocol.kafka_sinks import RegisteredKafkaSinks
 from laminar.protocol.recovery import read_decisions
 from laminar.protocol.watcher import Item, Watcher, WatcherReport, inspect
 
@@ -45,74 +42,6 @@ def has_metadata(conn: psycopg.Connection[Any]) -> bool:
     return found
 
 
-class _KafkaFactory:
-    """Builds KafkaSinks from their registered configuration (plus secrets given on the command
-    line) to read markers and complete transactions."""
-
-    def __init__(self, conn: psycopg.Connection[Any], extra: dict[str, str]) -> None:
-        self.configs = _records.read_kafka_registry(conn)
-        conn.rollback()
-        self.extra = extra
-        self.sinks: dict[str, Any] = {}
-        self._reachability: dict[str, str] = {}
-
-    def __call__(self, transactional_id: str) -> Any:
-        if transactional_id in self.sinks:
-            return self.sinks[transactional_id]
-        config = self.configs.get(transactional_id)
-        if config is None:
-            base_part = participant_base(transactional_id)
-            if base_part is None:
-                return None
-            base = self(base_part[0])
-            if base is None:
-                return None
-            self.sinks[transactional_id] = kafka_participant(base, base_part[1])
-            return self.sinks[transactional_id]
-        producer = {
-            k: v for k, v in dict(config.get("producer_config") or {}).items() if v != SECRET
-        }
-        producer.update(self.extra)
-        self._check_reachable(str(config["bootstrap_servers"]), producer)
-        sink = KafkaSink(
-            config["bootstrap_servers"],
-            config["topic"],
-            transactional_id,
-            key=config.get("key"),
-            value_format=config.get("value_format") or "json",
-            producer_config=producer,
-            init_timeout_s=10.0,
-            commit_timeout_s=10.0,
-        )
-        self.sinks[transactional_id] = sink
-        return sink
-
-    def _check_reachable(self, bootstrap: str, producer: dict[str, Any]) -> None:
-        """Fail fast (a few seconds, once per cluster) when a registered sink's brokers do not
-        answer — a decommissioned cluster must not stall `status` or `recover` behind
-        librdkafka's retries."""
-
-        known = self._reachability.get(bootstrap)
-        if known is None:
-            known = ""
-            try:
-                security = ClientSecurity.from_config(producer)
-                with KafkaLogClient(bootstrap, timeout=5.0, security=security) as client:
-                    client.connect()
-            except UnsupportedSecurityError:
-                pass  # not checkable here: librdkafka's own timeouts apply
-            except LaminarError as e:
-                known = str(e)
-            self._reachability[bootstrap] = known
-        if known:
-            raise FatalError(f"the brokers at {bootstrap} do not answer: {known}")
-
-    def close(self) -> None:
-        for sink in self.sinks.values():
-            with contextlib.suppress(LaminarError):
-                sink.close()
-
-
 # -- status ---------------------------------------------------------------------------------------
 
 
@@ -132,7 +61,7 @@ class Status:
 
 
 def status(
-    conn: psycopg.Connection[Any], kafka: _KafkaFactory, *, lingering_after_s: float
+    conn: psycopg.Connection[Any], kafka: RegisteredKafkaSinks, *, lingering_after_s: float
 ) -> Status:
     """Every registered sink with its last committed epoch (a Kafka sink's read from its
     marker; an unreadable one as ``? (<why>)``), decided epoch, owner and latency; every in-doubt
@@ -213,7 +142,7 @@ class Resolved:
 def resolve(
     conn: psycopg.Connection[Any],
     target: str,
-    kafka: _KafkaFactory,
+    kafka: RegisteredKafkaSinks,
     *,
     commit: bool,
     force: bool,
@@ -240,7 +169,7 @@ def resolve(
 # -- recover --------------------------------------------------------------------------------------
 
 
-def recover(dsn: str, kafka: _KafkaFactory, *, older_than_s: float) -> WatcherReport:
+def recover(dsn: str, kafka: RegisteredKafkaSinks, *, older_than_s: float) -> WatcherReport:
     """``laminar recover``: one watcher pass that resolves every in-doubt transaction
     unresolved for at least ``older_than_s`` seconds by its recorded decision."""
     return Watcher(dsn, kafka_sink=kafka, resolve_after_s=older_than_s).run_once()
