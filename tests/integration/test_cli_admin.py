@@ -79,6 +79,35 @@ def test_status_shows_and_resolve_commits_a_hand_made_in_doubt_transaction(
     assert main(["resolve", gid, "--commit", "--dsn", dsn]) == 6
 
 
+def test_status_calls_an_item_lingering_by_the_lingering_after_threshold(
+    clean_prepared_xacts: str, table_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--lingering-after S``: an in-doubt transaction at least S seconds old lingers (the
+    core's rule, `is_lingering`), in the table, the JSON item and the JSON count."""
+    dsn = clean_prepared_xacts
+    create_table(dsn, table_name)
+    laminar.PostgresSink(dsn, table_name).init_transactions()
+    gid = f"laminar:public.{table_name}:8:0"
+    hand_made_prepared(dsn, table_name, gid)
+
+    def listed(*extra: str) -> tuple[dict[str, Any], str]:
+        capsys.readouterr()
+        assert main(["status", "--dsn", dsn, "--json", *extra]) == 5
+        doc = json.loads(capsys.readouterr().out)
+        assert main(["status", "--dsn", dsn, *extra]) == 5
+        (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(gid)]
+        (item,) = [i for i in doc["in_doubt"] if i["id"] == gid]
+        assert doc["lingering"] == sum(1 for i in doc["in_doubt"] if i["lingering"])
+        return item, line
+
+    item, line = listed()  # the default, 300 s: a new one does not linger
+    assert item["lingering"] is False
+    assert line.split()[5] == "no"
+    item, line = listed("--lingering-after", "0")
+    assert item["lingering"] is True
+    assert line.split()[5] == "yes"
+
+
 def test_resolve_refuses_to_go_against_a_recorded_decision_without_force(
     clean_prepared_xacts: str, table_name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

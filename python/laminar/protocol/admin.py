@@ -94,9 +94,7 @@ def status(
                 "commit_latency_ms": None if latency is None else round(float(latency), 2),
             }
         )
-    items = inspect(conn, kafka_sink=kafka)
-    for item in items:
-        item.lingering = item.age_s >= lingering_after_s
+    items = inspect(conn, kafka_sink=kafka, lingering_after_s=lingering_after_s)
     return Status(listed, items, _distributed(conn))
 
 

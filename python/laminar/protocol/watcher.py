@@ -151,15 +151,18 @@ def inspect(
     group_id: str | None = None,
     kafka_sink: KafkaSinkFactory | None = None,
     sink_ids: Sequence[str] | None = None,
+    lingering_after_s: float = 300.0,
 ) -> list[Item]:
     """Every unresolved transaction in the decision database (of one group when given), without
     acting (a pass with ``act=False``). ``kafka_sink(transactional_id)`` gives a KafkaSink to
     read markers with (None: Kafka parts are not checked); ``sink_ids`` limits prepared gids
-    to those sinks."""
+    to those sinks. Each item's ``lingering`` is the core's rule (`is_lingering`) at
+    ``lingering_after_s``."""
     machine = WatcherPassMachine(
         group_id=group_id,
         sink_ids=None if sink_ids is None else list(sink_ids),
         check_kafka=kafka_sink is not None,
+        lingering_after_s=lingering_after_s,
         act=False,
     )
     return [_item(i) for i in _pass(conn, machine, kafka_sink, _quiet).items]
