@@ -129,8 +129,9 @@ def test_a_prepared_gid_belongs_to_the_record_that_names_it_exactly(
     """One matching rule (docs/engine.md §4): a ``dt_participant`` row owns the gid it names,
     exactly. The scale-out coordinator's case — the row names the task's gid — finds its
     decision; the watcher's old prefix rule took ``…:1`` for ``…:10``, whose partition has no
-    record: it is an orphan, not the ``rollback`` decision of partition 1."""
-    from laminar.protocol.watcher import find_decision, inspect
+    record: it is an orphan, not the ``rollback`` decision of partition 1. Judged where the
+    matching is done: the watcher's inspection (the core's pass), item by prepared gid."""
+    from laminar.protocol.watcher import inspect
 
     dsn = clean_prepared_xacts
     create_table(dsn, table_name)
@@ -139,12 +140,17 @@ def test_a_prepared_gid_belongs_to_the_record_that_names_it_exactly(
     named = f"laminar:public.{table_name}:3:1"
     longer = f"laminar:public.{table_name}:3:10"
     hand_made_decision(dsn, dtid, 3, "rollback", named)
+    hand_made_prepared(dsn, table_name, named)
     hand_made_prepared(dsn, table_name, longer)
     with psycopg.connect(dsn) as conn:
-        assert find_decision(conn, named) == (dtid, "rollback")
-        assert find_decision(conn, longer) == (None, None)
-        (item,) = [i for i in inspect(conn) if i.id == longer]
+        found = {i.id: i for i in inspect(conn) if i.id in (named, longer)}
+    # the gid the record names: its decision, of that distributed transaction
+    assert (found[named].kind, found[named].decision) == ("participant", "rollback")
+    assert f"(decision {dtid})" in found[named].detail
+    # the longer gid: no decision at all
+    item = found[longer]
     assert (item.kind, item.decision) == ("participant", None)
+    assert "(decision none)" in item.detail
     # no decision names it: committing it is not against one (the prefix rule refused it,
     # exit 4, as if it were partition 1's rollback)
     capsys.readouterr()

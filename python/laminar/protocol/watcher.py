@@ -37,12 +37,11 @@ from typing import Any
 
 import psycopg
 
-from laminar._core import WatcherItem, WatcherPassMachine, participant_matches
-from laminar.protocol import records as _records
+from laminar._core import WatcherItem, WatcherPassMachine
 from laminar.protocol.distributed import DistributedDriver
 from laminar.protocol.driver import drive
 
-__all__ = ["Item", "Watcher", "WatcherReport", "find_decision", "inspect"]
+__all__ = ["Item", "Watcher", "WatcherReport", "inspect"]
 
 log = logging.getLogger("laminar.protocol.watcher")
 #: The inspection's own logger: ``laminar status`` prints its items, not a watcher's line.
@@ -106,15 +105,6 @@ class WatcherReport:
             "unresolved": len(self.unresolved),
             "items": [asdict(i) for i in self.items],
         }
-
-
-def find_decision(conn: psycopg.Connection[Any], gid: str) -> tuple[str | None, str | None]:
-    """The distributed decision a prepared gid belongs to: ``(dtid, state)`` or (None, None).
-    The newest record whose participant is exactly this gid (`participant_matches`)."""
-    for dtid, _group, state, _participant, resource in _records.read_participant_decisions(conn):
-        if participant_matches(resource, gid):
-            return dtid, state
-    return None, None
 
 
 KafkaSinkFactory = Callable[[str], Any]
