@@ -17,7 +17,6 @@ from laminar.protocol import records as _records
 from laminar.protocol.distributed import DistributedDriver
 from laminar.protocol.driver import drive
 from laminar.protocol.kafka_sinks import RegisteredKafkaSinks
-from laminar.protocol.recovery import read_decisions
 from laminar.protocol.watcher import Item, Watcher, WatcherReport, inspect
 
 __all__ = [
@@ -69,7 +68,7 @@ def status(
     concluded."""
     sinks = _records.read_status_sinks(conn)
     conn.rollback()
-    decided = {r.transactional_id: r for r in read_decisions(conn)}
+    decided = {r.transactional_id: r for r in _records.read_decisions(conn)}
     conn.rollback()
     listed = []
     for sink_id, kind, owner, generation, base, latency, epoch, _at, rows, age in sinks:

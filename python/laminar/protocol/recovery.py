@@ -34,25 +34,9 @@ import psycopg
 from laminar import _core
 from laminar._core import KafkaRecoveryMachine
 from laminar.errors import FatalError, LaminarError
-from laminar.protocol.driver import KafkaDriver, drive, end_txn
-from laminar.protocol.records import (
-    DecisionRow,
-    delete_redo,
-    read_decisions,
-    read_redo,
-    redo_exists,
-)
+from laminar.protocol.driver import KafkaDriver, drive
 
-__all__ = [
-    "DecisionRow",
-    "delete_redo",
-    "end_txn",
-    "read_decisions",
-    "read_redo",
-    "redo_exists",
-    "refusal_error",
-    "resolve_kafka_sinks",
-]
+__all__ = ["refusal_error", "resolve_kafka_sinks"]
 
 log = logging.getLogger("laminar.protocol.recovery")
 
