@@ -25,7 +25,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from prometheus_client.core import (
@@ -40,6 +40,9 @@ from laminar._core import participant_base
 from laminar._redact import redact_dsn, redact_text
 from laminar._stats import BUCKETS_S
 from laminar.metadata import applied_version
+
+if TYPE_CHECKING:
+    from laminar.protocol.kafka_sinks import RegisteredKafkaSinks
 
 __all__ = ["LaminarCollector", "Snapshot", "families", "read_kafka_behind", "read_snapshot"]
 
@@ -360,7 +363,7 @@ class LaminarCollector(Collector):
         self._dsn = dsn
         self._kafka_extra = kafka_extra
         self._timeout = connect_timeout_s
-        self._kafka: Any = None
+        self._kafka: RegisteredKafkaSinks | None = None
         self.errors: dict[str, int] = defaultdict(int)
         self.errors.update({"postgres": 0, "kafka": 0})
         self.last_error = ""
@@ -378,17 +381,13 @@ class LaminarCollector(Collector):
         if self._kafka_extra is None:
             return None
         # in-function: the Kafka sinks load only when Kafka is checked
-        from laminar.protocol.admin import _KafkaFactory
+        from laminar.protocol.kafka_sinks import RegisteredKafkaSinks
 
         if self._kafka is None:
-            self._kafka = _KafkaFactory(conn, dict(self._kafka_extra))
+            self._kafka = RegisteredKafkaSinks(conn, dict(self._kafka_extra))
         else:
-            from laminar.protocol import records as _records  # as read_snapshot's
-
-            self._kafka.configs = _records.read_kafka_registry(conn)
-            conn.rollback()
-        factory: Callable[[str], Any] = self._kafka
-        return factory
+            self._kafka.reload(conn)
+        return self._kafka
 
     def read(self) -> tuple[Snapshot, bool]:
         """One scrape's `Snapshot`, and whether the database was read."""

@@ -79,6 +79,35 @@ def test_status_shows_and_resolve_commits_a_hand_made_in_doubt_transaction(
     assert main(["resolve", gid, "--commit", "--dsn", dsn]) == 6
 
 
+def test_status_calls_an_item_lingering_by_the_lingering_after_threshold(
+    clean_prepared_xacts: str, table_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--lingering-after S``: an in-doubt transaction at least S seconds old lingers (the
+    core's rule, `is_lingering`), in the table, the JSON item and the JSON count."""
+    dsn = clean_prepared_xacts
+    create_table(dsn, table_name)
+    laminar.PostgresSink(dsn, table_name).init_transactions()
+    gid = f"laminar:public.{table_name}:8:0"
+    hand_made_prepared(dsn, table_name, gid)
+
+    def listed(*extra: str) -> tuple[dict[str, Any], str]:
+        capsys.readouterr()
+        assert main(["status", "--dsn", dsn, "--json", *extra]) == 5
+        doc = json.loads(capsys.readouterr().out)
+        assert main(["status", "--dsn", dsn, *extra]) == 5
+        (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(gid)]
+        (item,) = [i for i in doc["in_doubt"] if i["id"] == gid]
+        assert doc["lingering"] == sum(1 for i in doc["in_doubt"] if i["lingering"])
+        return item, line
+
+    item, line = listed()  # the default, 300 s: a new one does not linger
+    assert item["lingering"] is False
+    assert line.split()[5] == "no"
+    item, line = listed("--lingering-after", "0")
+    assert item["lingering"] is True
+    assert line.split()[5] == "yes"
+
+
 def test_resolve_refuses_to_go_against_a_recorded_decision_without_force(
     clean_prepared_xacts: str, table_name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -100,8 +129,9 @@ def test_a_prepared_gid_belongs_to_the_record_that_names_it_exactly(
     """One matching rule (docs/engine.md §4): a ``dt_participant`` row owns the gid it names,
     exactly. The scale-out coordinator's case — the row names the task's gid — finds its
     decision; the watcher's old prefix rule took ``…:1`` for ``…:10``, whose partition has no
-    record: it is an orphan, not the ``rollback`` decision of partition 1."""
-    from laminar.protocol.watcher import find_decision, inspect
+    record: it is an orphan, not the ``rollback`` decision of partition 1. Judged where the
+    matching is done: the watcher's inspection (the core's pass), item by prepared gid."""
+    from laminar.protocol.watcher import inspect
 
     dsn = clean_prepared_xacts
     create_table(dsn, table_name)
@@ -110,12 +140,17 @@ def test_a_prepared_gid_belongs_to_the_record_that_names_it_exactly(
     named = f"laminar:public.{table_name}:3:1"
     longer = f"laminar:public.{table_name}:3:10"
     hand_made_decision(dsn, dtid, 3, "rollback", named)
+    hand_made_prepared(dsn, table_name, named)
     hand_made_prepared(dsn, table_name, longer)
     with psycopg.connect(dsn) as conn:
-        assert find_decision(conn, named) == (dtid, "rollback")
-        assert find_decision(conn, longer) == (None, None)
-        (item,) = [i for i in inspect(conn) if i.id == longer]
+        found = {i.id: i for i in inspect(conn) if i.id in (named, longer)}
+    # the gid the record names: its decision, of that distributed transaction
+    assert (found[named].kind, found[named].decision) == ("participant", "rollback")
+    assert f"(decision {dtid})" in found[named].detail
+    # the longer gid: no decision at all
+    item = found[longer]
     assert (item.kind, item.decision) == ("participant", None)
+    assert "(decision none)" in item.detail
     # no decision names it: committing it is not against one (the prefix rule refused it,
     # exit 4, as if it were partition 1's rollback)
     capsys.readouterr()

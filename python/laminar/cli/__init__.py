@@ -27,14 +27,13 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from laminar import __version__
 from laminar._redact import parse_dsn
+from laminar.cli import commands as _commands
 from laminar.cli import exporter as _exporter
 from laminar.cli.demo import add_arguments, run_from_args
 from laminar.errors import ConfigError
-from laminar.protocol import admin as _admin
 
 __all__ = ["main"]
 
@@ -163,8 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(args, str(e), EXIT_USAGE)
 
     try:
-        return int(_admin.run(args, extra))
-    except _admin.CommandError as e:
+        return int(_commands.run(args, extra))
+    except _commands.CommandError as e:
         return _fail(args, str(e), e.code)
 
 
@@ -200,10 +199,6 @@ def _key_values(items: list[str]) -> dict[str, str]:
             )
         out[key.strip()] = value
     return out
-
-
-def _print_json(doc: Any) -> None:  # pragma: no cover - used by _admin
-    print(json.dumps(doc, indent=2, default=str))
 
 
 if __name__ == "__main__":  # pragma: no cover

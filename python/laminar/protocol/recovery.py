@@ -34,27 +34,9 @@ import psycopg
 from laminar import _core
 from laminar._core import KafkaRecoveryMachine
 from laminar.errors import FatalError, LaminarError
-from laminar.kafka._redo import produce_blob
-from laminar.protocol.driver import KafkaDriver, drive, end_txn
-from laminar.protocol.records import (
-    DecisionRow,
-    delete_redo,
-    read_decisions,
-    read_redo,
-    redo_exists,
-)
+from laminar.protocol.driver import KafkaDriver, drive
 
-__all__ = [
-    "DecisionRow",
-    "delete_redo",
-    "end_txn",
-    "read_decisions",
-    "read_redo",
-    "redo_exists",
-    "redo_from_log",
-    "refusal_error",
-    "resolve_kafka_sinks",
-]
+__all__ = ["refusal_error", "resolve_kafka_sinks"]
 
 log = logging.getLogger("laminar.protocol.recovery")
 
@@ -93,27 +75,3 @@ def resolve_kafka_sinks(
     machine = KafkaRecoveryMachine(list(by_id))
     drive(machine, KafkaDriver(by_id, lambda: conn, log, init=init).perform)
     return dict(machine.awaiting)
-
-
-def redo_from_log(conn: psycopg.Connection[Any], sink: Any, epoch: int) -> bool:
-    """Re-produce ``epoch``'s records from ``laminar.redo`` in a fresh transaction with marker
-    ``epoch``, then drop them; False if the sink already holds the epoch.
-
-    Kept for its callers: recovery itself runs the redo inside `KafkaRecoveryMachine`, which
-    decides when it is due. This performs the same commands for one epoch, in the machine's
-    order, aborting the redo's transaction on failure."""
-    blobs = read_redo(conn, sink.sink_id, epoch)
-    conn.commit()
-    if not sink.begin_transaction(epoch):
-        return False
-    try:
-        for blob in blobs:
-            produce_blob(sink, blob)
-        sink.commit_transaction(epoch)
-    except LaminarError:
-        if sink.transaction_state.holds_transaction():
-            sink.abort_transaction(epoch)
-        raise
-    delete_redo(conn, sink.sink_id, epoch)
-    conn.commit()
-    return True

@@ -37,12 +37,11 @@ from typing import Any
 
 import psycopg
 
-from laminar._core import WatcherItem, WatcherPassMachine, participant_matches
-from laminar.protocol import records as _records
+from laminar._core import WatcherItem, WatcherPassMachine
 from laminar.protocol.distributed import DistributedDriver
 from laminar.protocol.driver import drive
 
-__all__ = ["Item", "Watcher", "WatcherReport", "find_decision", "inspect"]
+__all__ = ["Item", "Watcher", "WatcherReport", "inspect"]
 
 log = logging.getLogger("laminar.protocol.watcher")
 #: The inspection's own logger: ``laminar status`` prints its items, not a watcher's line.
@@ -108,15 +107,6 @@ class WatcherReport:
         }
 
 
-def find_decision(conn: psycopg.Connection[Any], gid: str) -> tuple[str | None, str | None]:
-    """The distributed decision a prepared gid belongs to: ``(dtid, state)`` or (None, None).
-    The newest record whose participant is exactly this gid (`participant_matches`)."""
-    for dtid, _group, state, _participant, resource in _records.read_participant_decisions(conn):
-        if participant_matches(resource, gid):
-            return dtid, state
-    return None, None
-
-
 KafkaSinkFactory = Callable[[str], Any]
 
 
@@ -151,15 +141,18 @@ def inspect(
     group_id: str | None = None,
     kafka_sink: KafkaSinkFactory | None = None,
     sink_ids: Sequence[str] | None = None,
+    lingering_after_s: float = 300.0,
 ) -> list[Item]:
     """Every unresolved transaction in the decision database (of one group when given), without
     acting (a pass with ``act=False``). ``kafka_sink(transactional_id)`` gives a KafkaSink to
     read markers with (None: Kafka parts are not checked); ``sink_ids`` limits prepared gids
-    to those sinks."""
+    to those sinks. Each item's ``lingering`` is the core's rule (`is_lingering`) at
+    ``lingering_after_s``."""
     machine = WatcherPassMachine(
         group_id=group_id,
         sink_ids=None if sink_ids is None else list(sink_ids),
         check_kafka=kafka_sink is not None,
+        lingering_after_s=lingering_after_s,
         act=False,
     )
     return [_item(i) for i in _pass(conn, machine, kafka_sink, _quiet).items]

@@ -1,8 +1,11 @@
 """``laminar.spark``: exactly-once streaming queries from a Spark Connect client (or classic Spark).
 
-(Just under 600 lines, past the usual 500 lines: the package's whole public API — start,
-foreach_batch, check_server, register, warn_exposed_credentials — in one module, as users read
-it; the writer, source and options are submodules.)
+(About 530 lines, past the usual 500 lines: the foreachBatch function, the server check, `start`
+and `register` stay together here because each reaches `laminar.spark.writer` inside a function
+and the writer reaches back for `ForeachBatchWriter` — the package's one known deferred import
+cycle; in modules of their own they would close new ones. The query's owner
+(`laminar.spark.owner`), the credential warnings (`laminar.spark.credentials`), the writer,
+source and options are submodules; every public name is importable from here.)
 
     import laminar, laminar.spark
 
@@ -50,9 +53,11 @@ from laminar._settings import env_names
 from laminar._sink import TransactionalSink
 from laminar.errors import ConfigError
 from laminar.spark._handoff import VERSION_MISMATCH, install_advice, reduce_checked
+from laminar.spark.credentials import warn_exposed_credentials
+from laminar.spark.owner import query_owner
 
 if TYPE_CHECKING:
-    from laminar.readiness import ExposedVariable, SinkCheck
+    from laminar.readiness import SinkCheck
     from laminar.spark.writer import EpochResult, ExactlyOnceWriter
 
 # The writer, the readiness checks and the scale-out protocol are imported where they are used:
@@ -71,9 +76,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("laminar.spark")
-
-#: Prefix of the owner string that identifies a streaming query (``spark:<query id>``).
-OWNER_PREFIX = "spark:"
 
 Trigger = str | Mapping[str, Any] | None
 
@@ -207,29 +209,6 @@ def foreach_batch(
     return ForeachBatchWriter(
         writer, checkpoint_location=checkpoint_location, check_servers=check_servers
     )
-
-
-def query_owner(session: Any, checkpoint_location: str) -> str:
-    """``spark:<query id>``: the id Spark keeps in ``<checkpoint_location>/metadata`` (the same
-    across restarts from that checkpoint, new for a new checkpoint), read through ``session``
-    so that any Hadoop file system works."""
-    path = checkpoint_location.rstrip("/") + "/metadata"
-    try:
-        rows = session.read.text(path).collect()
-    except Exception as e:
-        raise ConfigError(
-            f"could not read the streaming query's id from {path} ({_first_line(e)}); is "
-            "checkpoint_location the query's checkpointLocation option?"
-        ) from e
-    text = "".join(str(row[0]) for row in rows)
-    try:
-        query_id = json.loads(text)["id"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise ConfigError(
-            f"{path} does not hold a streaming query id ({text[:200]!r}); is "
-            "checkpoint_location the query's checkpointLocation option?"
-        ) from e
-    return f"{OWNER_PREFIX}{query_id}"
 
 
 # -- checking the server before a query starts --------------------------------------------------
@@ -396,39 +375,6 @@ def register(spark: Any, *, check_server: bool = True, check_timeout_s: float = 
     spark.dataSource.register(LaminarDataSource)
 
 
-def warn_exposed_credentials(
-    spark: Any, names: Sequence[str] = (), *, options: Mapping[str, str] | None = None
-) -> list[ExposedVariable]:
-    """Warn (the ``laminar.spark`` logger) about each credential the session hands its executors
-    through ``spark.executorEnv.NAME`` that Spark shows in full — its UI, REST API and the
-    standalone workers' pages (`laminar.readiness.exposed_executor_env`) — and return them.
-    ``names`` are the variables a query's sinks read (``laminar.env`` settings); ``options``, a
-    ``format("laminar")`` query's options, adds those its ``….env`` options name. `register`
-    (without names: values and names that look like credentials) and `start` call it; a
-    session whose configuration cannot be read gives nothing. Docs: docs/spark.md, "Secrets on
-    executors"."""
-    from laminar.readiness import exposed_executor_env  # lazy: see top
-
-    names = list(names)
-    if options is not None:
-        from laminar.spark.options import parse_options  # lazy: see top
-
-        names += parse_options(options, check_sinks=False).env_names()
-
-    try:
-        entries = spark.conf.getAll  # a property in pyspark 4 (Connect and classic)
-        if callable(entries):
-            entries = entries()
-        conf = {str(k): str(v) for k, v in dict(entries).items()}
-    except Exception as e:  # an old or foreign session: nothing to check against
-        log.debug("cannot read the session's configuration to check spark.executorEnv: %s", e)
-        return []
-    exposed = exposed_executor_env(conf, names)
-    for variable in exposed:
-        log.warning("%s", variable.message())
-    return exposed
-
-
 # -- building and starting the query ------------------------------------------------------------
 
 
@@ -570,11 +516,6 @@ def _explain_start_failure(error: BaseException) -> str | None:
             f"cannot run this writer: {install_advice(__version__)}"
         )
     return None
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 #: Names re-exported from `laminar.spark.writer` on first use (imported there lazily, see top).
