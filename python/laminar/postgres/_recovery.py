@@ -19,7 +19,7 @@ from laminar.errors import (
     InDoubtError,
     LaminarError,
 )
-from laminar.postgres._errors import is_connection_failure
+from laminar.postgres._errors import classify
 from laminar.postgres._names import gid_prefix, make_gid
 from laminar.postgres._session import Session
 from laminar.postgres._steps import (
@@ -71,7 +71,7 @@ class Recovery:
             found = _commit_prepared(session.connection(), gid)
         except (psycopg.Error, LaminarError) as e:
             lost = isinstance(e, AbortableError) or (
-                isinstance(e, psycopg.Error) and is_connection_failure(e, session.conn)
+                isinstance(e, psycopg.Error) and classify(e, session.conn).connection_lost
             )
             # in doubt, lost or not, with the decision kept: recover() completes the COMMIT
             # PREPARED
@@ -118,7 +118,7 @@ class Recovery:
             found = _rollback_prepared(session.connection(), gid)
         except (psycopg.Error, LaminarError) as e:
             machine.abort_failed()
-            if isinstance(e, psycopg.Error) and is_connection_failure(e, session.conn):
+            if isinstance(e, psycopg.Error) and classify(e, session.conn).connection_lost:
                 session.drop()
             if isinstance(e, LaminarError):
                 raise

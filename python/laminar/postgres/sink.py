@@ -62,7 +62,7 @@ from laminar.errors import (
 )
 from laminar.postgres import _partners
 from laminar.postgres._base import DEFAULT_SCHEMA, ColumnsSpec, _SinkBase, parse_settings
-from laminar.postgres._errors import is_connection_failure, sqlstate_of
+from laminar.postgres._errors import classify
 from laminar.postgres._names import TableName
 from laminar.postgres._ready import Readiness
 from laminar.postgres._recovery import Recovery
@@ -398,13 +398,14 @@ class PostgresSink(_SinkBase):
         try:
             prepare_transaction(conn, gid)
         except psycopg.Error as e:
-            if is_connection_failure(e, self._session.conn):
+            failure = classify(e, self._session.conn)
+            if failure.connection_lost:
                 # The PREPARE may or may not have happened: abort_transaction cleans up the gid.
                 self._session.drop()
                 raise self._session.error(e, f"preparing {gid}", epoch) from e
             self._recovery.prepare_sent = None
             self._abort_after_error()  # a failed PREPARE TRANSACTION is a ROLLBACK
-            if sqlstate_of(e) == "55000" and "disabled" in str(e):
+            if failure.prepared_disabled:
                 self._readiness.max_prepared = 0
                 raise self._readiness.prepared_disabled(self._session.where()) from e
             raise self._session.error(e, f"preparing {gid}", epoch) from e
@@ -436,7 +437,7 @@ class PostgresSink(_SinkBase):
         try:
             conn.commit()
         except psycopg.Error as e:
-            lost = is_connection_failure(e, conn)
+            lost = classify(e, conn).connection_lost
             if self._machine.commit_failed(lost).kind == "in_doubt":
                 self._session.drop()
                 raise InDoubtError(
