@@ -540,21 +540,21 @@ class PostgresSink(_SinkBase):
 
     def commit_prepared(self, gid: str) -> bool:
         """``COMMIT PREPARED gid`` for one of this sink's gids; False if it no longer exists."""
-        self._recovery.own_gid(gid)
-        epoch = self._machine.prepared_epoch
-        if epoch is not None and gid == self._recovery.prepared_gid:
-            self.commit_transaction(epoch)
-            return True
-        return self._recovery.finish(gid, True, self._session, self._machine.writing is not None)
+        return self._end_prepared(gid, commit=True)
 
     def rollback_prepared(self, gid: str) -> bool:
         """``ROLLBACK PREPARED gid`` for one of this sink's gids; False if it no longer exists."""
+        return self._end_prepared(gid, commit=False)
+
+    def _end_prepared(self, gid: str, *, commit: bool) -> bool:
+        """End one of this sink's gids: its own prepared epoch through the lifecycle
+        (`commit_transaction` / `abort_transaction`), any other directly."""
         self._recovery.own_gid(gid)
         epoch = self._machine.prepared_epoch
         if epoch is not None and gid == self._recovery.prepared_gid:
-            self.abort_transaction(epoch)
+            (self.commit_transaction if commit else self.abort_transaction)(epoch)
             return True
-        return self._recovery.finish(gid, False, self._session, self._machine.writing is not None)
+        return self._recovery.finish(gid, commit, self._session, self._machine.writing is not None)
 
     # -- for a coordinator: this sink's steps inside a transaction it owns ------------------------
 
