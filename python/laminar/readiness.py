@@ -152,9 +152,9 @@ def _target_of(sink: TransactionalSink) -> str:
 
 
 def _check_postgres(sink: Any, timeout_s: float) -> str:
-    dsn: str = sink._dsn  # resolves laminar.env settings in this process
+    dsn: str = sink.resolved_dsn  # resolves laminar.env settings in this process
     target = f"PostgreSQL {redact_dsn(dsn)}"
-    secrets = sink._secrets()
+    secrets = sink.connection_secrets()
     try:
         with psycopg.connect(
             dsn, connect_timeout=max(1, round(timeout_s)), application_name="laminar check"

@@ -69,7 +69,7 @@ def write_in_thread(sink: PostgresSink, data: pa.Table) -> dict[str, Any]:
     an AssertionError when it is still waiting after `REFUSED_WITHIN_S` (its statement is then
     cancelled, so that the test ends instead of hanging with it)."""
     out: dict[str, Any] = {}
-    pid, dsn = sink._connection().info.backend_pid, sink.resolved_dsn
+    pid, dsn = sink._session.connection().info.backend_pid, sink.resolved_dsn
 
     def run() -> None:
         started = time.monotonic()

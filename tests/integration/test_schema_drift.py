@@ -180,7 +180,7 @@ def test_after_a_value_the_server_refuses_the_table_is_read_again(
         bad = rows(0, 1).set_column(1, "a", pa.array([500], pa.int64()))
         with pytest.raises(DataError):
             writer.write_epoch(0, bad)
-        assert sink._table_info is None  # the cached definition is dropped, not trusted
+        assert sink._readiness.info is None  # the cached definition is dropped, not trusted
         alter(pg_dsn, f"ALTER TABLE {table} ALTER COLUMN a TYPE numeric")
         writer.write_epoch(0, rows(0, 1))
     finally:

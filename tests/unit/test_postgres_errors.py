@@ -14,7 +14,7 @@ from laminar.errors import (
     FatalError,
     LaminarError,
 )
-from laminar.postgres._errors import error_class_for, is_connection_failure, map_pg_error
+from laminar.postgres._errors import classify, map_pg_error
 
 
 def server_error(sqlstate: str, message: str = "boom") -> psycopg.Error:
@@ -61,7 +61,7 @@ def server_error(sqlstate: str, message: str = "boom") -> psycopg.Error:
     ],
 )
 def test_sqlstate_classes(sqlstate: str, expected: type[LaminarError]) -> None:
-    assert error_class_for(server_error(sqlstate)) is expected
+    assert classify(server_error(sqlstate)).error is expected
     mapped = map_pg_error(server_error(sqlstate), "writing", sink_id="s", epoch=3)
     assert type(mapped) is expected
     assert f"SQLSTATE {sqlstate}" in str(mapped)
@@ -83,20 +83,20 @@ def test_sqlstate_classes(sqlstate: str, expected: type[LaminarError]) -> None:
     ],
 )
 def test_connection_errors_without_sqlstate(message: str, expected: type[LaminarError]) -> None:
-    assert error_class_for(psycopg.OperationalError(message)) is expected
+    assert classify(psycopg.OperationalError(message)).error is expected
 
 
 def test_an_interface_error_means_the_connection_is_gone() -> None:
-    assert error_class_for(psycopg.InterfaceError("the connection is closed")) is AbortableError
-    assert is_connection_failure(psycopg.InterfaceError("closed"), None)
+    assert classify(psycopg.InterfaceError("the connection is closed")).error is AbortableError
+    assert classify(psycopg.InterfaceError("closed")).connection_lost
 
 
 def test_connection_failures_for_in_doubt_commits() -> None:
-    assert is_connection_failure(psycopg.OperationalError("server closed the connection"), None)
-    assert is_connection_failure(server_error("08006"), None)
-    assert is_connection_failure(server_error("57P01"), None)
-    assert not is_connection_failure(server_error("40001"), None)
-    assert not is_connection_failure(server_error("23505"), None)
+    assert classify(psycopg.OperationalError("server closed the connection")).connection_lost
+    assert classify(server_error("08006")).connection_lost
+    assert classify(server_error("57P01")).connection_lost
+    assert not classify(server_error("40001")).connection_lost
+    assert not classify(server_error("23505")).connection_lost
 
 
 def test_messages_are_redacted_and_hinted() -> None:
@@ -114,4 +114,12 @@ def test_messages_are_redacted_and_hinted() -> None:
 
 
 def test_a_non_psycopg_error_is_fatal() -> None:
-    assert error_class_for(RuntimeError("?")) is FatalError
+    assert classify(RuntimeError("?")).error is FatalError
+
+
+def test_a_prepare_refused_because_the_server_disables_it() -> None:
+    disabled = server_error("55000", "prepared transactions are disabled")
+    assert classify(disabled).prepared_disabled
+    assert classify(disabled).error is ConfigError
+    assert not classify(server_error("55000", "object in use")).prepared_disabled
+    assert not classify(server_error("08006")).prepared_disabled

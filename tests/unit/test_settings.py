@@ -64,8 +64,8 @@ def test_postgres_dsn_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("LAMINAR_UNIT_DSN", SECRET_DSN)
     assert b"Env-S3cret" not in shipped
     clone = pickle.loads(shipped)
-    assert clone._dsn == SECRET_DSN  # read in the process that writes
-    assert clone._secrets() == ("Env-S3cret",)
+    assert clone.resolved_dsn == SECRET_DSN  # read in the process that writes
+    assert clone.connection_secrets() == ("Env-S3cret",)
     assert "Env-S3cret" not in repr(clone)
     # what was read is not pickled on
     assert b"Env-S3cret" not in pickle.dumps(clone)
@@ -77,7 +77,7 @@ def test_a_malformed_dsn_from_the_environment_fails_when_read(
     monkeypatch.setenv("LAMINAR_UNIT_DSN", "host=x password='Env-S3cret unterminated")
     sink = PostgresSink(laminar.env("LAMINAR_UNIT_DSN"), "orders")
     with pytest.raises(ConfigError, match="malformed dsn") as info:
-        _ = sink._dsn
+        _ = sink.resolved_dsn
     assert "Env-S3cret" not in str(info.value)
 
 

@@ -16,13 +16,18 @@
 | 42 syntax/undefined object, 3D/3F, 0A, 55  | ConfigError                                     |
 | anything else                              | FatalError                                      |
 
-A commit whose outcome is unknown is decided by the caller (it knows a COMMIT was in flight),
-not here: see ``is_connection_failure``. Every message is redacted (DSN passwords).
+`classify` decides, once, what a psycopg error means: the Laminar error above, whether the
+session is gone (what the core's `SinkTransaction.commit_failed` takes: a COMMIT in flight then
+has an unknown outcome, decided by the caller, which knows it was in flight) and whether a
+PREPARE TRANSACTION was refused because the server disables it. `map_pg_error` builds the
+error from it; every message is redacted (DSN passwords).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 
@@ -36,7 +41,7 @@ from laminar.errors import (
     LaminarError,
 )
 
-__all__ = ["error_class_for", "is_connection_failure", "map_pg_error", "sqlstate_of"]
+__all__ = ["PgFailure", "classify", "map_pg_error", "sqlstate_of"]
 
 # Connection failures psycopg reports without a SQLSTATE (libpq's own messages).
 _AUTH_FAILURE = re.compile(
@@ -53,19 +58,35 @@ def sqlstate_of(err: BaseException) -> str | None:
     return state if isinstance(state, str) and len(state) == 5 else None
 
 
-def is_connection_failure(err: BaseException, conn: psycopg.Connection[object] | None) -> bool:
-    """Whether ``err`` means the session is gone (so an in-flight COMMIT has an unknown outcome)."""
-    if conn is not None and (conn.closed or conn.broken):
-        return True
+@dataclass(frozen=True)
+class PgFailure:
+    """What a psycopg error means (`classify`)."""
+
+    #: The Laminar error it becomes (the table in this module's docstring).
+    error: type[LaminarError]
+    #: The session is gone, so a COMMIT (or PREPARE) in flight has an unknown outcome.
+    connection_lost: bool
+    #: A PREPARE TRANSACTION refused because ``max_prepared_transactions`` is 0.
+    prepared_disabled: bool
+
+
+def classify(err: BaseException, conn: psycopg.Connection[Any] | None = None) -> PgFailure:
+    """What ``err`` means; ``conn``: the connection it was raised on, when known (a closed or
+    broken one means the session is gone whatever the error says)."""
     state = sqlstate_of(err)
+    lost = conn is not None and (conn.closed or conn.broken)
     if state is None:
-        return isinstance(err, psycopg.OperationalError | psycopg.InterfaceError)
-    return state[:2] == "08" or state in ("57P01", "57P02", "57P03")
+        lost = lost or isinstance(err, psycopg.OperationalError | psycopg.InterfaceError)
+    else:
+        lost = lost or state[:2] == "08" or state in ("57P01", "57P02", "57P03")
+    return PgFailure(
+        error=_error_class(err, state),
+        connection_lost=lost,
+        prepared_disabled=state == "55000" and "disabled" in str(err),
+    )
 
 
-def error_class_for(err: BaseException) -> type[LaminarError]:
-    """Which Laminar error a psycopg error becomes (the table in this module's docstring)."""
-    state = sqlstate_of(err)
+def _error_class(err: BaseException, state: str | None) -> type[LaminarError]:
     if state is None:
         text = str(err)
         if _AUTH_FAILURE.search(text):
@@ -114,7 +135,7 @@ def map_pg_error(
     The caller raises it ``from err`` so the root cause stays in ``__cause__``. ``secrets`` are
     values to mask besides DSN passwords (e.g. the password of the sink's DSN).
     """
-    cls = error_class_for(err)
+    cls = classify(err).error
     state = sqlstate_of(err)
     detail = " ".join(str(err).split()) or type(err).__name__
     message = f"{what}: {detail}"

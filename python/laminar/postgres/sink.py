@@ -27,10 +27,13 @@ writes, and reconnects on the next epoch after a failure.
 
 The core's `SinkTransaction` decides each step of the lifecycle (docs/engine.md, "The sink's
 transaction": skip a replay, which commit, what a failed COMMIT means, what close does); this
-module performs its answers. It holds the lifecycle; the class's pieces live beside it
-(docs/engine.md, "Package layout"): `_base` (settings, properties, the error mapping, the
-connection), `_ready` (start-up, the table, the COPY of an epoch's rows) and `_recovery`
-(in-doubt resolution, prepared transactions).
+class performs its answers with its parts (docs/engine.md, "Package layout"), each given what it
+needs as arguments: `Settings` (`_base`, what it was configured with), `Session` (`_session`,
+the DSN, the connection and the error mapping), `Readiness` (`_ready`, the start-up checks, the
+table and the COPY plan), `RowWriter` (`_rows`, COPY or upsert of a batch) and `Recovery`
+(`_recovery`, its prepared transactions and in-doubt resolution). The module is over 500 lines
+because the class is the sink's whole public surface (configuration, lifecycle, recovery, the
+coordinator's steps), each method a thin driver of its parts.
 """
 
 from __future__ import annotations
@@ -38,14 +41,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import ClassVar
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, ClassVar
 
 import psycopg
+import pyarrow as pa  # type: ignore[import-untyped]
 
-from laminar._core import PreparedTxnState, SinkAnswer
+from laminar._core import PreparedTxnState, SinkAnswer, epoch_committed
 from laminar._faults import crash_point
 from laminar._input import check_epoch, materialize
-from laminar._redact import redact_text
+from laminar._redact import redact_dsn, redact_text
+from laminar._settings import Setting, is_deferred
 from laminar._types import ArrowData
 from laminar.errors import (
     AbortableError,
@@ -56,24 +63,28 @@ from laminar.errors import (
     LaminarError,
 )
 from laminar.postgres import _partners
-from laminar.postgres._base import DEFAULT_SCHEMA, ColumnsSpec
-from laminar.postgres._errors import is_connection_failure, sqlstate_of
-from laminar.postgres._recovery import _Recovery
+from laminar.postgres._base import DEFAULT_SCHEMA, ColumnsSpec, _SinkBase, parse_settings
+from laminar.postgres._errors import classify
+from laminar.postgres._names import TableName
+from laminar.postgres._ready import Readiness
+from laminar.postgres._recovery import Recovery
+from laminar.postgres._rows import RowWriter
+from laminar.postgres._session import Session, check_dsn
 from laminar.postgres._steps import (
+    DEFAULT_SLICE_BYTES,
     PreparedTransaction,
     claim_epoch,
     committed_epoch,
     prepare_transaction,
     record_epoch_totals,
 )
-from laminar.postgres._steps import rollback_prepared as _rollback_prepared
 
 __all__ = ["DEFAULT_SCHEMA", "ColumnsSpec", "PostgresSink", "PreparedTransaction"]
 
 log = logging.getLogger("laminar.postgres.sink")
 
 
-class PostgresSink(_Recovery):
+class PostgresSink(_SinkBase):
     """Writes each epoch's rows into ``table`` in one transaction, exactly once per sink id.
 
     ``dsn``: a libpq connection string or URI (its password never appears in messages, reprs or
@@ -97,32 +108,143 @@ class PostgresSink(_Recovery):
     """
 
     kind: ClassVar[str] = "postgres"
+    #: The parts live in one process: unpickled, the sink builds new ones (`_assemble`).
     _runtime_attrs: ClassVar[tuple[str, ...]] = (
-        "_conn",
-        "_table_info",
-        "_table_checked",
-        "_plan",
-        "_ready",
+        "_session",
+        "_readiness",
+        "_rows",
+        "_recovery",
         "_txn",
-        "_prepared_gid",
-        "_prepare_sent",
         "_epoch_rows",
         "_epoch_bytes",
-        "_max_prepared",
-        "_resolved_dsn",
-        "_password",
     )
+
+    def __init__(
+        self,
+        dsn: Setting,
+        table: str,
+        columns: ColumnsSpec = None,
+        sink_id: str | None = None,
+        *,
+        mode: str = "append",
+        key: str | Sequence[str] | None = None,
+        two_phase_part: int | None = None,
+        connect_timeout_s: float = 10.0,
+        slice_bytes: int = DEFAULT_SLICE_BYTES,
+    ) -> None:
+        resolved = None if is_deferred(dsn) else check_dsn(dsn)
+        settings = parse_settings(
+            table,
+            columns,
+            sink_id,
+            mode=mode,
+            key=key,
+            two_phase_part=two_phase_part,
+            connect_timeout_s=connect_timeout_s,
+            slice_bytes=slice_bytes,
+        )
+        super().__init__(settings.sink_id)
+        self._dsn_setting: Setting = dsn
+        self._settings = settings
+        self._assemble(resolved)
+
+    def _assemble(self, resolved: tuple[str, str] | None = None) -> None:
+        """Build the parts from the configuration (at construction and when unpickled)."""
+        s = self._settings
+        self._session = Session(self._dsn_setting, s.sink_id, s.connect_timeout, resolved)
+        self._readiness = Readiness(s, self.kind)
+        self._rows = RowWriter(s)
+        self._recovery = Recovery(s.sink_id, s.two_phase_part)
+        self._txn = None
+        self._epoch_rows: int | None = 0
+        self._epoch_bytes: int | None = 0
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._assemble()
+
+    def partition(self, part: int) -> PostgresSink:
+        """This sink as scale-out participant ``part`` (same DSN, table, sink id and settings,
+        ``two_phase_part=part``): a new sink sharing nothing live with this one."""
+        sink = object.__new__(PostgresSink)
+        _SinkBase.__init__(sink, self.sink_id)
+        sink._dsn_setting = self._dsn_setting
+        sink._settings = replace(self._settings, two_phase_part=part)
+        sink._assemble()
+        return sink
+
+    # -- configuration ------------------------------------------------------------------------
+
+    @property
+    def dsn(self) -> Setting:
+        """The connection string as given (with its password: do not log it), or the
+        ``laminar.env(...)`` it is read from."""
+        return self._dsn_setting
+
+    @property
+    def resolved_dsn(self) -> str:
+        """The connection string in this process, an ``laminar.env`` setting read here (with its
+        password: do not log it)."""
+        return self._session.dsn
+
+    def connection_secrets(self) -> tuple[str, ...]:
+        """The secret values of the connection string in this process (its password, once
+        read; none when it cannot be read): what a message about the server must mask
+        (`laminar._redact.redact_text`). With `resolved_dsn`, what a check of the server
+        outside the sink needs (`laminar.readiness`); never log either."""
+        return self._session.secrets()
+
+    @property
+    def table(self) -> TableName:
+        """The table as configured (``schema`` None: resolved through ``search_path``)."""
+        return self._settings.table_name
+
+    @property
+    def columns(self) -> list[str] | dict[str, str] | None:
+        """The column mapping as configured."""
+        return self._settings.columns
+
+    @property
+    def mode(self) -> str:
+        """``"append"`` (COPY every row) or ``"upsert"`` (replace rows by `key`)."""
+        return self._settings.mode
+
+    @property
+    def key(self) -> tuple[str, ...] | None:
+        """The upsert key's columns as configured (None in append mode)."""
+        return self._settings.key
+
+    @property
+    def two_phase_part(self) -> int | None:
+        """The partition number of a scale-out participant, or None."""
+        return self._settings.two_phase_part
+
+    def __repr__(self) -> str:
+        setting = self._dsn_setting
+        dsn = repr(setting) if is_deferred(setting) else repr(redact_dsn(str(setting)))
+        key = self._settings.key
+        upsert = "" if key is None else f", mode='upsert', key={list(key)!r}"
+        return (
+            f"PostgresSink(dsn={dsn}, table={self._settings.table_name.display()!r}, "
+            f"sink_id={self.sink_id!r}{upsert})"
+        )
+
+    def gid(self, epoch: int) -> str:
+        """The prepared-transaction id this sink uses for ``epoch``."""
+        return self._recovery.gid(epoch)
+
+    # -- start-up -----------------------------------------------------------------------------
 
     def init_transactions(self) -> None:
         """Connect, create the metadata schema on first use, check the table, register the sink,
         read its last committed epoch and resolve an in-doubt commit of this process."""
         self._machine.init()  # refused mid-epoch: finish the epoch first
-        self._ready = None
+        self._readiness.ready = None
         self._ensure_ready()
         if self._machine.in_doubt is not None:
             self.recover()
-        if self._two_phase_part is not None and self._max_prepared == 0:
-            raise self._prepared_disabled()
+        if self._two_phase_part is not None and self._readiness.max_prepared == 0:
+            raise self._readiness.prepared_disabled(self._session.where())
         # a scale-out participant sees its sibling partitions' prepared gids: expected
         lingering = self.prepared_transactions() if self._two_phase_part is None else []
         if lingering:
@@ -134,6 +256,17 @@ class PostgresSink(_Recovery):
                 ", ".join(p.gid for p in lingering[:5]),
                 lingering[0].age_s,
             )
+
+    def _ensure_ready(self) -> psycopg.Connection[Any]:
+        """Connect; once per process: the start-up checks (`Readiness.start`), which learn the
+        last committed epoch."""
+        conn = self._session.connection()
+        if self._readiness.ready:
+            return conn
+        last = self._readiness.start(conn, self._session)
+        self._machine.learned_last(last)
+        self._readiness.ready = True
+        return conn
 
     # -- one epoch ----------------------------------------------------------------------------
 
@@ -155,20 +288,22 @@ class PostgresSink(_Recovery):
             else:
                 current = committed_epoch(conn, self.sink_id)
                 claimed = current is None or current < epoch
-                me = self._participant(epoch)
+                me = self._readiness.participant(epoch)
                 if claimed and me is not None:
                     _partners.tag(conn, me)  # names this transaction as the epoch's partition
         except psycopg.Error as e:
-            self._end_transaction_quietly()
-            raise self._err(e, f"claiming epoch {epoch} in laminar.sink_epochs", epoch) from e
+            self._session.end_transaction_quietly()
+            raise self._session.error(
+                e, f"claiming epoch {epoch} in laminar.sink_epochs", epoch
+            ) from e
         if not claimed:
-            self._end_transaction_quietly()
+            self._session.end_transaction_quietly()
             return self._skip(epoch, self._machine.store_holds(epoch, current))
         crash_point("postgres.after_claim")
         self._machine.opened(epoch)
-        self._table_checked = False
+        self._readiness.checked = False
         self._epoch_rows = self._epoch_bytes = 0
-        self._prepare_sent = None
+        self._recovery.prepare_sent = None
         return True
 
     def _skip(self, epoch: int, answer: SinkAnswer) -> bool:
@@ -183,6 +318,21 @@ class PostgresSink(_Recovery):
             )
         return False
 
+    def _write_rows(
+        self, conn: psycopg.Connection[Any], data: pa.Table, epoch: int | None
+    ) -> tuple[int, int]:
+        """The batch's rows through `RowWriter`, into the table `Readiness` checked."""
+        table = self._readiness.table()
+        return self._rows.write(
+            conn,
+            table,
+            self._readiness.plan_for(table, data.schema),
+            data,
+            me=self._readiness.participant(epoch),
+            session=self._session,
+            epoch_open=self._machine.writing is not None,
+        )
+
     def write(self, batch: ArrowData) -> None:
         """COPY the batch's rows into the table within the open transaction.
 
@@ -191,27 +341,26 @@ class PostgresSink(_Recovery):
         the transaction is rolled back, so the epoch can be written again with a fixed batch.
         """
         epoch = self._machine.write()  # refused without an open epoch
-        conn = self._epoch_connection(epoch)
+        conn = self._session.epoch_connection(epoch)
+        ready = self._readiness
         try:
             # A stream is read once, here: a retry of this call then fails loudly (a spent
             # reader is refused) instead of writing nothing (laminar._input).
             data = materialize(batch)
-            if not self._table_checked:
-                self._table_info = self._checked_table(conn)
-                self._table_checked = True
-            table = self._table()
-            rows, nbytes = self._write_rows(conn, table, self._plan_for(table, data.schema), data)
+            if not ready.checked:
+                ready.info = ready.checked_table(conn, self._session.where())
+                ready.checked = True
+            rows, nbytes = self._write_rows(conn, data, self.transaction_state.epoch)
         except (ConfigError, DataError, AuthorizationError) as e:
             self._abort_after_error()
             if e.epoch is None and e.sink_id is None:
                 e.sink_id, e.epoch = self.sink_id, epoch
             raise
         except psycopg.Error as e:
-            error = self._err(e, f"writing to {self._shown_table()}", epoch)
+            error = self._session.error(e, f"writing to {ready.shown()}", epoch)
             # Whatever the server refused (a type, a column, a lost connection), the next epoch
             # reads the table's definition again rather than trusting the cached one.
-            self._table_info = None
-            self._plan = None
+            ready.forget()
             if not isinstance(error, AbortableError):
                 self._abort_after_error()
             raise error from e
@@ -225,13 +374,13 @@ class PostgresSink(_Recovery):
             return
         try:
             record_epoch_totals(
-                self._epoch_connection(epoch),
+                self._session.epoch_connection(epoch),
                 self.sink_id,
                 self._epoch_rows or 0,
                 self._epoch_bytes or 0,
             )
         except psycopg.Error as e:
-            error = self._err(e, f"recording epoch {epoch} in laminar.sink_epochs", epoch)
+            error = self._session.error(e, f"recording epoch {epoch} in laminar.sink_epochs", epoch)
             if not isinstance(error, AbortableError):
                 self._abort_after_error()
             raise error from e
@@ -240,29 +389,30 @@ class PostgresSink(_Recovery):
         """End the epoch's transaction with ``PREPARE TRANSACTION``: durable, invisible, and
         still holding its locks until ``commit_transaction`` / ``abort_transaction``."""
         epoch = self._machine.prepare()  # refused without an open epoch
-        if self._max_prepared == 0:
+        if self._readiness.max_prepared == 0:
             self._abort_after_error()
-            raise self._prepared_disabled()
+            raise self._readiness.prepared_disabled(self._session.where())
         gid = self.gid(epoch)
         self._finish_epoch(epoch)
         crash_point("postgres.before_prepare")
-        conn = self._epoch_connection(epoch)
-        self._prepare_sent = gid
+        conn = self._session.epoch_connection(epoch)
+        self._recovery.prepare_sent = gid
         try:
             prepare_transaction(conn, gid)
         except psycopg.Error as e:
-            if is_connection_failure(e, self._conn):
+            failure = classify(e, self._session.conn)
+            if failure.connection_lost:
                 # The PREPARE may or may not have happened: abort_transaction cleans up the gid.
-                self._drop_connection()
-                raise self._err(e, f"preparing {gid}", epoch) from e
-            self._prepare_sent = None
+                self._session.drop()
+                raise self._session.error(e, f"preparing {gid}", epoch) from e
+            self._recovery.prepare_sent = None
             self._abort_after_error()  # a failed PREPARE TRANSACTION is a ROLLBACK
-            if sqlstate_of(e) == "55000" and "disabled" in str(e):
-                self._max_prepared = 0
-                raise self._prepared_disabled() from e
-            raise self._err(e, f"preparing {gid}", epoch) from e
+            if failure.prepared_disabled:
+                self._readiness.max_prepared = 0
+                raise self._readiness.prepared_disabled(self._session.where()) from e
+            raise self._session.error(e, f"preparing {gid}", epoch) from e
         self._machine.prepared(epoch)
-        self._prepared_gid = gid
+        self._recovery.prepared_gid = gid
         crash_point("postgres.after_prepare")
         return PreparedTxnState(
             self.sink_id,
@@ -280,30 +430,30 @@ class PostgresSink(_Recovery):
         epoch = check_epoch(epoch, sink_id=self.sink_id)
         # refused for another epoch or state, and for a scale-out participant's one-phase commit
         if self._machine.commit(epoch).kind == "commit_prepared":
-            self._commit_prepared_epoch(epoch)
+            self._recovery.commit_epoch(epoch, self._machine, self._session, self._read_committed)
             return
         self._finish_epoch(epoch)
         crash_point("postgres.before_commit")
-        conn = self._epoch_connection(epoch)
+        conn = self._session.epoch_connection(epoch)
         self._machine.commit_started(epoch)
         try:
             conn.commit()
         except psycopg.Error as e:
-            lost = is_connection_failure(e, conn)
+            lost = classify(e, conn).connection_lost
             if self._machine.commit_failed(lost).kind == "in_doubt":
-                self._drop_connection()
+                self._session.drop()
                 raise InDoubtError(
                     redact_text(
                         f"the connection was lost during COMMIT of epoch {epoch}: whether it "
                         f"committed is unknown; recover() reads laminar.sink_epochs to decide "
                         f"({' '.join(str(e).split())})",
-                        self._secrets(),
+                        self._session.secrets(),
                     ),
                     sink_id=self.sink_id,
                     epoch=epoch,
                 ) from e
             # The server answered: the transaction is rolled back (e.g. a deferred constraint).
-            raise self._err(e, f"committing epoch {epoch}", epoch) from e
+            raise self._session.error(e, f"committing epoch {epoch}", epoch) from e
         self._machine.commit_ok()
         crash_point("postgres.after_commit")
 
@@ -315,43 +465,18 @@ class PostgresSink(_Recovery):
         if answer.kind == "nothing":
             return
         if answer.kind == "rollback_prepared":
-            self._rollback_prepared_epoch(epoch)
+            self._recovery.rollback_epoch(epoch, self._machine, self._session, self._read_committed)
             return
-        self._end_transaction_quietly()
-        sent, self._prepare_sent = self._prepare_sent, None
-        if sent is not None:
-            # A PREPARE whose reply was lost: roll the gid back if it exists.
-            try:
-                with self._idle_connection() as conn:
-                    _rollback_prepared(conn, sent)
-            except (psycopg.Error, LaminarError) as e:
-                self._machine.abort_failed()
-                self._prepared_gid = sent
-                if isinstance(e, LaminarError):
-                    raise
-                raise self._err(e, f"ROLLBACK PREPARED {sent!r}", epoch) from e
+        self._session.end_transaction_quietly()
+        # a PREPARE whose reply was lost: its gid is rolled back if it exists
+        self._recovery.rollback_sent(self._machine, self._session, epoch)
         self._machine.abort_ok()
 
     def _abort_after_error(self) -> None:
         """Roll back after a fatal error in this call, so the sink is usable again."""
         if self._machine.abort_after_error() is not None:
-            self._end_transaction_quietly()
+            self._session.end_transaction_quietly()
             self._machine.abort_ok()
-
-    def _end_transaction_quietly(self) -> None:
-        """Roll back the connection's open transaction; a lost connection has none left (the
-        server rolls back the transaction of a session that ends)."""
-        conn = self._conn
-        if conn is None:
-            return
-        try:
-            if not conn.closed and not conn.broken:
-                conn.rollback()
-        except psycopg.Error:
-            self._drop_connection()
-            return
-        if conn.closed or conn.broken:
-            self._drop_connection()
 
     def close(self) -> None:
         """Close the connection; an open (unprepared) transaction is rolled back, a prepared
@@ -364,7 +489,118 @@ class PostgresSink(_Recovery):
             log.info(
                 "sink %s: closing with prepared transaction %s left for the coordinator",
                 self.sink_id,
-                self._prepared_gid,
+                self._recovery.prepared_gid,
             )
-        self._drop_connection()
-        self._ready = None
+        self._session.drop()
+        self._readiness.ready = None
+
+    # -- recovery and state -------------------------------------------------------------------
+
+    def _read_committed(self, epoch: int) -> bool:
+        return epoch_committed(self.last_committed_epoch(), epoch)
+
+    def last_committed_epoch(self) -> int | None:
+        """The last epoch committed under this sink id, read from ``laminar.sink_epochs``."""
+        if not self._readiness.ready and self._machine.between_epochs:
+            self._ensure_ready()
+        try:
+            with self._session.idle(self._machine.writing is not None) as conn:
+                return committed_epoch(conn, self.sink_id)
+        except psycopg.Error as e:
+            raise self._session.error(e, "reading laminar.sink_epochs") from e
+
+    def recover(self) -> int | None:
+        """Resolve an in-doubt commit (or abort) from the durable record; return the last
+        committed epoch.
+
+        After a lost COMMIT, ``laminar.sink_epochs`` says whether the epoch committed. After a
+        lost COMMIT/ROLLBACK PREPARED, a gid still in ``pg_prepared_xacts`` is completed with the
+        decision that was being sent; a gid that is gone is read from ``laminar.sink_epochs``.
+        """
+        answer = self._machine.recover()
+        if answer.kind == "read_last":
+            last = self.last_committed_epoch()
+            self._machine.learned_last(last)
+            return last
+        epoch = answer.epoch
+        assert epoch is not None
+        committed, last = self._recovery.resolve(
+            epoch, answer.commit, self._session, self._machine.writing is not None
+        )
+        self._machine.resolved(committed, last)
+        self._recovery.prepared_gid = None
+        return last
+
+    # -- two-phase participants: listing and resolving -------------------------------------------
+
+    def prepared_transactions(self) -> list[PreparedTransaction]:
+        """This sink id's prepared transactions in ``pg_prepared_xacts``, oldest first, with
+        their age (for the coordinator, the resolution watcher and ``laminar status``)."""
+        return self._recovery.list(self._session, self._machine.writing is not None)
+
+    def commit_prepared(self, gid: str) -> bool:
+        """``COMMIT PREPARED gid`` for one of this sink's gids; False if it no longer exists."""
+        return self._end_prepared(gid, commit=True)
+
+    def rollback_prepared(self, gid: str) -> bool:
+        """``ROLLBACK PREPARED gid`` for one of this sink's gids; False if it no longer exists."""
+        return self._end_prepared(gid, commit=False)
+
+    def _end_prepared(self, gid: str, *, commit: bool) -> bool:
+        """End one of this sink's gids: its own prepared epoch through the lifecycle
+        (`commit_transaction` / `abort_transaction`), any other directly."""
+        self._recovery.own_gid(gid)
+        epoch = self._machine.prepared_epoch
+        if epoch is not None and gid == self._recovery.prepared_gid:
+            (self.commit_transaction if commit else self.abort_transaction)(epoch)
+            return True
+        return self._recovery.finish(gid, commit, self._session, self._machine.writing is not None)
+
+    # -- for a coordinator: this sink's steps inside a transaction it owns ------------------------
+
+    def check_in_transaction(self, conn: psycopg.Connection[Any], schema: pa.Schema) -> None:
+        """Lock the table on ``conn`` (in its current transaction), check its definition (read
+        again if it changed) and plan the COPY of ``schema``: a `ConfigError` here comes before
+        any byte is sent anywhere. A coordinator calls it first, then `write_in_transaction`
+        with ``checked=True`` in the same transaction."""
+        ready = self._readiness
+        try:
+            ready.info = ready.checked_table(conn, self._session.where())
+            ready.plan_for(ready.info, schema)
+        except psycopg.Error as e:
+            ready.forget()
+            raise self._session.error(e, f"checking table {ready.shown()}") from e
+
+    def write_in_transaction(
+        self,
+        conn: psycopg.Connection[Any],
+        epoch: int,
+        batch: ArrowData,
+        *,
+        checked: bool = False,
+    ) -> int | None:
+        """Claim ``epoch`` and COPY ``batch`` on ``conn``, in its current transaction, without
+        committing; return the rows written, or None if this sink id already committed the epoch
+        (then nothing was written and the caller must not count this sink).
+
+        For a coordinator that puts several Postgres sinks of one database — and its own decision
+        rows — into ONE transaction: it commits (or prepares, or rolls back) ``conn`` itself. The
+        sink's own connection and state are not touched. Run `init_transactions` once first (it
+        creates the metadata schema and registers the sink). ``checked=True``: the caller ran
+        `check_in_transaction` in this transaction. Errors are mapped as for `write`.
+        """
+        epoch = check_epoch(epoch, sink_id=self.sink_id)
+        ready = self._readiness
+        try:
+            data = materialize(batch)
+            if not claim_epoch(conn, self.sink_id, epoch):
+                return None
+            if not checked or ready.info is None:
+                ready.info = ready.checked_table(conn, self._session.where())
+            rows, nbytes = self._write_rows(conn, data, self.transaction_state.epoch)
+            record_epoch_totals(conn, self.sink_id, rows, nbytes)
+        except psycopg.Error as e:
+            error = self._session.error(e, f"writing epoch {epoch} to {ready.shown()}", epoch)
+            ready.forget()
+            raise error from e
+        return rows

@@ -54,9 +54,7 @@ def _clone(sink: Any) -> Any:
 
 def postgres_participant(base: PostgresSink, part: int) -> PostgresSink:
     """``base`` as scale-out participant ``part`` (same table and sink id, ``two_phase_part``)."""
-    sink: PostgresSink = _clone(base)
-    sink._two_phase_part = part
-    return sink
+    return base.partition(part)
 
 
 #: librdkafka settings of a participant's short-lived clients, unless the sink's own
