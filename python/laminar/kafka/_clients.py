@@ -29,6 +29,8 @@ from laminar.kafka._config import (
 from laminar.kafka._errors import (
     AUTH_CODES,
     as_kafka_error,
+    classify,
+    classify_silence,
     describe,
 )
 from laminar.kafka._runtime import _Runtime
@@ -83,15 +85,12 @@ class _Clients(_SinkBase):
             try:
                 _bounded_call(rt.producer, operation, args, remaining)
                 return
-            except _StuckCallError:
-                raise self._stuck(rt, operation, epoch, timeout_s) from None
+            except _StuckCallError as e:
+                raise self._stuck(rt, e, operation, epoch, timeout_s) from None
             except KafkaException as e:
                 kafka_error = as_kafka_error(e)
                 retry = (
-                    kafka_error is not None
-                    and kafka_error.retriable()
-                    and not kafka_error.fatal()
-                    and not kafka_error.txn_requires_abort()
+                    classify(e, operation).retry
                     and attempt <= self._retries
                     and time.monotonic() < deadline
                 )
@@ -108,7 +107,12 @@ class _Clients(_SinkBase):
                 raise self._error(e, operation, epoch, rt) from e
 
     def _stuck(
-        self, rt: _Runtime, operation: str, epoch: int | None, timeout_s: float
+        self,
+        rt: _Runtime,
+        error: _StuckCallError,
+        operation: str,
+        epoch: int | None,
+        timeout_s: float,
     ) -> LaminarError:
         """The error for a call that did not return in time. The producer is given up (the next
         use opens a new one, whose ``init_transactions`` fences it and aborts what it left
@@ -121,7 +125,7 @@ class _Clients(_SinkBase):
             "or unreachable; librdkafka can block past its timeout there (librdkafka #5456)"
         )
         log.warning("%s; the producer is replaced", what)
-        if operation == "commit_transaction":
+        if classify(error, operation).kind == "in_doubt":
             return InDoubtError(
                 f"{what}: the commit may or may not have happened; recover() reads the "
                 "outcome from the epoch marker",
@@ -147,8 +151,8 @@ class _Clients(_SinkBase):
                 )
                 rt.identity_changed()
                 return
-            except _StuckCallError:
-                self._stuck(rt, "abort_transaction", None, self._commit_timeout_s)
+            except _StuckCallError as e:
+                self._stuck(rt, e, "abort_transaction", None, self._commit_timeout_s)
             except KafkaException as e:
                 log.warning(
                     "sink %s: abort after a failed commit failed (%s); re-initialising the "
@@ -293,13 +297,15 @@ class _Clients(_SinkBase):
             raise self._error(KafkaException(topic.error), "metadata", None, rt)
 
     def _connection_error(self, e: KafkaException, rt: _Runtime) -> LaminarError:
-        for seen in reversed(rt.client_errors):
-            if seen.code() in AUTH_CODES:
-                return self._error(KafkaException(seen), "init_transactions", None, rt)
-        # servers that took the connection and never answered: a hang to wait out, not an
-        # address to fix (unless TLS failed: a plaintext port spoken to with TLS looks alike)
         stalled = rt.stalled_brokers()
-        if stalled and all(seen.code() != KafkaError._SSL for seen in rt.client_errors):
+        connected = rt.connected_brokers()
+        failure = classify_silence(
+            rt.client_errors, stalled=bool(stalled), connected=bool(connected)
+        )
+        if failure.cause == "unauthorized":
+            seen = next(s for s in reversed(rt.client_errors) if s.code() in AUTH_CODES)
+            return self._error(KafkaException(seen), "init_transactions", None, rt)
+        if failure.cause == "stalled":
             return AbortableError(
                 f"the Kafka cluster at bootstrap.servers={self._bootstrap_servers} did not "
                 f"answer within init_timeout_s={self._init_timeout_s:g} s: "
@@ -308,8 +314,7 @@ class _Clients(_SinkBase):
                 "was written; the call can be retried",
                 sink_id=self.sink_id,
             )
-        connected = rt.connected_brokers()
-        if connected:
+        if failure.cause == "hung":
             return AbortableError(
                 f"the Kafka cluster at bootstrap.servers={self._bootstrap_servers} did not "
                 f"answer within init_timeout_s={self._init_timeout_s:g} s ({self._scrub(str(e))}):"
