@@ -7,11 +7,12 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
 
 from confluent_kafka import KafkaError
 
-from laminar._core import SinkTransaction, is_internal_kafka_topic, marker_group
+from laminar._core import is_internal_kafka_topic, kafka_participant_id, marker_group
 from laminar._redact import SECRET, redact_config, redact_text
 from laminar._settings import Setting, is_deferred, resolve, resolve_mapping
 from laminar._sink import TransactionalSink
@@ -37,10 +38,36 @@ _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 #: Printable ASCII only: a NUL or non-ASCII transactional id passes librdkafka's checks but fails
 #: every transactional request, as a retriable error, forever.
 _TRANSACTIONAL_ID = re.compile(r"[\x20-\x7e]+")
+_Sink = TypeVar("_Sink", bound="_SinkBase")
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """A `KafkaSink`'s cluster as its clients reach it, resolved in this process
+    (`KafkaSink.client_settings`). ``producer_config`` may hold secrets: the repr masks them."""
+
+    #: ``bootstrap.servers``, read (``laminar.env``) and checked.
+    bootstrap_servers: str
+    #: The producer settings as librdkafka takes them (secrets included: never log them).
+    producer_config: dict[str, Any]
+    #: How long a commit (or an ``EndTxn`` completing one) may take before its outcome is in doubt.
+    commit_timeout_s: float
+    #: How long connecting and reading the marker may take at start-up.
+    init_timeout_s: float
+
+    def __repr__(self) -> str:
+        return (
+            f"ClientSettings(bootstrap_servers={self.bootstrap_servers!r}, "
+            f"producer_config={redact_config(self.producer_config)!r}, "
+            f"commit_timeout_s={self.commit_timeout_s!r}, init_timeout_s={self.init_timeout_s!r})"
+        )
 
 
 class _SinkBase(TransactionalSink):
     """What every piece of `KafkaSink` reads: its settings, its runtime and its errors."""
+
+    #: A prepared Kafka transaction dies with its producer (`TransactionalSink._machine`).
+    _durable_prepare: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -140,22 +167,10 @@ class _SinkBase(TransactionalSink):
         self._flush_timeout_s = float(flush_timeout_s)
         self._retries = int(retries)
         self._rt: _Runtime | None = None
-        self._txn: SinkTransaction | None = None
         self._key_format = key_format
         self._registry_setting = dict(schema_registry) if schema_registry is not None else None
         self._avro = avro
         self._key_avro = key_avro
-
-    @property
-    def _machine(self) -> SinkTransaction:
-        """The core's machine of this sink's transaction (docs/engine.md, "The sink's
-        transaction"), over `tracker`, with a prepare that is not durable (a prepared Kafka
-        transaction dies with its producer): each call asks it what to do and reports back."""
-        tracker = self.tracker
-        txn = getattr(self, "_txn", None)
-        if txn is None or txn.tracker is not tracker:
-            txn = self._txn = SinkTransaction(tracker, durable_prepare=False)
-        return txn
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -171,6 +186,28 @@ class _SinkBase(TransactionalSink):
     @property
     def _producer_config(self) -> dict[str, Any]:
         return self._resolve_settings()[1]
+
+    def client_settings(self) -> ClientSettings:
+        """What a client of this sink's cluster needs, read in this process (``laminar.env``
+        settings resolved, then checked): how the drivers reach the cluster (``EndTxn``, the
+        readiness check, the registry of `laminar status`). The producer settings may hold
+        secrets (SASL passwords): its repr masks them; never log its fields."""
+        bootstrap, config = self._resolve_settings()
+        return ClientSettings(bootstrap, dict(config), self._commit_timeout_s, self._init_timeout_s)
+
+    def as_participant(
+        self: _Sink, part: int, client_defaults: Mapping[str, Any] | None = None
+    ) -> _Sink:
+        """A copy of this sink as scale-out participant ``part``: transactional id
+        ``<tid>.p<part>`` (`kafka_participant_id`), so its own epoch marker (consumer group
+        ``laminar.<tid>.p<part>``), with ``client_defaults`` under its producer settings where
+        these have none. Nothing live is copied (as when pickled)."""
+        copy = object.__new__(type(self))
+        copy.__setstate__(self.__getstate__())
+        copy._sink_id = kafka_participant_id(self.sink_id, part)
+        copy._resolved = None
+        copy._producer_setting = {**(client_defaults or {}), **self._producer_setting}
+        return copy
 
     def _resolve_settings(self) -> tuple[str, dict[str, Any]]:
         """``bootstrap_servers`` and ``producer_config`` in this process: ``laminar.env``

@@ -101,7 +101,7 @@ class KafkaSink(_Producing, _Witness):
     """
 
     kind: ClassVar[str] = "kafka"
-    _runtime_attrs: ClassVar[tuple[str, ...]] = ("_rt", "_resolved", "_txn")
+    _runtime_attrs: ClassVar[tuple[str, ...]] = ("_rt", "_resolved")
 
     # -- lifecycle ----------------------------------------------------------------------------
 
