@@ -1,10 +1,11 @@
 """`KafkaSink`'s configuration: the constructor's checks, the settings read in the writing
-process (``laminar.env``), the public properties, and the one error mapping (`_error`,
-docs/errors.md) every other piece of the sink uses."""
+process (``laminar.env``, `ClientSettings`), the public properties, and the error wording
+(`_error`, docs/errors.md) every part of the sink is given."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -12,7 +13,12 @@ from typing import Any, ClassVar, TypeVar
 
 from confluent_kafka import KafkaError
 
-from laminar._core import is_internal_kafka_topic, kafka_participant_id, marker_group
+from laminar._core import (
+    identity_group,
+    is_internal_kafka_topic,
+    kafka_participant_id,
+    marker_group,
+)
 from laminar._redact import SECRET, redact_config, redact_text
 from laminar._settings import Setting, is_deferred, resolve, resolve_mapping
 from laminar._sink import TransactionalSink
@@ -39,6 +45,10 @@ _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 #: every transactional request, as a retriable error, forever.
 _TRANSACTIONAL_ID = re.compile(r"[\x20-\x7e]+")
 _Sink = TypeVar("_Sink", bound="_SinkBase")
+#: How far back (records per partition) the witness looks for this sink's records, unless
+#: `KafkaSink.witness_max_records` or the environment variable below says otherwise.
+_WITNESS_MAX_RECORDS = 1_000_000
+WITNESS_MAX_RECORDS_ENV = "LAMINAR_KAFKA_WITNESS_MAX_RECORDS"
 
 
 @dataclass(frozen=True)
@@ -280,6 +290,54 @@ class _SinkBase(TransactionalSink):
             f"transactional_id={self.sink_id!r}, key={self._key!r}, "
             f"value_format={self._value_format!r}, producer_config={self.producer_config!r})"
         )
+
+    # -- the last committed epoch (laminar.kafka._witness, docs/protocol.md §1) --------------
+
+    @property
+    def identity_group(self) -> str:
+        """The consumer group whose committed offset on (topic, 0) is the sink's identity: "this
+        sink has started here and may have committed epochs" (docs/protocol.md §1)."""
+        return identity_group(self.sink_id)
+
+    @property
+    def recorded_history(self) -> str:
+        """Why a record outside Kafka says this sink has written before (a decision row in
+        ``laminar.txn_state``, set by recovery), or ``""``. With it, a sink whose marker *and*
+        identity groups are gone (deleted by hand, expired) is not taken as new: the witness
+        reads the topic (docs/protocol.md §1)."""
+        return str(getattr(self, "_recorded_history", ""))
+
+    @recorded_history.setter
+    def recorded_history(self, why: str) -> None:
+        self._recorded_history = why
+        if self._rt is not None:
+            self._rt.without_marker = None  # decide again with what is now known
+
+    @property
+    def witness_max_records(self) -> int:
+        """How many records per partition the witness may read when the marker is lost (-1: no
+        limit); default `LAMINAR_KAFKA_WITNESS_MAX_RECORDS`, else 1,000,000."""
+        chosen: int | None = getattr(self, "_witness_max_records", None)
+        if chosen is not None:
+            return chosen
+        text = os.environ.get(WITNESS_MAX_RECORDS_ENV, "").strip()
+        try:
+            return int(text) if text else _WITNESS_MAX_RECORDS
+        except ValueError:
+            raise ConfigError(
+                f"{WITNESS_MAX_RECORDS_ENV}={text!r} is not a whole number of records",
+                sink_id=self.sink_id,
+            ) from None
+
+    @witness_max_records.setter
+    def witness_max_records(self, value: int) -> None:
+        if not isinstance(value, int) or value < -1:
+            raise ConfigError(
+                f"witness_max_records must be a number of records >= 0, or -1 (no limit), "
+                f"not {value!r}",
+                sink_id=self.sink_id,
+            )
+        self._witness_max_records: int | None = value
 
     # -- errors -------------------------------------------------------------------------------
 
