@@ -18,7 +18,9 @@ be retried; after an ``InDoubtError`` the caller asks ``recover()`` for the dura
 (never a blind abort); a ``FatalError`` means close the sink.
 
 State and metrics come from the Rust core's ``EpochTracker``, so every sink reports the same
-transitions, refuses the same illegal calls (``IllegalStateError``) and measures the same way.
+transitions, refuses the same illegal calls (``IllegalStateError``) and measures the same way;
+each step of the lifecycle is decided by the core's ``SinkTransaction`` over that tracker
+(``_machine``, docs/engine.md, "The sink's transaction"), which the sink performs.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any, ClassVar
 from laminar._core import (
     EpochTracker,
     PreparedTxnState,
+    SinkTransaction,
     TransactionalSinkMetrics,
     TransactionState,
 )
@@ -43,11 +46,15 @@ class TransactionalSink(abc.ABC):
     #: Short name of the sink type, recorded in the metadata (``laminar.sinks.kind``).
     kind: ClassVar[str]
     #: Attributes holding live resources (producers, connections, trackers); dropped when pickled.
-    _runtime_attrs: ClassVar[tuple[str, ...]] = ("_tracker",)
+    _runtime_attrs: ClassVar[tuple[str, ...]] = ("_tracker", "_txn")
+    #: Whether a prepared transaction outlives the process that prepared it (PostgreSQL's
+    #: ``PREPARE TRANSACTION``); a Kafka transaction prepared dies with its producer.
+    _durable_prepare: ClassVar[bool] = True
 
     def __init__(self, sink_id: str) -> None:
         self._sink_id = sink_id
         self._tracker: EpochTracker | None = None
+        self._txn: SinkTransaction | None = None
 
     # -- identity, state, metrics -------------------------------------------------------------
 
@@ -62,6 +69,27 @@ class TransactionalSink(abc.ABC):
         if self._tracker is None:
             self._tracker = EpochTracker(self._sink_id)
         return self._tracker
+
+    @property
+    def _machine(self) -> SinkTransaction:
+        """The core's machine of this sink's transaction (docs/engine.md, "The sink's
+        transaction"), over `tracker` (made again when the tracker is): each lifecycle call asks
+        it what to do and reports the outcome back."""
+        tracker = self.tracker
+        txn = getattr(self, "_txn", None)
+        if txn is None or txn.tracker is not tracker:
+            txn = self._txn = SinkTransaction(
+                tracker,
+                participant=self._machine_participant,
+                durable_prepare=self._durable_prepare,
+            )
+        return txn
+
+    @property
+    def _machine_participant(self) -> int | None:
+        """The scale-out partition this sink writes as (its machine then only ends an epoch by
+        preparing), or None."""
+        return None
 
     @property
     def transaction_state(self) -> TransactionState:

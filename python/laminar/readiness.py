@@ -171,8 +171,8 @@ def _check_kafka(sink: Any, timeout_s: float) -> str:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient  # same reason
 
-    bootstrap: str = sink._bootstrap_servers  # resolves laminar.env settings in this process
-    user: dict[str, Any] = sink._producer_config
+    bootstrap: str = sink.client_settings().bootstrap_servers  # laminar.env read here
+    user: dict[str, Any] = sink.client_settings().producer_config
     topic: str = sink.topic
     target = f"Kafka {bootstrap} topic {topic}"
     secrets = secret_values(user)

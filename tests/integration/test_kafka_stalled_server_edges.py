@@ -123,7 +123,7 @@ def clean_stalls() -> Iterator[None]:
 
 
 def _wire_client(servers: str, init_timeout_s: float) -> KafkaLogClient:
-    """The wire client exactly as a sink makes it (`_Witness._log_client`)."""
+    """The wire client exactly as a sink makes it (`Witness.log_client`)."""
     return KafkaLogClient(
         servers,
         timeout=request_timeout_s(init_timeout_s),

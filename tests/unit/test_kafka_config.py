@@ -196,3 +196,23 @@ def test_producer_config_does_not_replace_the_key_column() -> None:
         "b:9092", "orders", "tx", key="id", producer_config={"message.max.bytes": 20_000}
     )
     assert sink.key == "id"
+
+
+def test_a_participant_is_a_copy_with_its_own_id_and_client_defaults_under_the_users() -> None:
+    base = laminar.KafkaSink(
+        "b:9092",
+        "orders",
+        "orders-tx",
+        key="id",
+        producer_config={"linger.ms": 5, "reconnect.backoff.ms": 50},
+    )
+    defaults = {"reconnect.backoff.ms": 20, "statistics.interval.ms": 20}
+    part = base.as_participant(3, defaults)
+    assert type(part) is laminar.KafkaSink
+    assert part.sink_id == part.transactional_id == "orders-tx.p3"
+    assert (part.topic, part.key, part.marker_group) == ("orders", "id", "laminar.orders-tx.p3")
+    config = part.client_settings().producer_config
+    assert (config["linger.ms"], config["reconnect.backoff.ms"]) == (5, 50)  # the user's win
+    assert config["statistics.interval.ms"] == 20
+    assert base.sink_id == "orders-tx"  # the base is untouched
+    assert "statistics.interval.ms" not in base.client_settings().producer_config

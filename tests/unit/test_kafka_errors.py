@@ -1,4 +1,5 @@
-"""The one mapping from librdkafka errors to laminar.errors (KIP-691), on constructed errors."""
+"""The one classification and mapping of librdkafka errors to laminar.errors (KIP-691), on
+constructed errors."""
 
 from __future__ import annotations
 
@@ -14,7 +15,14 @@ from laminar.errors import (
     InDoubtError,
     RecordTooLargeError,
 )
-from laminar.kafka._errors import ErrorContext, map_kafka_error
+from laminar.kafka._calls import StuckCallError
+from laminar.kafka._errors import (
+    ErrorContext,
+    Failure,
+    classify,
+    classify_silence,
+    map_kafka_error,
+)
 
 CTX = ErrorContext("orders-sink", "b1:9092", "orders", epoch=7, secrets=("hunter2-secret",))
 
@@ -183,3 +191,67 @@ def test_a_routed_records_refusal_names_its_own_topic_not_the_sinks() -> None:
     assert "'orders'" not in str(mapped)
     plain = sink._error(KafkaException(error), "delivery", 3, rt)
     assert "WRITE on topic 'orders'" in str(plain)
+
+
+_KIND_OF_CLASS = {
+    FencedError: "fenced",
+    InDoubtError: "in_doubt",
+    AbortableError: "abortable",
+    FatalError: "fatal",
+}
+
+
+@pytest.mark.parametrize("operation", ["produce", "commit_transaction", "init_transactions"])
+@pytest.mark.parametrize(
+    "error",
+    [
+        err(KafkaError._FENCED, fatal=True),
+        err(KafkaError.TOPIC_AUTHORIZATION_FAILED),
+        err(KafkaError._INVALID_ARG),
+        err(KafkaError._TIMED_OUT, retriable=True),
+        err(KafkaError.COORDINATOR_NOT_AVAILABLE, retriable=True),
+        err(KafkaError.UNKNOWN, txn_requires_abort=True),
+        err(KafkaError.MSG_SIZE_TOO_LARGE),
+        RuntimeError("boom"),
+    ],
+)
+@pytest.mark.parametrize("reached", [False, True])
+def test_the_kind_classified_is_the_kind_of_the_error_raised(
+    error: BaseException, operation: str, reached: bool
+) -> None:
+    failure = classify(error, operation, reached=reached)
+    mapped = map_kafka_error(error, operation, CTX, reached=reached)
+    expected = next(k for c, k in _KIND_OF_CLASS.items() if isinstance(mapped, c))
+    assert failure.kind == expected
+
+
+@pytest.mark.parametrize(
+    ("flags", "retry"),
+    [
+        ({"retriable": True}, True),
+        ({"retriable": True, "fatal": True}, False),
+        ({"retriable": True, "txn_requires_abort": True}, False),
+        ({}, False),
+    ],
+)
+def test_a_transactional_call_retries_only_retriable_errors_that_need_no_abort(
+    flags: dict[str, bool], retry: bool
+) -> None:
+    error = err(KafkaError.COORDINATOR_LOAD_IN_PROGRESS, **flags)
+    assert classify(error, "commit_transaction").retry is retry
+    assert classify(RuntimeError("boom"), "commit_transaction").retry is False
+
+
+def test_a_call_that_did_not_return_leaves_only_a_commit_in_doubt() -> None:
+    assert classify(StuckCallError("x"), "commit_transaction") == Failure("in_doubt", "stuck")
+    assert classify(StuckCallError("x"), "abort_transaction") == Failure("abortable", "stuck")
+    assert classify(StuckCallError("x"), "send_offsets_to_transaction").kind == "abortable"
+
+
+def test_a_silent_cluster_is_classified_by_what_librdkafka_saw() -> None:
+    auth = KafkaError(KafkaError.SASL_AUTHENTICATION_FAILED)
+    tls = KafkaError(KafkaError._SSL)
+    assert classify_silence([auth], stalled=True, connected=True).cause == "unauthorized"
+    assert classify_silence([], stalled=True, connected=False) == Failure("abortable", "stalled")
+    assert classify_silence([tls], stalled=True, connected=True) == Failure("abortable", "hung")
+    assert classify_silence([tls], stalled=True, connected=False) == Failure("fatal", "unreachable")

@@ -2,7 +2,7 @@
 a routed record in its delivery report (tests/unit/test_kafka_errors.py) or synchronously, in
 ``produce()`` — a partition the topic does not have once its metadata is cached
 (``_UNKNOWN_PARTITION``), a topic it knows does not exist (``_UNKNOWN_TOPIC``): this path
-(`_Producing._produce` → `_produce_error` → `_error`) is the one tested here. The producer
+(`Producing.produce` → `produce_error` → `_error`) is the one tested here. The producer
 here is a stand-in for librdkafka's synchronous refusal (pure logic of
 the error path; the routed-row plumbing is the sink's own).
 
@@ -59,7 +59,7 @@ def test_a_routed_records_synchronous_refusal_names_the_sinks_topic(code: int) -
         headers=None,
     )
     with pytest.raises(LaminarError) as caught:
-        sink._produce(rt, rows.values, rows.keys, 3, 0, False, routed=rows)
+        sink._producing(rt).produce(rows.values, rows.keys, 3, 0, False, routed=rows)
     text = str(caught.value)
     assert "row 1" in text, text
     assert "'audit'" in text, text

@@ -105,6 +105,12 @@ def test_kafka_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) ->
     assert clone._producer_config["sasl.password"] == "Kafka-S3cret"
     assert clone._producer_config["linger.ms"] == 5
     assert b"Kafka-S3cret" not in pickle.dumps(clone)
+    client = clone.client_settings()  # the drivers' one interface to the resolved settings
+    assert client.bootstrap_servers == "k1:9092,k2:9092"
+    assert client.producer_config["sasl.password"] == "Kafka-S3cret"
+    assert "Kafka-S3cret" not in repr(client)
+    assert "'sasl.password': '***'" in repr(client)
+    assert client.commit_timeout_s == 30.0
 
 
 def test_kafka_settings_read_later_are_checked_like_direct_ones(

@@ -1,17 +1,24 @@
 """`KafkaSink`'s configuration: the constructor's checks, the settings read in the writing
-process (``laminar.env``), the public properties, and the one error mapping (`_error`,
-docs/errors.md) every other piece of the sink uses."""
+process (``laminar.env``, `ClientSettings`), the public properties, and the error wording
+(`_error`, docs/errors.md) every part of the sink is given."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
 
 from confluent_kafka import KafkaError
 
-from laminar._core import SinkTransaction, is_internal_kafka_topic, marker_group
+from laminar._core import (
+    identity_group,
+    is_internal_kafka_topic,
+    kafka_participant_id,
+    marker_group,
+)
 from laminar._redact import SECRET, redact_config, redact_text
 from laminar._settings import Setting, is_deferred, resolve, resolve_mapping
 from laminar._sink import TransactionalSink
@@ -37,10 +44,40 @@ _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 #: Printable ASCII only: a NUL or non-ASCII transactional id passes librdkafka's checks but fails
 #: every transactional request, as a retriable error, forever.
 _TRANSACTIONAL_ID = re.compile(r"[\x20-\x7e]+")
+_Sink = TypeVar("_Sink", bound="_SinkBase")
+#: How far back (records per partition) the witness looks for this sink's records, unless
+#: `KafkaSink.witness_max_records` or the environment variable below says otherwise.
+_WITNESS_MAX_RECORDS = 1_000_000
+WITNESS_MAX_RECORDS_ENV = "LAMINAR_KAFKA_WITNESS_MAX_RECORDS"
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """A `KafkaSink`'s cluster as its clients reach it, resolved in this process
+    (`KafkaSink.client_settings`). ``producer_config`` may hold secrets: the repr masks them."""
+
+    #: ``bootstrap.servers``, read (``laminar.env``) and checked.
+    bootstrap_servers: str
+    #: The producer settings as librdkafka takes them (secrets included: never log them).
+    producer_config: dict[str, Any]
+    #: How long a commit (or an ``EndTxn`` completing one) may take before its outcome is in doubt.
+    commit_timeout_s: float
+    #: How long connecting and reading the marker may take at start-up.
+    init_timeout_s: float
+
+    def __repr__(self) -> str:
+        return (
+            f"ClientSettings(bootstrap_servers={self.bootstrap_servers!r}, "
+            f"producer_config={redact_config(self.producer_config)!r}, "
+            f"commit_timeout_s={self.commit_timeout_s!r}, init_timeout_s={self.init_timeout_s!r})"
+        )
 
 
 class _SinkBase(TransactionalSink):
     """What every piece of `KafkaSink` reads: its settings, its runtime and its errors."""
+
+    #: A prepared Kafka transaction dies with its producer (`TransactionalSink._machine`).
+    _durable_prepare: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -140,22 +177,10 @@ class _SinkBase(TransactionalSink):
         self._flush_timeout_s = float(flush_timeout_s)
         self._retries = int(retries)
         self._rt: _Runtime | None = None
-        self._txn: SinkTransaction | None = None
         self._key_format = key_format
         self._registry_setting = dict(schema_registry) if schema_registry is not None else None
         self._avro = avro
         self._key_avro = key_avro
-
-    @property
-    def _machine(self) -> SinkTransaction:
-        """The core's machine of this sink's transaction (docs/engine.md, "The sink's
-        transaction"), over `tracker`, with a prepare that is not durable (a prepared Kafka
-        transaction dies with its producer): each call asks it what to do and reports back."""
-        tracker = self.tracker
-        txn = getattr(self, "_txn", None)
-        if txn is None or txn.tracker is not tracker:
-            txn = self._txn = SinkTransaction(tracker, durable_prepare=False)
-        return txn
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -171,6 +196,28 @@ class _SinkBase(TransactionalSink):
     @property
     def _producer_config(self) -> dict[str, Any]:
         return self._resolve_settings()[1]
+
+    def client_settings(self) -> ClientSettings:
+        """What a client of this sink's cluster needs, read in this process (``laminar.env``
+        settings resolved, then checked): how the drivers reach the cluster (``EndTxn``, the
+        readiness check, the registry of `laminar status`). The producer settings may hold
+        secrets (SASL passwords): its repr masks them; never log its fields."""
+        bootstrap, config = self._resolve_settings()
+        return ClientSettings(bootstrap, dict(config), self._commit_timeout_s, self._init_timeout_s)
+
+    def as_participant(
+        self: _Sink, part: int, client_defaults: Mapping[str, Any] | None = None
+    ) -> _Sink:
+        """A copy of this sink as scale-out participant ``part``: transactional id
+        ``<tid>.p<part>`` (`kafka_participant_id`), so its own epoch marker (consumer group
+        ``laminar.<tid>.p<part>``), with ``client_defaults`` under its producer settings where
+        these have none. Nothing live is copied (as when pickled)."""
+        copy = object.__new__(type(self))
+        copy.__setstate__(self.__getstate__())
+        copy._sink_id = kafka_participant_id(self.sink_id, part)
+        copy._resolved = None
+        copy._producer_setting = {**(client_defaults or {}), **self._producer_setting}
+        return copy
 
     def _resolve_settings(self) -> tuple[str, dict[str, Any]]:
         """``bootstrap_servers`` and ``producer_config`` in this process: ``laminar.env``
@@ -243,6 +290,54 @@ class _SinkBase(TransactionalSink):
             f"transactional_id={self.sink_id!r}, key={self._key!r}, "
             f"value_format={self._value_format!r}, producer_config={self.producer_config!r})"
         )
+
+    # -- the last committed epoch (laminar.kafka._witness, docs/protocol.md §1) --------------
+
+    @property
+    def identity_group(self) -> str:
+        """The consumer group whose committed offset on (topic, 0) is the sink's identity: "this
+        sink has started here and may have committed epochs" (docs/protocol.md §1)."""
+        return identity_group(self.sink_id)
+
+    @property
+    def recorded_history(self) -> str:
+        """Why a record outside Kafka says this sink has written before (a decision row in
+        ``laminar.txn_state``, set by recovery), or ``""``. With it, a sink whose marker *and*
+        identity groups are gone (deleted by hand, expired) is not taken as new: the witness
+        reads the topic (docs/protocol.md §1)."""
+        return str(getattr(self, "_recorded_history", ""))
+
+    @recorded_history.setter
+    def recorded_history(self, why: str) -> None:
+        self._recorded_history = why
+        if self._rt is not None:
+            self._rt.without_marker = None  # decide again with what is now known
+
+    @property
+    def witness_max_records(self) -> int:
+        """How many records per partition the witness may read when the marker is lost (-1: no
+        limit); default `LAMINAR_KAFKA_WITNESS_MAX_RECORDS`, else 1,000,000."""
+        chosen: int | None = getattr(self, "_witness_max_records", None)
+        if chosen is not None:
+            return chosen
+        text = os.environ.get(WITNESS_MAX_RECORDS_ENV, "").strip()
+        try:
+            return int(text) if text else _WITNESS_MAX_RECORDS
+        except ValueError:
+            raise ConfigError(
+                f"{WITNESS_MAX_RECORDS_ENV}={text!r} is not a whole number of records",
+                sink_id=self.sink_id,
+            ) from None
+
+    @witness_max_records.setter
+    def witness_max_records(self, value: int) -> None:
+        if not isinstance(value, int) or value < -1:
+            raise ConfigError(
+                f"witness_max_records must be a number of records >= 0, or -1 (no limit), "
+                f"not {value!r}",
+                sink_id=self.sink_id,
+            )
+        self._witness_max_records: int | None = value
 
     # -- errors -------------------------------------------------------------------------------
 

@@ -1,6 +1,11 @@
-"""One mapping from librdkafka's errors onto Laminar's taxonomy (KIP-691).
+"""One classification of librdkafka's errors onto Laminar's taxonomy (KIP-691), and their words.
 
-``map_kafka_error`` is the only place that decides what a ``KafkaError`` means for an epoch:
+``classify`` is the only place that decides what a client error (a ``KafkaError``, a
+``KafkaException``, a call that did not return: ``StuckCallError``) means for an epoch — its
+`Failure`: the kind the sink's machine and the drivers act on (``fenced``, ``fatal``,
+``in_doubt``, ``abortable``: ``SinkTransaction.commit_failed``, `laminar.protocol.driver`'s
+``failed_event``), whether a transactional call retries it locally first, and the cause that
+picks the message. ``map_kafka_error`` words a classified error as a `LaminarError`:
 
 - fenced / producer-fenced / invalid-producer-epoch (fatal or not) → `FencedError`
 - authentication and authorization failures → `AuthorizationError`
@@ -10,14 +15,16 @@
 - ``retriable()`` (once the caller's bounded local retries are spent) → `AbortableError`
 - invalid configuration → `ConfigError`
 - anything else during a transaction → `AbortableError` (abort, then the epoch is retried)
+- a call that did not return in time → `InDoubtError` for a commit, else `AbortableError`
 
 Messages name the operation, the setting to look at, and never carry secrets.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -33,12 +40,16 @@ from laminar.errors import (
     LaminarError,
     RecordTooLargeError,
 )
+from laminar.kafka._calls import StuckCallError
 
 __all__ = [
     "AUTH_CODES",
     "FENCED_CODES",
     "ErrorContext",
+    "Failure",
     "as_kafka_error",
+    "classify",
+    "classify_silence",
     "describe",
     "map_kafka_error",
 ]
@@ -111,6 +122,104 @@ def describe(error: KafkaError, ctx: ErrorContext) -> str:
     return redact_text(f"{error.name()}: {error.str()}", ctx.secrets)
 
 
+#: What the sink's machine and the drivers are told about a failed call.
+FailureKind = Literal["fenced", "fatal", "in_doubt", "abortable"]
+#: Why, finer: which message `map_kafka_error` words it with.
+Cause = Literal[
+    "not_kafka",
+    "fenced",
+    "unauthorized",
+    "fatal",
+    "config",
+    "commit_unknown",
+    "stuck",
+    "failover",
+    "unreachable",
+    "unknown_topic",
+    "too_large",
+    "timed_out",
+    "other",
+    "stalled",
+    "hung",
+]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What a client error means for the epoch (`classify`)."""
+
+    #: ``fenced`` (another producer took over), ``fatal`` (close the sink), ``in_doubt`` (a
+    #: commit's outcome is unknown: the marker decides), ``abortable`` (abort, retry the epoch).
+    kind: FailureKind
+    #: Which of the taxonomy's cases it is (picks the message).
+    cause: Cause
+    #: A transactional call retries it locally, within its retries and its time bound, before
+    #: the error stands (librdkafka documents it for send_offsets/commit/abort).
+    retry: bool = False
+
+
+def classify(
+    error: BaseException | KafkaError, operation: str, *, reached: bool = False
+) -> Failure:
+    """The one classification of a client error raised by ``operation`` (the module's list).
+
+    ``reached``: the cluster answered this process before (its metadata), so a connection lost
+    or a call timed out at start-up is a broker down or a coordinator moving — retriable —
+    rather than an address to fix."""
+    if isinstance(error, StuckCallError):
+        # The producer is given up; a commit's outcome is then unknown until the marker is read.
+        kind: FailureKind = "in_doubt" if operation == "commit_transaction" else "abortable"
+        return Failure(kind, "stuck")
+    kafka_error = as_kafka_error(error)
+    if kafka_error is None:
+        return Failure("fatal", "not_kafka")
+    code = kafka_error.code()
+    retry = (
+        kafka_error.retriable() and not kafka_error.fatal() and not kafka_error.txn_requires_abort()
+    )
+    if code in FENCED_CODES:
+        return Failure("fenced", "fenced", retry)
+    if code in AUTH_CODES:
+        return Failure("fatal", "unauthorized", retry)
+    if kafka_error.fatal():
+        return Failure("fatal", "fatal", retry)
+    if code in _CONFIG_CODES:
+        return Failure("fatal", "config", retry)
+    if operation == "commit_transaction" and not kafka_error.txn_requires_abort():
+        return Failure("in_doubt", "commit_unknown", retry)
+    if operation in ("init_transactions", "metadata") and code in _UNREACHABLE_CODES:
+        return (
+            Failure("abortable", "failover", retry)
+            if reached
+            else Failure("fatal", "unreachable", retry)
+        )
+    if code in _UNKNOWN_TOPIC_CODES:
+        return Failure("abortable", "unknown_topic", retry)
+    if code in _TOO_LARGE_CODES:
+        return Failure("abortable", "too_large", retry)
+    if code in _UNREACHABLE_CODES:
+        return Failure("abortable", "timed_out", retry)
+    return Failure("abortable", "other", retry)
+
+
+def classify_silence(seen: Sequence[KafkaError], *, stalled: bool, connected: bool) -> Failure:
+    """The one classification of a cluster that did not answer a start-up request (its
+    metadata), from what librdkafka reported meanwhile: ``seen`` (its error callbacks), whether
+    its statistics show servers that took the connection and never answered its set-up
+    (``stalled``) or servers set up that did not answer the request (``connected``).
+
+    Refused credentials win (``unauthorized``: the caller words that client error); a stall is a
+    hang to wait out, not an address to fix (unless TLS failed: a plaintext port spoken to
+    with TLS looks alike); a set-up server is a hung or overloaded broker; else unreachable."""
+    if any(error.code() in AUTH_CODES for error in seen):
+        return Failure("fatal", "unauthorized")
+    if stalled and all(error.code() != KafkaError._SSL for error in seen):
+        return Failure("abortable", "stalled")
+    if connected:
+        return Failure("abortable", "hung")
+    return Failure("fatal", "unreachable")
+
+
 def map_kafka_error(
     error: BaseException | KafkaError,
     operation: str,
@@ -121,14 +230,16 @@ def map_kafka_error(
 ) -> LaminarError:
     """The Laminar error for a client error raised by ``operation`` (``init_transactions``,
     ``begin_transaction``, ``produce``, ``send_offsets_to_transaction``, ``flush``,
-    ``commit_transaction``, ``abort_transaction``, ``delivery``, ``metadata``).
+    ``commit_transaction``, ``abort_transaction``, ``delivery``, ``metadata``), as `classify`
+    decides it.
 
-    ``hint`` adds a sentence (e.g. which record failed). ``reached``: the cluster answered this
-    process before (its metadata), so a connection lost or a call timed out at start-up is a
-    broker down or a coordinator moving — retriable — rather than an address to fix. The caller
-    raises the result ``from`` the original exception so the root cause stays in
-    ``__cause__``.
+    ``hint`` adds a sentence (e.g. which record failed); ``reached``: as for `classify`. The
+    caller raises the result ``from`` the original exception so the root cause stays in
+    ``__cause__``. (A call that did not return is worded by its caller, which knows the
+    bound.)
     """
+    failure = classify(error, operation, reached=reached)
+    cause = failure.cause
     kafka_error = as_kafka_error(error)
     if kafka_error is None:
         text = redact_text(f"{type(error).__name__}: {error}", ctx.secrets)
@@ -136,7 +247,7 @@ def map_kafka_error(
     code = kafka_error.code()
     what = describe(kafka_error, ctx)
 
-    if code in FENCED_CODES:
+    if cause == "fenced":
         return FencedError(
             _join(
                 f"another producer with transactional.id {ctx.sink_id!r} has taken over "
@@ -146,11 +257,11 @@ def map_kafka_error(
             ),
             **_where(ctx),
         )
-    if code in AUTH_CODES:
+    if cause == "unauthorized":
         return AuthorizationError(
             _join(_auth_message(code, operation, what, ctx), hint), **_where(ctx)
         )
-    if kafka_error.fatal():
+    if cause == "fatal":
         return FatalError(
             _join(
                 f"fatal producer error in {operation} ({what}); close the sink and restart",
@@ -158,12 +269,12 @@ def map_kafka_error(
             ),
             **_where(ctx),
         )
-    if code in _CONFIG_CODES:
+    if cause == "config":
         return ConfigError(
             _join(f"invalid producer configuration ({what}); fix producer_config", hint),
             **_where(ctx),
         )
-    if operation == "commit_transaction" and not kafka_error.txn_requires_abort():
+    if cause == "commit_unknown":
         return InDoubtError(
             _join(
                 f"the commit's outcome is unknown ({what}); recovery reads the epoch marker to "
@@ -172,7 +283,7 @@ def map_kafka_error(
             ),
             **_where(ctx),
         )
-    if operation in ("init_transactions", "metadata") and code in _UNREACHABLE_CODES and reached:
+    if cause == "failover":
         return AbortableError(
             _join(
                 f"{operation} did not complete against the Kafka cluster at "
@@ -183,7 +294,7 @@ def map_kafka_error(
             ),
             **_where(ctx),
         )
-    if operation in ("init_transactions", "metadata") and code in _UNREACHABLE_CODES:
+    if cause == "unreachable":
         return FatalError(
             _join(
                 f"could not reach the Kafka cluster at bootstrap.servers={ctx.bootstrap_servers} "
@@ -193,7 +304,7 @@ def map_kafka_error(
             ),
             **_where(ctx),
         )
-    if code in _UNKNOWN_TOPIC_CODES:
+    if cause == "unknown_topic":
         return AbortableError(
             _join(
                 f"topic {ctx.topic!r} does not exist on {ctx.bootstrap_servers} ({operation}: "
@@ -202,7 +313,7 @@ def map_kafka_error(
             ),
             **_where(ctx),
         )
-    if code in _TOO_LARGE_CODES:
+    if cause == "too_large":
         return RecordTooLargeError(
             _join(
                 f"a record is larger than the broker or client accepts ({operation}: {what}); "
@@ -212,7 +323,7 @@ def map_kafka_error(
             ),
             **_where(ctx),
         )
-    if code in _UNREACHABLE_CODES:
+    if cause == "timed_out":
         return AbortableError(
             _join(
                 f"{operation} timed out or lost the connection to {ctx.bootstrap_servers} "

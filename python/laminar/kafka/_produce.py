@@ -1,6 +1,6 @@
-"""`KafkaSink`'s produce path: records into the open transaction (positional ``produce`` where
-confluent-kafka allows it, waiting for room when the local queue is full), the epoch markers
-and the flush that prepares it, and the errors that name the failing row."""
+"""`KafkaSink`'s produce path (`Producing`): records into the open transaction (positional
+``produce`` where confluent-kafka allows it, waiting for room when the local queue is full), the
+epoch markers and the flush that prepares it, and the errors that name the failing row."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from laminar.errors import (
     RecordTooLargeError,
 )
 from laminar.kafka import _shape as shape
-from laminar.kafka._clients import _Clients
+from laminar.kafka._base import _SinkBase
+from laminar.kafka._clients import Clients
 from laminar.kafka._config import (
     DEFAULT_MESSAGE_MAX_BYTES,
 )
@@ -34,14 +35,21 @@ from laminar.kafka._runtime import _Runtime
 _CHUNK_ROWS = 65_536
 
 
-class _Producing(_Clients):
-    """Producing an epoch's records and finishing its writes."""
+class Producing:
+    """Producing an epoch's records through ``clients`` and finishing its writes, under the
+    sink's settings (``cfg``)."""
 
-    # -- producing ----------------------------------------------------------------------------
+    def __init__(self, cfg: _SinkBase, clients: Clients) -> None:
+        self.cfg = cfg
+        self.clients = clients
 
-    def _produce(
+    @property
+    def rt(self) -> _Runtime:
+        """The live state of the writing process (the open epoch's headers, topics, failures)."""
+        return self.clients.rt
+
+    def produce(
         self,
-        rt: _Runtime,
         values: list[bytes | None],
         keys: list[bytes | None] | None,
         epoch: int,
@@ -60,33 +68,31 @@ class _Producing(_Clients):
             if i:
                 crash_point("kafka.mid_produce")
             if routed is None:
-                self._produce_range(rt, values, keys, epoch, first_row, start, stop)
+                self.produce_range(values, keys, epoch, first_row, start, stop)
                 continue
             try:
                 shape.produce_routed(
-                    rt.producer.produce,
+                    self.rt.producer.produce,
                     routed,
-                    rt.headers,
+                    self.rt.headers,
                     start,
                     stop,
-                    lambda: self._wait_for_room(rt, epoch),
+                    lambda: self.wait_for_room(epoch),
                 )
             except shape.RoutedProduceError as f:
                 row = first_row + start + f.offset
-                raise self._produce_error(
+                raise self.produce_error(
                     f.error,
                     epoch,
                     row,
                     f.key,
                     f.value,
-                    rt,
                     header_bytes=f.header_bytes,
                     topic=f.topic,
                 ) from f.error
 
-    def _produce_range(
+    def produce_range(
         self,
-        rt: _Runtime,
         values: list[bytes | None],
         keys: list[bytes | None] | None,
         epoch: int,
@@ -98,14 +104,14 @@ class _Producing(_Clients):
             values = values[start:stop]
             keys = keys[start:stop] if keys is not None else None
         pairs = zip(keys, values, strict=True) if keys is not None else zip(repeat(None), values)
-        producer = rt.producer
+        producer = self.rt.producer
         produce = producer.produce
-        topic = self._topic
-        headers = rt.headers
+        topic = self.cfg._topic
+        headers = self.rt.headers
         key: bytes | None = None
         value: bytes | None = None
         try:
-            if rt.positional_produce:
+            if self.rt.positional_produce:
                 # produce(topic, value, key, partition, callback, on_delivery, timestamp,
                 # headers) positionally: about a third faster than keywords in confluent-kafka.
                 try:
@@ -113,13 +119,13 @@ class _Producing(_Clients):
                         try:
                             produce(topic, value, key, -1, None, None, 0, headers)
                         except BufferError:
-                            self._wait_for_room(rt, epoch)
+                            self.wait_for_room(epoch)
                             produce(topic, value, key, -1, None, None, 0, headers)
                     return
                 except TypeError:
                     if len(producer) or value is not values[0]:
                         raise
-                    rt.positional_produce = False  # another confluent-kafka argument order
+                    self.rt.positional_produce = False  # another confluent-kafka argument order
                     pairs = (
                         zip(keys, values, strict=True)
                         if keys is not None
@@ -129,35 +135,34 @@ class _Producing(_Clients):
                 try:
                     produce(topic, value, key, headers=headers)
                 except BufferError:
-                    self._wait_for_room(rt, epoch)
+                    self.wait_for_room(epoch)
                     produce(topic, value, key, headers=headers)
         except KafkaException as e:
             row = first_row + start + next((i for i, v in enumerate(values) if v is value), 0)
-            raise self._produce_error(e, epoch, row, key, value, rt) from e
+            raise self.produce_error(e, epoch, row, key, value) from e
 
-    def _wait_for_room(self, rt: _Runtime, epoch: int) -> None:
+    def wait_for_room(self, epoch: int) -> None:
         """The local queue is full: serve callbacks until the broker acknowledged some."""
-        deadline = time.monotonic() + self._flush_timeout_s
-        queued = len(rt.producer)
+        deadline = time.monotonic() + self.cfg._flush_timeout_s
+        queued = len(self.rt.producer)
         while time.monotonic() < deadline:
-            rt.producer.poll(0.005)
-            if len(rt.producer) < queued:
+            self.rt.producer.poll(0.005)
+            if len(self.rt.producer) < queued:
                 return
         raise AbortableError(
-            f"the producer's queue stayed full for {self._flush_timeout_s:g} s: the brokers at "
-            f"{self._bootstrap_servers} do not acknowledge records (see flush_timeout_s)",
-            sink_id=self.sink_id,
+            f"the producer's queue stayed full for {self.cfg._flush_timeout_s:g} s: the brokers at "
+            f"{self.cfg._bootstrap_servers} do not acknowledge records (see flush_timeout_s)",
+            sink_id=self.cfg.sink_id,
             epoch=epoch,
         )
 
-    def _produce_error(
+    def produce_error(
         self,
         e: KafkaException,
         epoch: int,
         row: int,
         key: bytes | None,
         value: bytes | None,
-        rt: _Runtime,
         *,
         header_bytes: int | None = None,
         topic: str | None = None,
@@ -166,42 +171,48 @@ class _Producing(_Clients):
         kafka_error = as_kafka_error(e)
         if kafka_error is not None and kafka_error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
             if header_bytes is None:  # Laminar's own headers only
-                header_bytes = shape.headers_size(rt.headers)
+                header_bytes = shape.headers_size(self.rt.headers)
             size = len(value or b"") + len(key or b"") + header_bytes
-            limit = self._producer_config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES)
+            limit = self.cfg._producer_config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES)
             return RecordTooLargeError(
                 f"row {row} (key {_show_key(key)}) is a record of {size:,} bytes (key, value "
                 f"and {header_bytes:,} bytes of headers), larger than message.max.bytes={limit}; "
                 "raise message.max.bytes in producer_config (and the topic's max.message.bytes "
                 "on the broker) or write smaller rows",
-                sink_id=self.sink_id,
+                sink_id=self.cfg.sink_id,
                 epoch=epoch,
             )
         hint = f"row {row} (key {_show_key(key)})"
-        return self._error(e, "produce", epoch, rt, hint=hint, topic=topic)
+        return self.cfg._error(e, "produce", epoch, self.rt, hint=hint, topic=topic)
 
-    def _finish_writes(self, rt: _Runtime, epoch: int) -> None:
+    def finish_writes(self, epoch: int) -> None:
         """Epoch marker, then flush: after this every record is acknowledged by the brokers."""
-        offsets = [TopicPartition(t, 0, epoch) for t in [self._topic, *sorted(rt.epoch_topics)]]
-        self._retrying(rt, "send_offsets_to_transaction", epoch, self._commit_timeout_s, offsets)
+        offsets = [
+            TopicPartition(t, 0, epoch) for t in [self.cfg._topic, *sorted(self.rt.epoch_topics)]
+        ]
+        self.clients.retrying(
+            "send_offsets_to_transaction", epoch, self.cfg._commit_timeout_s, offsets
+        )
         crash_point("kafka.after_markers")
-        remaining = rt.producer.flush(self._flush_timeout_s)
+        remaining = self.rt.producer.flush(self.cfg._flush_timeout_s)
         if fail_point("kafka.produce"):  # a record's delivery failed (the failover tests)
             timed_out = KafkaError(KafkaError._MSG_TIMED_OUT, "injected (LAMINAR_FAIL_AT)")
-            rt.delivery_failures += 1
-            rt.delivery_errors.append((timed_out, None, 0, None))
-        if rt.delivery_errors:
-            error, key, size, topic = rt.delivery_errors[0]
+            self.rt.delivery_failures += 1
+            self.rt.delivery_errors.append((timed_out, None, 0, None))
+        if self.rt.delivery_errors:
+            error, key, size, topic = self.rt.delivery_errors[0]
             hint = (
-                f"{rt.delivery_failures} record(s) failed; the first has key {_show_key(key)} "
+                f"{self.rt.delivery_failures} record(s) failed; the first has key {_show_key(key)} "
                 f"and a {size:,}-byte value"
             )
-            raise self._error(KafkaException(error), "delivery", epoch, rt, hint=hint, topic=topic)
+            raise self.cfg._error(
+                KafkaException(error), "delivery", epoch, self.rt, hint=hint, topic=topic
+            )
         if remaining:
             raise AbortableError(
                 f"{remaining} record(s) were not acknowledged within flush_timeout_s="
-                f"{self._flush_timeout_s:g} s by the brokers at {self._bootstrap_servers}",
-                sink_id=self.sink_id,
+                f"{self.cfg._flush_timeout_s:g} s by the brokers at {self.cfg._bootstrap_servers}",
+                sink_id=self.cfg.sink_id,
                 epoch=epoch,
             )
         crash_point("kafka.after_flush")

@@ -18,19 +18,22 @@ has history, and only then does the bounded witness read the ``laminar.epoch`` h
 committed records at the tail of each partition (with `laminar.kafka.log`, which does not trust
 the broker's ``read_committed``, over plaintext, TLS and SASL alike).
 
-Errors follow KIP-691 through one mapping (`laminar.kafka._errors.map_kafka_error`): a
-commit whose outcome is unknown is an `InDoubtError` (state Failed), which `recover()` resolves
-from the marker — re-initialising the producer first when needed, so that the broker completes or
-aborts the pending transaction before the marker is read.
+Errors follow KIP-691 through one classification (`laminar.kafka._errors.classify`, worded by
+`map_kafka_error`): a commit whose outcome is unknown is an `InDoubtError` (state Failed), which
+`recover()` resolves from the marker — re-initialising the producer first when needed, so that
+the broker completes or aborts the pending transaction before the marker is read.
 
-The core's `SinkTransaction`, built with ``durable_prepare=False`` (a prepared Kafka transaction
-dies with its producer), decides each step of the lifecycle (docs/engine.md, "The sink's
-transaction": skip a replay, which commit, what a failed commit or abort means, what close and a
-new producer's init settle); this module performs its answers. It holds the lifecycle; the
-class's pieces live beside it (docs/engine.md, "Package layout"): `_base` (settings, properties,
-the error mapping), `_clients` (producer and consumer, bounded and retried calls), `_produce`
-(producing, markers, flush), `_witness` (the last committed epoch, the identity, in-doubt
-resolution) and `_runtime` (the live state of the writing process).
+The core's `SinkTransaction` (`TransactionalSink._machine`, with ``durable_prepare=False``: a
+prepared Kafka transaction dies with its producer) decides each step of the lifecycle
+(docs/engine.md, "The sink's transaction": skip a replay, which commit, what a failed commit or
+abort means, what close and a new producer's init settle); this module performs its answers. The
+class holds the lifecycle and its parts, each in its own module (docs/engine.md, "Package
+layout"): `_base` (the settings, the public properties, the error wording), `_clients.Clients`
+(producer and consumer, bounded and retried calls), `_produce.Producing` (producing, markers,
+flush), `_witness.Witness` (which evidence proves the last committed epoch; the identity),
+`_in_doubt.resolve_in_doubt` (the perform table of an in-doubt commit) and `_runtime` (the live
+state of the writing process). The parts are made per call over that live state and talk
+through their arguments.
 """
 
 from __future__ import annotations
@@ -61,9 +64,12 @@ from laminar.errors import (
 )
 from laminar.kafka import _shape as shape
 from laminar.kafka._avro import AvroPlan, encode_avro, plan_avro, resolve_registry
-from laminar.kafka._produce import _arrow_chunks, _Producing
+from laminar.kafka._base import WITNESS_MAX_RECORDS_ENV, _SinkBase
+from laminar.kafka._clients import Clients
+from laminar.kafka._in_doubt import resolve_in_doubt
+from laminar.kafka._produce import Producing, _arrow_chunks
 from laminar.kafka._runtime import _Runtime
-from laminar.kafka._witness import _IDENTIFIED, WITNESS_MAX_RECORDS_ENV, StartupRead, _Witness
+from laminar.kafka._witness import _IDENTIFIED, StartupRead, Witness
 
 __all__ = [
     "HEADER_EPOCH",
@@ -81,7 +87,7 @@ HEADER_SINK = "laminar.sink"
 HEADER_EPOCH = "laminar.epoch"
 
 
-class KafkaSink(_Producing, _Witness):
+class KafkaSink(_SinkBase):
     """Writes each epoch to a Kafka topic in one transaction, exactly once across restarts.
 
     ``key`` names the column that becomes the record key; ``value_format`` is ``"json"`` (one
@@ -101,7 +107,62 @@ class KafkaSink(_Producing, _Witness):
     """
 
     kind: ClassVar[str] = "kafka"
-    _runtime_attrs: ClassVar[tuple[str, ...]] = ("_rt", "_resolved", "_txn")
+    _runtime_attrs: ClassVar[tuple[str, ...]] = ("_rt", "_resolved")
+
+    @property
+    def startup_read(self) -> StartupRead | None:
+        """How the last committed epoch was last found (``None`` before the first read)."""
+        return getattr(self, "_startup_read", None)
+
+    # -- its parts ----------------------------------------------------------------------------
+
+    def _clients(self, rt: _Runtime) -> Clients:
+        """The producer and consumer held in ``rt`` and the calls made on them."""
+        return Clients(self, rt)
+
+    def _producing(self, rt: _Runtime) -> Producing:
+        """The produce path of the open epoch, through ``rt``'s producer."""
+        return Producing(self, Clients(self, rt))
+
+    def _witness(self, rt: _Runtime) -> Witness:
+        """The evidence of the last committed epoch, read through ``rt``'s clients."""
+        return Witness(self, Clients(self, rt))
+
+    def _live(self) -> _Runtime:
+        """The runtime with an initialised producer (``init_transactions`` on first use)."""
+        rt = self._rt
+        if rt is None or rt.producer is None:
+            self.init_transactions()
+            rt = self._rt
+            assert rt is not None
+        if rt.fenced is not None:
+            raise rt.fenced
+        return rt
+
+    def _open_epoch(self, call: str) -> int:
+        epoch = self._machine.writing
+        if epoch is None:
+            raise IllegalStateError(
+                f"{call}() needs an open transaction, but the sink is {self.tracker.state!r}; "
+                "call begin_transaction(epoch) first",
+                sink_id=self.sink_id,
+            )
+        return epoch
+
+    def _release_clients(self, rt: _Runtime) -> None:
+        """Close the producer and the consumer; the next use opens new ones."""
+        self._clients(rt).release()
+        self._rt = None
+
+    def _read_last_committed(self, rt: _Runtime, *, stable: bool = False) -> int | None:
+        """The last committed epoch by docs/protocol.md §1's rule (`Witness`); `startup_read`
+        records how it was found."""
+        witness = self._witness(rt)
+        try:
+            return witness.read_last_committed(self.tracker.last_committed_epoch, stable=stable)
+        finally:
+            if witness.found is not None:
+                self._startup_read = witness.found
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -112,8 +173,8 @@ class KafkaSink(_Producing, _Witness):
         self._rt = rt
         rt.fenced = None
         try:
-            self._open_consumer(rt)
-            self._open_producer(rt)
+            self._clients(rt).open_consumer()
+            self._clients(rt).open_producer()
             last = self._read_last_committed(rt, stable=True)  # after our own InitProducerId
         except FatalError as err:
             if not isinstance(err, FencedError):
@@ -204,7 +265,7 @@ class KafkaSink(_Producing, _Witness):
                 routed = records if records.topics is not None else None
                 if routed is not None:
                     self._route(rt, routed, epoch, row, records_out is not None)
-                self._produce(rt, records.values, records.keys, epoch, row, first, routed)
+                self._producing(rt).produce(records.values, records.keys, epoch, row, first, routed)
                 if records_out is not None:
                     records_out.append(records)
                 first = False
@@ -245,7 +306,7 @@ class KafkaSink(_Producing, _Witness):
         if routed is not None:
             rows = shape.redo_rows(values, keys, routed, home=self._topic, sink_headers=rt.headers)
             self._route(rt, rows, epoch, 0, False)
-        self._produce(rt, values, keys, epoch, 0, True, rows)
+        self._producing(rt).produce(values, keys, epoch, 0, True, rows)
         rt.records += len(values)
         size = sum(len(v) for v in values if v) + sum(len(k) for k in keys or () if k)
         self._machine.wrote(len(values), size)
@@ -254,8 +315,8 @@ class KafkaSink(_Producing, _Witness):
         """Send the epoch marker and flush: every record acknowledged, nothing visible yet."""
         rt = self._live()
         epoch = self._open_epoch("prepare_transaction")
-        self._finish_writes(rt, epoch)
-        producer_id, producer_epoch = self._producer_identity(rt)
+        self._producing(rt).finish_writes(epoch)
+        producer_id, producer_epoch = self._clients(rt).producer_identity()
         self._machine.prepared(epoch)
         return PreparedTxnState(
             self.sink_id,
@@ -280,17 +341,17 @@ class KafkaSink(_Producing, _Witness):
                 epoch=epoch,
             )
         if machine.commit(epoch).kind == "commit":  # one phase: from Active
-            self._finish_writes(rt, epoch)
+            self._producing(rt).finish_writes(epoch)
         machine.commit_started(epoch)
         try:
-            self._retrying(rt, "commit_transaction", epoch, self._commit_timeout_s)
+            self._clients(rt).retrying("commit_transaction", epoch, self._commit_timeout_s)
         except LaminarError as err:
             # The broker refused the commit (an abortable error): nothing was committed, even
             # after prepare — the machine says rolled back, the producer's transaction is aborted
             # and the caller retries the epoch. Any other failure leaves the outcome unknown.
             failure = machine.commit_failed(not isinstance(err, AbortableError))
             if failure.kind == "rolled_back":
-                self._abort_producer_quietly(rt)
+                self._clients(rt).abort_producer_quietly()
                 raise
             rt.failed_operation = "commit"
             if isinstance(err, FencedError):
@@ -320,7 +381,7 @@ class KafkaSink(_Producing, _Witness):
             return
         assert rt is not None  # a live producer
         try:
-            self._retrying(rt, "abort_transaction", epoch, self._commit_timeout_s)
+            self._clients(rt).retrying("abort_transaction", epoch, self._commit_timeout_s)
         except LaminarError as err:
             failure = machine.abort_failed()
             rt.failed_operation = "abort"
@@ -336,7 +397,7 @@ class KafkaSink(_Producing, _Witness):
                 epoch,
                 err,
             )
-            self._reinit_producer(rt)
+            self._clients(rt).reinit_producer()
             machine.abort_reopened()
             return
         rt.identity_changed()
@@ -346,7 +407,7 @@ class KafkaSink(_Producing, _Witness):
         """The last committed epoch, read from the marker group (or the record headers)."""
         rt = self._rt or _Runtime()
         self._rt = rt
-        self._open_consumer(rt)
+        self._clients(rt).open_consumer()
         last = self._read_last_committed(rt)
         # Right after this instance's own commit the marker may not read back yet (the broker
         # writes the transaction's markers after answering the commit).
@@ -424,7 +485,7 @@ class KafkaSink(_Producing, _Witness):
         others = [t for t in records.topic_names if t != self._topic]
         new = [t for t in others if (self._bootstrap_servers, t, self.sink_id) not in _IDENTIFIED]
         if new:
-            self._record_topics(new)
+            self._witness(rt).record_topics(new)
         rt.epoch_topics.update(others)
 
     def _abort_quietly(self, rt: _Runtime, epoch: int) -> None:
@@ -433,3 +494,23 @@ class KafkaSink(_Producing, _Witness):
                 self.abort_transaction(epoch)
             except LaminarError as err:
                 log.warning("sink %s: abort of epoch %d failed: %s", self.sink_id, epoch, err)
+
+    # -- in-doubt resolution ------------------------------------------------------------------
+
+    def _resolve_failed(self, rt: _Runtime, epoch: int | None) -> int | None:
+        """Resolve an in-doubt commit of ``epoch`` (`resolve_in_doubt`: the core's
+        `KafkaInDoubtMachine` performed); the last committed epoch after it."""
+        assert epoch is not None
+        clients = self._clients(rt)
+        witness = Witness(self, clients)
+        resolve_in_doubt(
+            self.sink_id, epoch, clients, witness, self._machine, self._commit_timeout_s
+        )
+        return self.tracker.last_committed_epoch
+
+    def _settle_after_reinit(self, last: int | None) -> None:
+        """After a new producer's init: the machine aborts whatever this instance had open and
+        decides an in-doubt commit by ``last`` (`SinkTransaction.reopened`)."""
+        self._machine.reopened(last)
+        if self._rt is not None:
+            self._rt.failed_operation = None

@@ -499,7 +499,7 @@ _DECISION_COMMANDS: dict[str, _Handler] = {
 def _kafka_registry_config(sink: KafkaSink) -> dict[str, Any]:
     """What `laminar status`/`recover` need to reach the sink again: no secrets (masked)."""
     return {
-        "bootstrap_servers": sink._bootstrap_servers,
+        "bootstrap_servers": sink.client_settings().bootstrap_servers,
         "topic": sink.topic,
         "key": sink.key,
         "value_format": sink.value_format,

@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from laminar._core import Command, Event, kafka_participant_id, participant_base
+from laminar._core import Command, Event, participant_base
 from laminar.kafka.sink import KafkaSink
 from laminar.postgres._steps import (
     claim_epoch,
@@ -71,11 +71,7 @@ def kafka_participant(base: KafkaSink, part: int) -> KafkaSink:
     """``base`` as scale-out participant ``part``: transactional id ``<tid>.p<part>``, with its
     own epoch marker (consumer group ``laminar.<tid>.p<part>``) and the client settings of
     `PARTICIPANT_CLIENT_DEFAULTS` where ``base``'s configuration has none."""
-    sink: KafkaSink = _clone(base)
-    sink._sink_id = kafka_participant_id(base.sink_id, part)
-    sink._resolved = None
-    sink._producer_setting = {**PARTICIPANT_CLIENT_DEFAULTS, **base._producer_setting}
-    return sink
+    return base.as_participant(part, PARTICIPANT_CLIENT_DEFAULTS)
 
 
 def participant_factory(

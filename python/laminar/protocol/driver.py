@@ -266,12 +266,12 @@ class KafkaDriver:
         elif kind == "end_txn":
             assert c.transactional_id is not None
             why = end_txn(
-                sink._bootstrap_servers,
-                sink._producer_config,
+                sink.client_settings().bootstrap_servers,
+                sink.client_settings().producer_config,
                 c.transactional_id,
                 int(c.producer_id or 0),
                 int(c.producer_epoch or 0),
-                timeout_s=sink._commit_timeout_s,
+                timeout_s=sink.client_settings().commit_timeout_s,
                 clients=self.end_txn_clients,
             )
             return Event.end_txn(why)

@@ -1,0 +1,62 @@
+"""The perform table of a `KafkaSink` commit whose outcome is unknown: the commands of the core's
+`KafkaInDoubtMachine` (docs/protocol.md §1, docs/engine.md §2) performed on the sink's clients and
+its witness, the outcome reported to the sink's own machine (`SinkTransaction`)."""
+
+from __future__ import annotations
+
+import logging
+
+from laminar._core import Command, Event, KafkaInDoubtMachine, SinkTransaction
+from laminar.errors import FatalError, FencedError
+from laminar.kafka._clients import Clients
+from laminar.kafka._witness import Witness
+from laminar.protocol.driver import drive, now_ms, perform_driver_side
+
+__all__ = ["resolve_in_doubt"]
+
+log = logging.getLogger("laminar.kafka")
+
+
+def resolve_in_doubt(
+    sink_id: str,
+    epoch: int,
+    clients: Clients,
+    witness: Witness,
+    txn: SinkTransaction,
+    commit_timeout_s: float,
+) -> None:
+    """Drive the core's `KafkaInDoubtMachine` for ``epoch``: retry a commit that is still in
+    flight (librdkafka allows it), else re-initialise the producer, and let the marker decide;
+    this only performs its commands and reports the outcome to ``txn``. Raises what the machine
+    ended on (`FencedError`: fenced, or another instance committed past this epoch)."""
+    rt = clients.rt
+    commit_in_flight = rt.failed_operation == "commit" and rt.producer is not None
+    machine = KafkaInDoubtMachine(sink_id, epoch, commit_in_flight)
+
+    def perform(c: Command) -> Event:
+        if (event := perform_driver_side(c, log)) is not None:
+            return event
+        if c.kind == "retry_commit":
+            clients.retrying("commit_transaction", epoch, commit_timeout_s)
+        elif c.kind == "abort_producer":
+            clients.abort_producer_quietly()
+        elif c.kind == "reinit_producer":
+            clients.reinit_producer()
+        elif c.kind == "read_marker":
+            return Event.marker(witness.read_marker(), now_ms())
+        else:
+            raise FatalError(f"in-doubt resolution: unexpected command {c.kind!r}")
+        return Event.ack()
+
+    try:
+        drive(machine, perform)
+    except FencedError as err:
+        # fenced, or refused: the brokers answer but not this producer's commit (Tansu drops
+        # a fenced producer's requests), or another instance committed past this epoch
+        rt.fenced = err
+        raise
+    finally:
+        committed = machine.committed
+        txn.resolved_by_marker(committed, machine.marker)
+        if machine.end == "ok" or (machine.end == "refused" and committed is not None):
+            rt.failed_operation = None
