@@ -96,7 +96,7 @@ def parse_settings(
 
 
 class _SinkBase(TransactionalSink):
-    """The base of `PostgresSink`: the core's machine of its transaction, over `tracker`."""
+    """The base of `PostgresSink`: its settings and the partition its machine writes as."""
 
     _settings: Settings
     _txn: SinkTransaction | None
@@ -107,13 +107,10 @@ class _SinkBase(TransactionalSink):
         return self._settings.two_phase_part
 
     @property
-    def _machine(self) -> SinkTransaction:
-        """The core's machine of this sink's transaction (docs/engine.md, "The sink's
-        transaction"), over `tracker`: each call asks it what to do and reports the outcome."""
-        tracker = self.tracker
-        if self._txn is None or self._txn.tracker is not tracker:
-            self._txn = SinkTransaction(tracker, participant=self._two_phase_part)
-        return self._txn
+    def _machine_participant(self) -> int | None:
+        """A scale-out participant's machine only ends an epoch by preparing
+        (`TransactionalSink._machine`)."""
+        return self._two_phase_part
 
 
 def _normalise_columns(columns: ColumnsSpec) -> list[str] | dict[str, str] | None:
