@@ -10,10 +10,14 @@
 //! simulation (`sim`, tests only), which walks every [`CrashPoint`].
 //!
 //! - [`atomic`]: the atomic group (start-up, the KIP-939 epoch, steps 1–8, and the writer's
-//!   retries), [`kafka_recovery`]: bringing Kafka sinks level with the decision log;
-//! - [`distributed`]: scale-out (the coordinator's epoch, the task, and the one definition each of
-//!   roll-back-and-conclude and complete-and-conclude);
-//! - [`watcher`]: the resolution watcher's pass and the operator's `resolve`;
+//!   retries; `atomic::plan`: which sinks an epoch is written to), [`kafka_recovery`]: bringing
+//!   Kafka sinks level with the decision log (`kafka_recovery::completion`: how, per sink);
+//! - [`distributed`]: scale-out (the coordinator's epoch, the task, the vote and the decision,
+//!   the `dt_state` record, and the one definition each of roll-back-and-conclude and
+//!   complete-and-conclude);
+//! - [`watcher`]: the resolution watcher's pass and the operator's `resolve` (`watcher::rules`:
+//!   what to do with each item);
+//! - [`refusal`]: the core's one way of saying no, and the generation check;
 //! - [`single`]: one sink's epoch and its in-doubt resolution (Kafka, PostgreSQL);
 //! - [`sink`]: a sink's own transaction (begin, write, prepare, commit, abort, close), the answers
 //!   `PostgresSink` performs;
@@ -35,6 +39,7 @@ pub mod gid;
 pub mod kafka_recovery;
 pub mod names;
 pub mod records;
+pub mod refusal;
 pub mod single;
 pub mod sink;
 pub mod watcher;
@@ -50,7 +55,7 @@ pub use crash::{CrashPoint, Protocol};
 
 use std::collections::VecDeque;
 
-pub use crate::recovery::{Epoch, Refusal, RefusalKind};
+pub use refusal::{Epoch, Refusal, RefusalKind};
 
 /// How a machine ended.
 #[derive(Debug, Clone, PartialEq)]

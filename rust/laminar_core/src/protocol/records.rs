@@ -11,11 +11,10 @@
 //! The names of distributed transactions and their participants, and the one
 //! participant-matching rule, are in [`super::names`].
 
+pub use super::distributed::{DT_TRANSITIONS, DtEvent, DtState, dt_next};
+use super::kafka_recovery::{DecisionRecord, ProducerIdentity};
 use crate::error::CoreError;
 use crate::prepared::PreparedTxnState;
-use crate::recovery::atomic::{DecisionRecord, ProducerIdentity};
-
-pub use crate::recovery::distributed::{DT_TRANSITIONS, DtEvent, DtState, dt_next};
 
 use super::command::DecisionRow;
 use super::{Epoch, Refusal, RefusalKind};

@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use super::errors::refusal_to_py_err;
 use crate::protocol::crash::{CrashPoint, Position, Protocol};
 use crate::protocol::{Epoch, gid, names, records};
-use crate::recovery::{Refusal, RefusalKind};
+use crate::protocol::{Refusal, RefusalKind};
 
 /// A crash point (see `_core.pyi`).
 #[pyclass(module = "laminar._core", name = "CrashPoint", frozen, eq, hash)]

@@ -5,11 +5,13 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use super::errors::IntoPyResult;
-use crate::recovery::atomic::{
-    self, Completion, DecisionRecord, EpochPlan, KafkaPart, ProducerIdentity, SinkProgress,
+use crate::protocol::atomic::plan::{self, EpochPlan, SinkProgress};
+use crate::protocol::distributed::{self, DtEvent, DtState, Vote};
+use crate::protocol::kafka_recovery::{
+    self, Completion, DecisionRecord, KafkaPart, ProducerIdentity,
 };
-use crate::recovery::distributed::{self, DtEvent, DtState, Unresolved, Vote, WatcherThresholds};
-use crate::recovery::{Epoch, Refusal};
+use crate::protocol::watcher::{self, Unresolved, WatcherThresholds};
+use crate::protocol::{Epoch, Refusal};
 
 /// What to do to bring one Kafka sink level with the decision log (see `_core.pyi`).
 #[pyclass(module = "laminar._core", name = "KafkaCompletion", frozen, eq)]
@@ -122,7 +124,7 @@ fn complete_kafka(
         redo_log,
         end_txn_refused,
     };
-    atomic::complete_kafka(sink_id, &part).into()
+    kafka_recovery::complete_kafka(sink_id, &part).into()
 }
 
 /// Which sinks an incoming epoch goes to (see `_core.pyi`).
@@ -166,7 +168,7 @@ fn plan_epoch(
         .into_iter()
         .map(|(sink_id, last)| SinkProgress { sink_id, last })
         .collect();
-    match atomic::plan_epoch(epoch, &progress, &awaiting, refuse_backwards) {
+    match plan::plan_epoch(epoch, &progress, &awaiting, refuse_backwards) {
         EpochPlan::Skip => PyEpochPlan {
             action: "skip",
             sinks: vec![false; progress.len()],
@@ -194,7 +196,7 @@ fn plan_epoch(
 /// The fencing check: `None` if `mine` is the stored generation, else the refusal message.
 #[pyfunction]
 fn check_generation(group: &str, mine: i64, stored: i64) -> Option<String> {
-    crate::recovery::check_generation(group, mine, stored)
+    crate::protocol::refusal::check_generation(group, mine, stored)
         .err()
         .map(|r| r.message)
 }
@@ -273,14 +275,14 @@ fn watcher_action(
         resolve_after_s,
         lingering_after_s,
     };
-    Ok(distributed::watcher_action(unresolved, age_s, thresholds).name())
+    Ok(watcher::watcher_action(unresolved, age_s, thresholds).name())
 }
 
 /// Whether an item still unresolved at `age_s` lingers.
 #[pyfunction]
 #[pyo3(signature = (age_s, lingering_after_s=300.0))]
 fn is_lingering(age_s: f64, lingering_after_s: f64) -> bool {
-    distributed::is_lingering(
+    watcher::is_lingering(
         age_s,
         WatcherThresholds {
             resolve_after_s: 0.0,

@@ -24,7 +24,7 @@
 use crate::protocol::stalled;
 use std::collections::BTreeMap;
 
-use crate::recovery::check_generation;
+use super::super::refusal::check_generation;
 
 use super::super::command::{Command, DecisionSelection, Event, FailureKind, unexpected};
 use super::super::crash::CrashPoint;

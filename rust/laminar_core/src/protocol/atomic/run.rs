@@ -1,6 +1,6 @@
 //! An atomic group's epoch: the plan, the epoch machine's result, and the writer's retries.
 
-use crate::recovery::atomic::{EpochPlan, SinkProgress, plan_epoch};
+use super::plan::{EpochPlan, SinkProgress, plan_epoch};
 
 use super::super::End;
 use super::super::command::{Command, FailureKind, LogLevel};

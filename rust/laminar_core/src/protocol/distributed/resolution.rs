@@ -26,7 +26,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::recovery::atomic::DecisionRecord;
+use super::super::kafka_recovery::DecisionRecord;
 
 use super::super::command::{
     Command, DecisionSelection, Event, Failure, FailureKind, ParticipantKind, ParticipantResult,

@@ -15,7 +15,7 @@ mod in_doubt;
 
 pub use in_doubt::{KafkaInDoubt, PostgresInDoubt};
 
-use crate::recovery::atomic::{EpochPlan, SinkProgress, plan_epoch};
+use super::atomic::plan::{EpochPlan, SinkProgress, plan_epoch};
 
 use super::command::{Command, Event, Failure, FailureKind, LogLevel, unexpected};
 use super::records::epoch_committed;

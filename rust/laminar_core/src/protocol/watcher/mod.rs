@@ -18,20 +18,19 @@
 
 mod item;
 pub mod resolve;
+pub mod rules;
 
 pub use item::{Item, ItemKind, ItemOutcome};
 
-use crate::recovery::distributed::{
-    WatcherAction, WatcherThresholds, is_lingering, watcher_action,
-};
+pub use rules::{Unresolved, WatcherAction, WatcherThresholds, is_lingering, watcher_action};
 
 use super::command::{Command, DecisionSelection, Event, LogLevel, PreparedGid, unexpected};
 use super::distributed::{Resolution, ResolutionOutcome};
+use super::kafka_recovery::DecisionRecord;
 use super::kafka_recovery::KafkaRecovery;
 use super::names::decision_of;
 use super::records::{DtEvent, DtState, decision_record, dt_next, epoch_committed};
 use super::{Core, End, Epoch, Idle, Steps, children, core_accessors};
-use crate::recovery::atomic::DecisionRecord;
 
 /// What a pass looks at and how it acts.
 #[derive(Debug, Clone, PartialEq)]

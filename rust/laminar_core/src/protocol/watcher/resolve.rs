@@ -15,8 +15,8 @@
 //!              Resolution::complete | Resolution::roll_back
 //! ```
 
+use super::super::kafka_recovery::DecisionRecord;
 use crate::protocol::stalled;
-use crate::recovery::atomic::DecisionRecord;
 
 use super::super::command::{Command, DecisionSelection, Event, ParticipantState, unexpected};
 use super::super::distributed::{Resolution, ResolutionOutcome};

@@ -11,10 +11,10 @@ use crate::protocol::atomic::{AtomicGroup, GroupConfig, RunStart};
 use crate::protocol::distributed::{ScaleOutTask, TaskContext};
 use crate::protocol::kafka_recovery::KafkaRecovery;
 use crate::protocol::single::{KafkaInDoubt, PostgresInDoubt, SingleConfig, SingleEpoch};
+use crate::protocol::watcher::WatcherThresholds;
 use crate::protocol::watcher::resolve::{Resolve, ResolveOutcome, ResolveTarget};
 use crate::protocol::watcher::{Item, PassConfig, WatcherPass};
 use crate::protocol::{End, Epoch, Machine};
-use crate::recovery::distributed::WatcherThresholds;
 
 macro_rules! machine_class {
     ($py:ident, $name:literal, $rust:ty, { $($extra:tt)* }) => {

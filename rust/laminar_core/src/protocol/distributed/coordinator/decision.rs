@@ -4,8 +4,8 @@
 
 use std::collections::BTreeSet;
 
-use crate::recovery::check_generation;
-use crate::recovery::distributed::decide;
+use super::super::super::refusal::check_generation;
+use super::super::vote::decide;
 
 use super::super::super::command::{
     Command, ParticipantKind, ParticipantResult, ParticipantRow, ParticipantState, ResultStatus,

@@ -36,7 +36,7 @@ mod decision;
 use crate::protocol::stalled;
 use std::collections::BTreeSet;
 
-use crate::recovery::atomic::{EpochPlan, SinkProgress, plan_epoch};
+use super::super::atomic::plan::{EpochPlan, SinkProgress, plan_epoch};
 
 use super::super::command::{Command, Event, LogLevel, ParticipantResult, unexpected};
 use super::super::crash::CrashPoint;

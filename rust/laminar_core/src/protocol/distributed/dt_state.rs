@@ -1,6 +1,6 @@
-//! The Vitess-style distributed transaction (docs/protocol.md §4): the decision record
+//! The Vitess-style distributed transaction's decision record (docs/protocol.md §4):
 //! `laminar.dt_state` of the scale-out mode and of Postgres participants on other databases, its
-//! transitions, the coordinator's vote, and the resolution watcher's rules.
+//! states and events, and its transitions.
 //!
 //! ```text
 //! (none) --create--> Prepare --start_commit--> Commit --conclude--> (none)
@@ -164,119 +164,6 @@ pub fn dt_next(state: Option<DtState>, event: DtEvent) -> CoreResult<Option<DtSt
         })
 }
 
-/// A participant's answer to the prepare phase.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Vote {
-    /// Prepared: durable and waiting for the decision.
-    Prepared,
-    /// Failed (or never answered): the transaction must roll back.
-    Failed,
-}
-
-/// The coordinator's decision from the votes: commit only if `expected` participants all
-/// prepared (a missing answer is a "no").
-pub fn decide(votes: &[Vote], expected: usize) -> DtEvent {
-    if votes.len() == expected && votes.iter().all(|v| *v == Vote::Prepared) {
-        DtEvent::StartCommit
-    } else {
-        DtEvent::SetRollback
-    }
-}
-
-/// How long the watcher leaves a transaction to its coordinator, and when it calls it lingering.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct WatcherThresholds {
-    /// Unresolved for at least this long (seconds): the watcher resolves it by the rules.
-    pub resolve_after_s: f64,
-    /// Still unresolved after at least this long (seconds): it lingers (metric, alert).
-    pub lingering_after_s: f64,
-}
-
-impl Default for WatcherThresholds {
-    fn default() -> Self {
-        Self {
-            resolve_after_s: 60.0,
-            lingering_after_s: 300.0,
-        }
-    }
-}
-
-/// Something the watcher (or start-up recovery) found unresolved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Unresolved {
-    /// A decided epoch whose Kafka part is behind (`txn_state` ahead of the marker).
-    KafkaBehind,
-    /// A decision row that does not decode.
-    CorruptDecision,
-    /// A prepared participant (a Postgres gid, a Kafka participant) and its decision, if any.
-    Participant(Option<DtState>),
-    /// A decision record not concluded yet.
-    Distributed(DtState),
-}
-
-/// What to do with one unresolved item.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WatcherAction {
-    /// Too young: its coordinator may still be working on it.
-    Wait,
-    /// The decision is to commit: complete it (commit the participants, then conclude).
-    Complete,
-    /// The decision is to roll back, or there is none: roll back the participants, conclude.
-    RollBack,
-    /// No decision yet: record `set_rollback` (conditional on `Prepare`: if the coordinator won
-    /// the race and decided to commit, read again and complete), then roll back.
-    SetRollbackThenRollBack,
-    /// Nothing can be decided automatically: report it (it lingers until an operator acts).
-    ReportOnly,
-}
-
-impl WatcherAction {
-    /// The action's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            WatcherAction::Wait => "wait",
-            WatcherAction::Complete => "complete",
-            WatcherAction::RollBack => "roll_back",
-            WatcherAction::SetRollbackThenRollBack => "set_rollback_then_roll_back",
-            WatcherAction::ReportOnly => "report_only",
-        }
-    }
-}
-
-/// The watcher's rules (Vitess): decision COMMIT → complete; no decision or ROLLBACK → roll back;
-/// only once the item is older than `resolve_after_s`. `age_s` is the time since the item's
-/// transaction was created (participants: since PREPARE; decisions: since the decision).
-///
-/// At start-up a coordinator that has just fenced its predecessor (docs/protocol.md §6) owns
-/// its group's items and resolves them at once: pass `resolve_after_s = 0`.
-pub fn watcher_action(
-    item: Unresolved,
-    age_s: f64,
-    thresholds: WatcherThresholds,
-) -> WatcherAction {
-    if matches!(item, Unresolved::CorruptDecision) {
-        return WatcherAction::ReportOnly;
-    }
-    if age_s.is_nan() || age_s < thresholds.resolve_after_s {
-        return WatcherAction::Wait;
-    }
-    match item {
-        Unresolved::KafkaBehind
-        | Unresolved::Participant(Some(DtState::Commit))
-        | Unresolved::Distributed(DtState::Commit) => WatcherAction::Complete,
-        Unresolved::Participant(Some(DtState::Rollback) | None)
-        | Unresolved::Distributed(DtState::Rollback) => WatcherAction::RollBack,
-        Unresolved::Participant(Some(DtState::Prepare))
-        | Unresolved::Distributed(DtState::Prepare) => WatcherAction::SetRollbackThenRollBack,
-        Unresolved::CorruptDecision => WatcherAction::ReportOnly,
-    }
-}
-
-/// Whether an item still unresolved at `age_s` lingers (counted by the metric, alerted on).
-pub fn is_lingering(age_s: f64, thresholds: WatcherThresholds) -> bool {
-    age_s >= thresholds.lingering_after_s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,58 +226,5 @@ mod tests {
             assert_eq!(DtState::from_name(s.name()), Some(s));
         }
         assert_eq!(DtState::from_name("COMMIT"), None);
-    }
-
-    #[test]
-    fn commit_needs_every_expected_participant_prepared() {
-        use Vote::*;
-        assert_eq!(decide(&[Prepared, Prepared], 2), DtEvent::StartCommit);
-        assert_eq!(decide(&[], 0), DtEvent::StartCommit);
-        assert_eq!(decide(&[Prepared, Failed], 2), DtEvent::SetRollback);
-        assert_eq!(decide(&[Prepared], 2), DtEvent::SetRollback);
-    }
-
-    #[test]
-    fn the_watcher_follows_the_vitess_rules_after_the_threshold() {
-        let t = WatcherThresholds {
-            resolve_after_s: 30.0,
-            lingering_after_s: 120.0,
-        };
-        use Unresolved::*;
-        let cases = [
-            (KafkaBehind, WatcherAction::Complete),
-            (Participant(Some(DtState::Commit)), WatcherAction::Complete),
-            (Distributed(DtState::Commit), WatcherAction::Complete),
-            (Participant(None), WatcherAction::RollBack),
-            (
-                Participant(Some(DtState::Rollback)),
-                WatcherAction::RollBack,
-            ),
-            (Distributed(DtState::Rollback), WatcherAction::RollBack),
-            (
-                Participant(Some(DtState::Prepare)),
-                WatcherAction::SetRollbackThenRollBack,
-            ),
-            (
-                Distributed(DtState::Prepare),
-                WatcherAction::SetRollbackThenRollBack,
-            ),
-            (CorruptDecision, WatcherAction::ReportOnly),
-        ];
-        for (item, action) in cases {
-            assert_eq!(watcher_action(item, 31.0, t), action, "{item:?}");
-            let young = watcher_action(item, 5.0, t);
-            if item == CorruptDecision {
-                assert_eq!(young, WatcherAction::ReportOnly);
-            } else {
-                assert_eq!(young, WatcherAction::Wait, "{item:?}");
-            }
-        }
-        assert_eq!(
-            watcher_action(KafkaBehind, f64::NAN, t),
-            WatcherAction::Wait
-        );
-        assert!(!is_lingering(119.0, t));
-        assert!(is_lingering(120.0, t));
     }
 }

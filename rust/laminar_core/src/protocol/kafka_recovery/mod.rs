@@ -15,13 +15,15 @@
 //!              await_replay:  the sink waits for Spark's replay of the epoch ([`KafkaRecovery::awaiting`])
 //! ```
 //!
-//! Every decision is [`crate::recovery::atomic::complete_kafka`]'s; this machine only orders the
+//! Every decision is [`complete_kafka`]'s; this machine only orders the
 //! I/O around it. `EndTxn` comes first because a new producer's `init_transactions` would abort
 //! the prepared transaction; the marker, read again, is the only proof that it worked.
 
 use std::collections::BTreeMap;
 
-use crate::recovery::atomic::{Completion, DecisionRecord, KafkaPart, complete_kafka};
+pub mod completion;
+
+pub use completion::{Completion, DecisionRecord, KafkaPart, ProducerIdentity, complete_kafka};
 
 use super::command::{Command, DecisionSelection, Event, Failure, LogLevel, unexpected};
 use super::crash::CrashPoint;
