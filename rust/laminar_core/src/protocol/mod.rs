@@ -21,8 +21,10 @@
 //! - [`single`]: one sink's epoch and its in-doubt resolution (Kafka, PostgreSQL);
 //! - [`sink`]: a sink's own transaction (begin, write, prepare, commit, abort, close), the answers
 //!   `PostgresSink` performs;
-//! - [`records`]: the transition tables of `dt_state` and `txn_state` and the small rules every
-//!   machine shares (the "already committed" rule, the epoch base, the owner guard);
+//! - [`transitions`]: the transition tables (a sink's transaction, `dt_state`, `txn_state`) and
+//!   their lookups;
+//! - [`records`]: the decision rows and the small rules every machine shares (the "already
+//!   committed" rule, the epoch base, the owner guard);
 //! - [`names`]: the dtid, the participant names and the one participant-matching rule;
 //! - [`crash`]: the crash points, named after the step they follow;
 //! - [`command`]: the commands and events of the driver loop.
@@ -42,6 +44,7 @@ pub mod records;
 pub mod refusal;
 pub mod single;
 pub mod sink;
+pub mod transitions;
 pub mod watcher;
 
 #[cfg(test)]

@@ -1,9 +1,7 @@
 //! The decision records and the rules every machine shares (docs/engine.md, "Records"):
 //!
-//! - the transition tables: `laminar.dt_state` ([`DT_TRANSITIONS`], [`dt_next`]) and
-//!   `laminar.txn_state` ([`TXN_TRANSITIONS`], [`txn_next`]) — every change a command asks for
-//!   is checked here first, and the command carries the state it changes *from*, so the
-//!   database applies it only if the row still is in that state;
+//! - a Kafka sink's decision row as its transitions see it ([`TxnRow`], [`TxnEvent`]; the table
+//!   and `txn_next` are in [`super::transitions`], with every other transition table);
 //! - [`epoch_committed`]: the one "already committed" rule (`last >= epoch`);
 //! - [`next_epoch_base`]: the one epoch-base rule (past every committed epoch);
 //! - [`owner_decision`]: the checkpoint-reset guard (docs/protocol.md §5).
@@ -11,7 +9,7 @@
 //! The names of distributed transactions and their participants, and the one
 //! participant-matching rule, are in [`super::names`].
 
-pub use super::distributed::{DT_TRANSITIONS, DtEvent, DtState, dt_next};
+pub use super::distributed::{DtEvent, DtState};
 use super::kafka_recovery::{DecisionRecord, ProducerIdentity};
 use crate::error::CoreError;
 use crate::prepared::PreparedTxnState;
@@ -202,100 +200,6 @@ pub enum TxnEvent {
     ForceBack(Option<Epoch>),
 }
 
-/// The kind of a [`TxnRow`] (the rows of the table).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TxnRowKind {
-    /// [`TxnRow::None`].
-    None,
-    /// [`TxnRow::Decided`].
-    Decided,
-    /// [`TxnRow::Corrupt`].
-    Corrupt,
-}
-
-/// The kind of a [`TxnEvent`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TxnEventKind {
-    /// [`TxnEvent::Decide`].
-    Decide,
-    /// [`TxnEvent::Repair`].
-    Repair,
-    /// [`TxnEvent::ForceBack`].
-    ForceBack,
-}
-
-/// Every legal change of a decision row; [`txn_next`] also keeps `Decide` from going back.
-pub const TXN_TRANSITIONS: &[(TxnRowKind, TxnEventKind, TxnRowKind)] = &[
-    (TxnRowKind::None, TxnEventKind::Decide, TxnRowKind::Decided),
-    (
-        TxnRowKind::Decided,
-        TxnEventKind::Decide,
-        TxnRowKind::Decided,
-    ),
-    (
-        TxnRowKind::Corrupt,
-        TxnEventKind::Repair,
-        TxnRowKind::Decided,
-    ),
-    (
-        TxnRowKind::Decided,
-        TxnEventKind::ForceBack,
-        TxnRowKind::Decided,
-    ),
-    (
-        TxnRowKind::Corrupt,
-        TxnEventKind::ForceBack,
-        TxnRowKind::Decided,
-    ),
-];
-
-impl TxnRow {
-    fn kind(self) -> TxnRowKind {
-        match self {
-            TxnRow::None => TxnRowKind::None,
-            TxnRow::Decided(_) => TxnRowKind::Decided,
-            TxnRow::Corrupt(_) => TxnRowKind::Corrupt,
-        }
-    }
-}
-
-impl TxnEvent {
-    fn kind(self) -> TxnEventKind {
-        match self {
-            TxnEvent::Decide(_) => TxnEventKind::Decide,
-            TxnEvent::Repair => TxnEventKind::Repair,
-            TxnEvent::ForceBack(_) => TxnEventKind::ForceBack,
-        }
-    }
-}
-
-/// The decision row after `event`, or [`CoreError::IllegalState`] naming both.
-pub fn txn_next(row: TxnRow, event: TxnEvent) -> Result<TxnRow, CoreError> {
-    let legal = TXN_TRANSITIONS
-        .iter()
-        .any(|(from, e, _)| *from == row.kind() && *e == event.kind());
-    let illegal = |why: &str| {
-        CoreError::IllegalState(format!(
-            "decision row (laminar.txn_state): cannot {event:?} from {row:?}{why}"
-        ))
-    };
-    if !legal {
-        return Err(illegal(match row {
-            TxnRow::Corrupt(_) => " (a corrupt decision is only changed by the operator)",
-            _ => "",
-        }));
-    }
-    Ok(match (row, event) {
-        (TxnRow::Decided(d), TxnEvent::Decide(e)) if e < d => {
-            return Err(illegal(" (a decision never goes back to an earlier epoch)"));
-        }
-        (_, TxnEvent::Decide(e)) => TxnRow::Decided(e),
-        (TxnRow::Corrupt(d), TxnEvent::Repair) => TxnRow::Decided(d),
-        (_, TxnEvent::ForceBack(marker)) => TxnRow::Decided(marker.unwrap_or(-1)),
-        _ => return Err(illegal("")),
-    })
-}
-
 /// What a decision row says, decoded (its prepared state parsed by the core).
 pub fn decision_record(row: &DecisionRow) -> DecisionRecord {
     match PreparedTxnState::parse(&row.prepared_state) {
@@ -432,42 +336,6 @@ mod tests {
                 epoch_base: 8,
                 replaced: Some("other".into())
             })
-        );
-    }
-
-    #[test]
-    fn txn_state_transitions() {
-        assert_eq!(
-            txn_next(TxnRow::None, TxnEvent::Decide(3)),
-            Ok(TxnRow::Decided(3))
-        );
-        assert_eq!(
-            txn_next(TxnRow::Decided(3), TxnEvent::Decide(3)),
-            Ok(TxnRow::Decided(3))
-        );
-        assert_eq!(
-            txn_next(TxnRow::Decided(3), TxnEvent::Decide(5)),
-            Ok(TxnRow::Decided(5))
-        );
-        let Err(CoreError::IllegalState(m)) = txn_next(TxnRow::Decided(5), TxnEvent::Decide(4))
-        else {
-            panic!()
-        };
-        assert!(m.contains("never goes back"), "{m}");
-        assert!(txn_next(TxnRow::Corrupt(5), TxnEvent::Decide(6)).is_err());
-        assert!(txn_next(TxnRow::Decided(5), TxnEvent::Repair).is_err());
-        assert!(txn_next(TxnRow::None, TxnEvent::ForceBack(None)).is_err());
-        assert_eq!(
-            txn_next(TxnRow::Corrupt(5), TxnEvent::Repair),
-            Ok(TxnRow::Decided(5))
-        );
-        assert_eq!(
-            txn_next(TxnRow::Decided(5), TxnEvent::ForceBack(Some(4))),
-            Ok(TxnRow::Decided(4))
-        );
-        assert_eq!(
-            txn_next(TxnRow::Corrupt(5), TxnEvent::ForceBack(None)),
-            Ok(TxnRow::Decided(-1))
         );
     }
 

@@ -229,7 +229,8 @@ fn dt_event(name: &str) -> PyResult<DtEvent> {
 #[pyfunction]
 #[pyo3(signature = (state, event))]
 fn dt_next(py: Python<'_>, state: Option<&str>, event: &str) -> PyResult<Option<&'static str>> {
-    let next = distributed::dt_next(dt_state(state)?, dt_event(event)?).py_err(py)?;
+    let next =
+        crate::protocol::transitions::dt_next(dt_state(state)?, dt_event(event)?).py_err(py)?;
     Ok(next.map(DtState::name))
 }
 

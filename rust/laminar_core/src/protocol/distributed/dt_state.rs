@@ -20,8 +20,6 @@
 
 use std::fmt;
 
-use crate::error::{CoreError, CoreResult};
-
 /// The state of a distributed transaction's decision record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DtState {
@@ -104,121 +102,9 @@ impl DtEvent {
     }
 }
 
-/// Every legal transition (`None`: no record). Anything not listed is illegal.
-pub const DT_TRANSITIONS: &[(Option<DtState>, DtEvent, Option<DtState>)] = &[
-    (None, DtEvent::Create, Some(DtState::Prepare)),
-    (
-        Some(DtState::Prepare),
-        DtEvent::StartCommit,
-        Some(DtState::Commit),
-    ),
-    (
-        Some(DtState::Prepare),
-        DtEvent::SetRollback,
-        Some(DtState::Rollback),
-    ),
-    (Some(DtState::Commit), DtEvent::Conclude, None),
-    (Some(DtState::Rollback), DtEvent::Conclude, None),
-    (Some(DtState::Prepare), DtEvent::ConcludeEmpty, None),
-    (
-        Some(DtState::Prepare),
-        DtEvent::ForceCommit,
-        Some(DtState::Commit),
-    ),
-    (
-        Some(DtState::Rollback),
-        DtEvent::ForceCommit,
-        Some(DtState::Commit),
-    ),
-    (
-        Some(DtState::Commit),
-        DtEvent::ForceRollback,
-        Some(DtState::Rollback),
-    ),
-];
-
-/// The state after `event`, or [`CoreError::IllegalState`] naming both.
-pub fn dt_next(state: Option<DtState>, event: DtEvent) -> CoreResult<Option<DtState>> {
-    DT_TRANSITIONS
-        .iter()
-        .find(|(from, e, _)| *from == state && *e == event)
-        .map(|(_, _, to)| *to)
-        .ok_or_else(|| {
-            let shown = state.map_or("no record", DtState::name);
-            let hint = match (state, event) {
-                (Some(DtState::Commit), DtEvent::SetRollback) => {
-                    " (a decision to commit is final: the participants must be committed)"
-                }
-                (Some(DtState::Rollback), DtEvent::StartCommit) => {
-                    " (a decision to roll back is final)"
-                }
-                (Some(DtState::Rollback), DtEvent::SetRollback) => {
-                    " (the rollback is recorded already: carry it on)"
-                }
-                _ => "",
-            };
-            CoreError::IllegalState(format!(
-                "distributed transaction: cannot {} in state {shown}{hint}",
-                event.name()
-            ))
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_state_event_pair_matches_the_design_and_illegal_ones_say_why() {
-        let expected = |s: Option<DtState>, e: DtEvent| -> Option<Option<DtState>> {
-            match (s, e) {
-                (None, DtEvent::Create) => Some(Some(DtState::Prepare)),
-                (Some(DtState::Prepare), DtEvent::StartCommit) => Some(Some(DtState::Commit)),
-                (Some(DtState::Prepare), DtEvent::SetRollback) => Some(Some(DtState::Rollback)),
-                (Some(DtState::Commit | DtState::Rollback), DtEvent::Conclude) => Some(None),
-                (Some(DtState::Prepare), DtEvent::ConcludeEmpty) => Some(None),
-                (Some(DtState::Prepare | DtState::Rollback), DtEvent::ForceCommit) => {
-                    Some(Some(DtState::Commit))
-                }
-                (Some(DtState::Commit), DtEvent::ForceRollback) => Some(Some(DtState::Rollback)),
-                _ => None,
-            }
-        };
-        let states = [
-            None,
-            Some(DtState::Prepare),
-            Some(DtState::Commit),
-            Some(DtState::Rollback),
-        ];
-        let mut legal = 0;
-        for s in states {
-            for e in DtEvent::ALL {
-                match (dt_next(s, e), expected(s, e)) {
-                    (Ok(to), Some(want)) => {
-                        legal += 1;
-                        assert_eq!(to, want);
-                    }
-                    (Err(CoreError::IllegalState(m)), None) => {
-                        assert!(m.contains(e.name()), "{m}");
-                    }
-                    (got, want) => panic!("{s:?} {e:?}: got {got:?}, want {want:?}"),
-                }
-            }
-        }
-        assert_eq!(legal, DT_TRANSITIONS.len());
-        let Err(CoreError::IllegalState(m)) = dt_next(Some(DtState::Commit), DtEvent::SetRollback)
-        else {
-            panic!()
-        };
-        assert!(m.contains("final"), "{m}");
-        // rollback -> rollback is not a transition: a recorded rollback is carried on
-        let Err(CoreError::IllegalState(m)) =
-            dt_next(Some(DtState::Rollback), DtEvent::SetRollback)
-        else {
-            panic!()
-        };
-        assert!(m.contains("carry it on"), "{m}");
-    }
 
     #[test]
     fn names_round_trip() {

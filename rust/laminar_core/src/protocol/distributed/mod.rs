@@ -17,7 +17,7 @@ mod task;
 mod vote;
 
 pub use coordinator::{ScaleContext, ScaleOutEpoch};
-pub use dt_state::{DT_TRANSITIONS, DtEvent, DtState, dt_next};
+pub use dt_state::{DtEvent, DtState};
 pub use resolution::{Resolution, ResolutionOutcome};
 pub use task::{ScaleOutTask, TaskContext};
 pub use vote::{Vote, decide, vote};

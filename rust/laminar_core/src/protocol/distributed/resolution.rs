@@ -35,7 +35,8 @@ use super::super::command::{
 use super::super::crash::CrashPoint;
 use super::super::kafka_recovery::KafkaRecovery;
 use super::super::names::participant_matches;
-use super::super::records::{DtEvent, DtState, decision_record, dt_next};
+use super::super::records::{DtEvent, DtState, decision_record};
+use super::super::transitions::dt_next;
 use super::super::{Core, End, Epoch, Idle, Steps, core_accessors};
 
 /// How a resolution ended (when the machine ended `Ok`).

@@ -29,7 +29,8 @@ use super::distributed::{Resolution, ResolutionOutcome};
 use super::kafka_recovery::DecisionRecord;
 use super::kafka_recovery::KafkaRecovery;
 use super::names::decision_of;
-use super::records::{DtEvent, DtState, decision_record, dt_next, epoch_committed};
+use super::records::{DtEvent, DtState, decision_record, epoch_committed};
+use super::transitions::dt_next;
 use super::{Core, End, Epoch, Idle, Steps, children, core_accessors};
 
 /// What a pass looks at and how it acts.

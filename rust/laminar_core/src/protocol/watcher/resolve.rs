@@ -23,9 +23,9 @@ use super::super::distributed::{Resolution, ResolutionOutcome};
 use super::super::kafka_recovery::KafkaRecovery;
 use super::super::names::decision_of;
 use super::super::records::{
-    DtEvent, DtState, TxnEvent, TxnRow, anonymous_prepared_state, decision_record, dt_next,
-    illegal, txn_next, txn_row,
+    DtEvent, DtState, TxnEvent, TxnRow, anonymous_prepared_state, decision_record, illegal, txn_row,
 };
+use super::super::transitions::{dt_next, txn_next};
 use super::super::{Core, End, Epoch, Idle, Refusal, RefusalKind, Steps, children, core_accessors};
 
 /// What `resolve` is pointed at.

@@ -12,9 +12,8 @@ use super::super::super::command::{
 };
 use super::super::super::crash::CrashPoint;
 use super::super::super::names::postgres_participant;
-use super::super::super::records::{
-    DtEvent, DtState, TxnEvent, TxnRow, dt_next, illegal, txn_next,
-};
+use super::super::super::records::{DtEvent, DtState, TxnEvent, TxnRow, illegal};
+use super::super::super::transitions::{dt_next, txn_next};
 use super::super::super::{End, Refusal, RefusalKind};
 use super::super::resolution::Resolution;
 use super::super::vote::vote;
