@@ -13,8 +13,10 @@ use crate::protocol::transitions::next_state;
 #[cfg(test)]
 use crate::error::CoreError;
 
-/// Spark's `batch_id`: monotonic per query, replayed with the same value after a restart. Never
-/// negative in a live transaction.
+/// An epoch: a micro-batch's number as the sinks store it (Spark's `batch_id` plus the group's
+/// epoch base, docs/engine.md §9): monotonic per query, replayed with the same value after a
+/// restart. Never negative in a live transaction. The core's one definition (`protocol::Epoch`
+/// re-exports it).
 pub type Epoch = i64;
 
 /// Where one sink's transaction is in its lifecycle.
@@ -36,7 +38,7 @@ pub enum TransactionState {
 
 /// How recovery resolved a [`TransactionState::Failed`] transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Resolution {
+pub enum InDoubtOutcome {
     /// The transaction turned out to be committed.
     Committed,
     /// The transaction turned out to be aborted (or was rolled back by recovery).
@@ -65,7 +67,7 @@ pub enum TransactionEvent {
     /// The abort failed with an unknown outcome.
     AbortFailed,
     /// Recovery decided the outcome of a failed transaction.
-    Resolve(Resolution),
+    Resolve(InDoubtOutcome),
 }
 
 /// The kind of a state, without its epoch (the rows of the transition table).
@@ -106,9 +108,9 @@ pub enum EventKind {
     AbortOk,
     /// [`TransactionEvent::AbortFailed`].
     AbortFailed,
-    /// [`TransactionEvent::Resolve`] with [`Resolution::Committed`].
+    /// [`TransactionEvent::Resolve`] with [`InDoubtOutcome::Committed`].
     ResolveCommitted,
-    /// [`TransactionEvent::Resolve`] with [`Resolution::Aborted`].
+    /// [`TransactionEvent::Resolve`] with [`InDoubtOutcome::Aborted`].
     ResolveAborted,
 }
 
@@ -256,8 +258,8 @@ impl TransactionEvent {
             TransactionEvent::AbortStarted => EventKind::AbortStarted,
             TransactionEvent::AbortOk => EventKind::AbortOk,
             TransactionEvent::AbortFailed => EventKind::AbortFailed,
-            TransactionEvent::Resolve(Resolution::Committed) => EventKind::ResolveCommitted,
-            TransactionEvent::Resolve(Resolution::Aborted) => EventKind::ResolveAborted,
+            TransactionEvent::Resolve(InDoubtOutcome::Committed) => EventKind::ResolveCommitted,
+            TransactionEvent::Resolve(InDoubtOutcome::Aborted) => EventKind::ResolveAborted,
         }
     }
 }

@@ -58,7 +58,8 @@ pub use crash::{CrashPoint, Protocol};
 
 use std::collections::VecDeque;
 
-pub use refusal::{Epoch, Refusal, RefusalKind};
+pub use crate::state::Epoch;
+pub use refusal::{Refusal, RefusalKind};
 
 /// How a machine ended.
 #[derive(Debug, Clone, PartialEq)]

@@ -6,8 +6,7 @@
 
 use std::fmt;
 
-/// A Spark batch id (the protocol's epoch).
-pub type Epoch = i64;
+use crate::state::Epoch;
 
 /// Why the core refuses to act: recorded state the protocol cannot produce, an epoch that must not
 /// be written, or an epoch that did not go through (yet). The bridge raises each kind as one

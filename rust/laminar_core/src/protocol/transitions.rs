@@ -327,7 +327,7 @@ pub fn txn_next(row: TxnRow, event: TxnEvent) -> Result<TxnRow, CoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{Epoch, Resolution};
+    use crate::state::{Epoch, InDoubtOutcome};
 
     fn event_of(kind: EventKind, epoch: Epoch) -> TransactionEvent {
         match kind {
@@ -340,8 +340,8 @@ mod tests {
             EventKind::AbortStarted => TransactionEvent::AbortStarted,
             EventKind::AbortOk => TransactionEvent::AbortOk,
             EventKind::AbortFailed => TransactionEvent::AbortFailed,
-            EventKind::ResolveCommitted => TransactionEvent::Resolve(Resolution::Committed),
-            EventKind::ResolveAborted => TransactionEvent::Resolve(Resolution::Aborted),
+            EventKind::ResolveCommitted => TransactionEvent::Resolve(InDoubtOutcome::Committed),
+            EventKind::ResolveAborted => TransactionEvent::Resolve(InDoubtOutcome::Aborted),
         }
     }
 
