@@ -10,7 +10,6 @@
 //! participant-matching rule, are in [`super::names`].
 
 pub use super::distributed::{DtEvent, DtState};
-use super::kafka_recovery::{DecisionRecord, ProducerIdentity};
 use crate::error::CoreError;
 use crate::prepared::PreparedTxnState;
 
@@ -175,7 +174,66 @@ pub fn owner_decision(
 
 // -- laminar.txn_state ------------------------------------------------------------------------------
 
-/// A Kafka sink's decision row, as far as its transitions go.
+/// The Kafka producer identity of a prepared transaction (from its `PreparedTxnState`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProducerIdentity {
+    /// The producer id.
+    pub producer_id: i64,
+    /// The producer epoch.
+    pub producer_epoch: i32,
+}
+
+impl ProducerIdentity {
+    /// The identity, or `None` when either part is unknown (negative, as `PreparedTxnState`
+    /// records an identity librdkafka did not report).
+    pub fn known(producer_id: i64, producer_epoch: i32) -> Option<Self> {
+        (producer_id >= 0 && producer_epoch >= 0).then_some(Self {
+            producer_id,
+            producer_epoch,
+        })
+    }
+}
+
+/// A Kafka sink's row in `laminar.txn_state`, parsed: the core's one parsed decision row. The
+/// driver reports the row as stored ([`DecisionRow`], the wire event: the columns as read, the
+/// prepared state undecoded); [`decision_record`] parses it into this, and [`DecisionRecord::txn_row`]
+/// is its key in the transition table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecisionRecord {
+    /// No row: no epoch of this sink was ever decided in the group.
+    None,
+    /// The last decided epoch.
+    Decided {
+        /// The decided epoch `d`.
+        epoch: Epoch,
+        /// The sink's Kafka marker when `d` was decided (`p`; `None`: no marker then).
+        previous: Option<Epoch>,
+        /// The prepared transaction's producer id/epoch, when known.
+        producer: Option<ProducerIdentity>,
+    },
+    /// The row's `prepared_state` does not decode: nothing about it can be trusted.
+    Corrupt {
+        /// The row's epoch column (it still reads).
+        epoch: Epoch,
+        /// What the decoder said.
+        reason: String,
+    },
+}
+
+impl DecisionRecord {
+    /// The row's place in the transition table (`protocol::transitions::TXN_TRANSITIONS`).
+    pub fn txn_row(&self) -> TxnRow {
+        match self {
+            DecisionRecord::None => TxnRow::None,
+            DecisionRecord::Decided { epoch, .. } => TxnRow::Decided(*epoch),
+            DecisionRecord::Corrupt { epoch, .. } => TxnRow::Corrupt(*epoch),
+        }
+    }
+}
+
+/// A Kafka sink's decision row, as far as its transitions go: its kind and epoch, the key of
+/// `protocol::transitions::TXN_TRANSITIONS` ([`DecisionRecord::txn_row`] of a parsed row; the
+/// epoch a machine read or wrote, for its own decisions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TxnRow {
     /// No row.
@@ -200,7 +258,8 @@ pub enum TxnEvent {
     ForceBack(Option<Epoch>),
 }
 
-/// What a decision row says, decoded (its prepared state parsed by the core).
+/// What a decision row says, decoded (its prepared state parsed by the core): the wire event
+/// ([`DecisionRow`]) made the one parsed row ([`DecisionRecord`]).
 pub fn decision_record(row: &DecisionRow) -> DecisionRecord {
     match PreparedTxnState::parse(&row.prepared_state) {
         Ok(state) => DecisionRecord::Decided {
@@ -209,17 +268,9 @@ pub fn decision_record(row: &DecisionRow) -> DecisionRecord {
             producer: ProducerIdentity::known(state.producer_id, state.producer_epoch),
         },
         Err(e) => DecisionRecord::Corrupt {
+            epoch: row.epoch,
             reason: e.to_string(),
         },
-    }
-}
-
-/// A decision row's place in the table.
-pub fn txn_row(record: &DecisionRecord, epoch: Epoch) -> TxnRow {
-    match record {
-        DecisionRecord::None => TxnRow::None,
-        DecisionRecord::Decided { epoch, .. } => TxnRow::Decided(*epoch),
-        DecisionRecord::Corrupt { .. } => TxnRow::Corrupt(epoch),
     }
 }
 

@@ -7,9 +7,8 @@ use pyo3::prelude::*;
 use super::errors::IntoPyResult;
 use crate::protocol::atomic::plan::{self, EpochPlan, SinkProgress};
 use crate::protocol::distributed::{self, DtEvent, DtState, Vote};
-use crate::protocol::kafka_recovery::{
-    self, Completion, DecisionRecord, KafkaPart, ProducerIdentity,
-};
+use crate::protocol::kafka_recovery::{self, Completion, KafkaPart};
+use crate::protocol::records::{DecisionRecord, ProducerIdentity};
 use crate::protocol::watcher::{self, Unresolved, WatcherThresholds};
 use crate::protocol::{Epoch, Refusal};
 
@@ -110,7 +109,10 @@ fn complete_kafka(
     end_txn_refused: bool,
 ) -> PyKafkaCompletion {
     let decision = match (corrupt, decided_epoch) {
-        (Some(reason), _) => DecisionRecord::Corrupt { reason },
+        (Some(reason), epoch) => DecisionRecord::Corrupt {
+            epoch: epoch.unwrap_or(-1),
+            reason,
+        },
         (None, None) => DecisionRecord::None,
         (None, Some(epoch)) => DecisionRecord::Decided {
             epoch,

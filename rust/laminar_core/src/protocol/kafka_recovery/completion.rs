@@ -21,49 +21,9 @@
 //! consecutive for a sink: a Kafka sink added to an existing group, or a group restarted with a
 //! new epoch base (`laminar reset`).
 
+use super::super::records::{DecisionRecord, ProducerIdentity};
 use super::super::refusal::show;
 use super::super::{Epoch, Refusal, RefusalKind};
-
-/// The Kafka producer identity of a prepared transaction (from its `PreparedTxnState`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ProducerIdentity {
-    /// The producer id.
-    pub producer_id: i64,
-    /// The producer epoch.
-    pub producer_epoch: i32,
-}
-
-impl ProducerIdentity {
-    /// The identity, or `None` when either part is unknown (negative, as `PreparedTxnState`
-    /// records an identity librdkafka did not report).
-    pub fn known(producer_id: i64, producer_epoch: i32) -> Option<Self> {
-        (producer_id >= 0 && producer_epoch >= 0).then_some(Self {
-            producer_id,
-            producer_epoch,
-        })
-    }
-}
-
-/// A Kafka sink's row in `laminar.txn_state`, as read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DecisionRecord {
-    /// No row: no epoch of this sink was ever decided in the group.
-    None,
-    /// The last decided epoch.
-    Decided {
-        /// The decided epoch `d`.
-        epoch: Epoch,
-        /// The sink's Kafka marker when `d` was decided (`p`; `None`: no marker then).
-        previous: Option<Epoch>,
-        /// The prepared transaction's producer id/epoch, when known.
-        producer: Option<ProducerIdentity>,
-    },
-    /// The row's `prepared_state` does not decode: nothing about it can be trusted.
-    Corrupt {
-        /// What the decoder said.
-        reason: String,
-    },
-}
 
 /// Everything recorded about one Kafka sink of a group that recovery decides from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +71,7 @@ pub enum Completion {
 pub fn complete_kafka(sink_id: &str, part: &KafkaPart) -> Completion {
     let (d, p, producer) = match &part.decision {
         DecisionRecord::None => return Completion::Complete,
-        DecisionRecord::Corrupt { reason } => {
+        DecisionRecord::Corrupt { reason, .. } => {
             return Completion::Refuse(Refusal::new(
                 RefusalKind::CorruptDecision,
                 format!(
@@ -289,6 +249,7 @@ mod tests {
         for marker in [None, Some(3), Some(100)] {
             let mut p = part(
                 DecisionRecord::Corrupt {
+                    epoch: 5,
                     reason: "bad crc".into(),
                 },
                 marker,

@@ -23,11 +23,11 @@ use std::collections::BTreeMap;
 
 pub mod completion;
 
-pub use completion::{Completion, DecisionRecord, KafkaPart, ProducerIdentity, complete_kafka};
+pub use completion::{Completion, KafkaPart, complete_kafka};
 
 use super::command::{Command, DecisionSelection, Event, Failure, LogLevel, unexpected};
 use super::crash::CrashPoint;
-use super::records::{decision_record, epoch_committed};
+use super::records::{DecisionRecord, decision_record, epoch_committed};
 use super::{Core, End, Epoch, Idle, NoChild, Refusal, RefusalKind, Steps, core_accessors};
 
 /// How long the marker is read again after an accepted `EndTxn` (markers land shortly after the

@@ -26,10 +26,9 @@ pub use rules::{Unresolved, WatcherAction, WatcherThresholds, is_lingering, watc
 
 use super::command::{Command, DecisionSelection, Event, LogLevel, PreparedGid, unexpected};
 use super::distributed::{Resolution, ResolutionOutcome};
-use super::kafka_recovery::DecisionRecord;
 use super::kafka_recovery::KafkaRecovery;
 use super::names::decision_of;
-use super::records::{DtEvent, DtState, decision_record, epoch_committed};
+use super::records::{DecisionRecord, DtEvent, DtState, decision_record, epoch_committed};
 use super::transitions::dt_next;
 use super::{Core, End, Epoch, Idle, Steps, children, core_accessors};
 
@@ -145,7 +144,7 @@ impl WatcherPass {
         for row in rows {
             let id = format!("kafka:{}", row.transactional_id);
             match decision_record(&row) {
-                DecisionRecord::Corrupt { reason } => {
+                DecisionRecord::Corrupt { reason, .. } => {
                     let mut item =
                         Item::new(ItemKind::CorruptDecision, id, Some(row.epoch), row.age_s);
                     item.decision = Some(DtState::Commit);

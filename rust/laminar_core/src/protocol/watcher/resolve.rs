@@ -15,7 +15,6 @@
 //!              Resolution::complete | Resolution::roll_back
 //! ```
 
-use super::super::kafka_recovery::DecisionRecord;
 use crate::protocol::stalled;
 
 use super::super::command::{Command, DecisionSelection, Event, ParticipantState, unexpected};
@@ -23,7 +22,8 @@ use super::super::distributed::{Resolution, ResolutionOutcome};
 use super::super::kafka_recovery::KafkaRecovery;
 use super::super::names::decision_of;
 use super::super::records::{
-    DtEvent, DtState, TxnEvent, TxnRow, anonymous_prepared_state, decision_record, illegal, txn_row,
+    DecisionRecord, DtEvent, DtState, TxnEvent, TxnRow, anonymous_prepared_state, decision_record,
+    illegal,
 };
 use super::super::transitions::{dt_next, txn_next};
 use super::super::{Core, End, Epoch, Idle, Refusal, RefusalKind, Steps, children, core_accessors};
@@ -171,7 +171,7 @@ impl Resolve {
         let Some((record, epoch, previous)) = self.decision.clone() else {
             return;
         };
-        let row = txn_row(&record, epoch);
+        let row = record.txn_row();
         if self.commit {
             if matches!(record, DecisionRecord::Corrupt { .. }) {
                 // keep the decided epoch, forget the unreadable producer identity: recovery
