@@ -440,8 +440,8 @@ def delete_redo(conn: psycopg.Connection[Any], transactional_id: str, up_to_epoc
 # -- laminar.dt_state / dt_participant: the scale-out decisions (docs/engine.md §4) ---------------
 #
 # Every state change names the state it changes from, so the row changes only if it still is in
-# that state; the change itself was checked by the core's table (`laminar._core.dt_next`) before
-# the command was given. Nothing here writes a state the table does not allow.
+# that state; the change itself was checked by the core's table (`dt_next`) before the command
+# was given. Nothing here writes a state the table does not allow.
 
 _CREATE_DT = sql.SQL(
     "INSERT INTO {t} (dtid, group_id, epoch, state) VALUES (%s, %s, %s, 'prepare')"

@@ -224,4 +224,12 @@ mod tests {
         assert!(RefusalKind::DecisionLost.retryable());
         assert!(!RefusalKind::Fenced.retryable());
     }
+
+    /// The cases tests/unit/test_recovery_decisions.py checked through the former binding.
+    #[test]
+    fn generation_check_of_generation_two() {
+        assert_eq!(check_generation("g", 2, 2), Ok(()));
+        let err = check_generation("g", 2, 3).unwrap_err();
+        assert!(err.message.contains("generation 2"), "{err}");
+    }
 }

@@ -495,4 +495,34 @@ mod tests {
             Ok(TxnRow::Decided(-1))
         );
     }
+
+    /// The cases tests/unit/test_recovery_decisions.py and test_protocol_engine.py checked
+    /// through the former `dt_next` binding.
+    #[test]
+    fn dt_state_cases_by_name() {
+        assert_eq!(dt_next(None, DtEvent::Create), Ok(Some(DtState::Prepare)));
+        assert_eq!(
+            dt_next(Some(DtState::Prepare), DtEvent::StartCommit),
+            Ok(Some(DtState::Commit))
+        );
+        assert_eq!(dt_next(Some(DtState::Commit), DtEvent::Conclude), Ok(None));
+        let Err(CoreError::IllegalState(m)) = dt_next(Some(DtState::Commit), DtEvent::SetRollback)
+        else {
+            panic!("commit -> set_rollback must be illegal")
+        };
+        assert!(m.contains("final"), "{m}");
+        // rollback -> rollback is not a transition; the forced paths are their own events
+        assert!(matches!(
+            dt_next(Some(DtState::Rollback), DtEvent::SetRollback),
+            Err(CoreError::IllegalState(_))
+        ));
+        assert_eq!(
+            dt_next(Some(DtState::Commit), DtEvent::ForceRollback),
+            Ok(Some(DtState::Rollback))
+        );
+        assert_eq!(
+            dt_next(Some(DtState::Prepare), DtEvent::ConcludeEmpty),
+            Ok(None)
+        );
+    }
 }

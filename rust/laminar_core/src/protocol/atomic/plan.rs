@@ -182,4 +182,37 @@ mod tests {
         };
         assert_eq!(r.kind, RefusalKind::OtherEpochWhileIncomplete);
     }
+
+    /// The cases tests/unit/test_recovery_decisions.py checked through the former binding
+    /// (whose `refuse_backwards` defaulted to true).
+    #[test]
+    fn refusals_and_plans_of_an_atomic_pair() {
+        let pair = |pg: Epoch, k: Epoch| {
+            vec![
+                SinkProgress {
+                    sink_id: "pg".into(),
+                    last: Some(pg),
+                },
+                SinkProgress {
+                    sink_id: "k".into(),
+                    last: Some(k),
+                },
+            ]
+        };
+        let EpochPlan::Refuse(r) = plan_epoch(1, &pair(3, 3), &[], true) else {
+            panic!("expected a refusal")
+        };
+        assert_eq!(r.kind.name(), "epoch_backwards");
+        let EpochPlan::Refuse(r) = plan_epoch(5, &pair(4, 3), &[("k".into(), 4)], true) else {
+            panic!("expected a refusal")
+        };
+        assert_eq!(r.kind.name(), "other_epoch_while_incomplete");
+        assert_eq!(
+            plan_epoch(4, &pair(4, 3), &[("k".into(), 4)], true),
+            EpochPlan::Write {
+                sinks: vec![false, true]
+            }
+        );
+        assert_eq!(plan_epoch(4, &pair(4, 4), &[], true), EpochPlan::Skip);
+    }
 }

@@ -262,4 +262,66 @@ mod tests {
             assert!(r.message.contains("bad crc"));
         }
     }
+
+    /// The cases tests/unit/test_recovery_decisions.py checked through the former binding.
+    #[test]
+    fn completion_prefers_endtxn_then_redo_then_replay_with_the_recorded_identity() {
+        let decided = |producer| DecisionRecord::Decided {
+            epoch: 5,
+            previous: Some(4),
+            producer,
+        };
+        let behind = |redo_log, end_txn_refused| KafkaPart {
+            decision: decided(ProducerIdentity::known(-1, -1)),
+            marker: Some(4),
+            redo_log,
+            end_txn_refused,
+        };
+        let with_producer = KafkaPart {
+            decision: decided(ProducerIdentity::known(7, 2)),
+            ..behind(false, false)
+        };
+        assert_eq!(
+            complete_kafka("t", &with_producer),
+            Completion::EndTxn {
+                epoch: 5,
+                producer: ProducerIdentity {
+                    producer_id: 7,
+                    producer_epoch: 2
+                }
+            }
+        );
+        assert_eq!(
+            complete_kafka("t", &behind(true, true)),
+            Completion::RedoFromLog { epoch: 5 }
+        );
+        assert_eq!(
+            complete_kafka("t", &behind(false, true)),
+            Completion::AwaitReplay { epoch: 5 }
+        );
+        let level = KafkaPart {
+            marker: Some(5),
+            ..behind(false, false)
+        };
+        assert_eq!(complete_kafka("t", &level), Completion::Complete);
+    }
+
+    #[test]
+    fn a_corrupt_decision_is_refused_as_an_invalid_state_encoding() {
+        let part = KafkaPart {
+            decision: DecisionRecord::Corrupt {
+                epoch: 5,
+                reason: "bad crc".into(),
+            },
+            marker: Some(4),
+            redo_log: true,
+            end_txn_refused: false,
+        };
+        let Completion::Refuse(r) = complete_kafka("t", &part) else {
+            panic!("expected a refusal")
+        };
+        assert_eq!(r.kind, RefusalKind::CorruptDecision);
+        assert_eq!(r.kind.name(), "corrupt_decision");
+        assert_eq!(r.kind.error_class(), "InvalidStateEncoding");
+    }
 }

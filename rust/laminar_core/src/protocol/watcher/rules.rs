@@ -144,4 +144,38 @@ mod tests {
         assert!(!is_lingering(119.0, t));
         assert!(is_lingering(120.0, t));
     }
+
+    /// The cases tests/unit/test_recovery_decisions.py checked through the former binding, at
+    /// the default thresholds (resolve after 60 s, lingering after 300 s).
+    #[test]
+    fn the_watcher_rules_at_the_default_thresholds() {
+        let t = WatcherThresholds::default();
+        use Unresolved::*;
+        assert_eq!(
+            watcher_action(Participant(Some(DtState::Commit)), 100.0, t),
+            WatcherAction::Complete
+        );
+        assert_eq!(
+            watcher_action(Participant(None), 100.0, t),
+            WatcherAction::RollBack
+        );
+        assert_eq!(
+            watcher_action(Distributed(DtState::Prepare), 100.0, t),
+            WatcherAction::SetRollbackThenRollBack
+        );
+        assert_eq!(
+            watcher_action(Participant(Some(DtState::Commit)), 5.0, t),
+            WatcherAction::Wait
+        );
+        assert_eq!(
+            watcher_action(CorruptDecision, 1.0, t),
+            WatcherAction::ReportOnly
+        );
+        assert_eq!(
+            watcher_action(CorruptDecision, 1.0, t).name(),
+            "report_only"
+        );
+        assert!(!is_lingering(299.0, t));
+        assert!(is_lingering(300.0, t));
+    }
 }
