@@ -1158,6 +1158,7 @@ __all__ += [
     "participant_matches",
     "postgres_participant_name",
     "refusal_error",
+    "retry_delay",
     "stop_fence_epoch",
 ]
 
@@ -1692,6 +1693,22 @@ def owner_decision(
     ``epoch_base``) and the members' owners and last committed epochs: ``("keep", base, None)``,
     or ``("claim", base, replaced)`` to record ``mine`` as the owner (``restart``: past every
     committed epoch). A foreign owner without ``restart`` raises ``ConfigError``."""
+
+def retry_delay(
+    attempt: int,
+    retries: int,
+    retry_backoff_s: float,
+    kind: _FailureKind,
+    *,
+    retriable: bool = True,
+    awaiting: bool = False,
+) -> float | None:
+    """The one retry rule of an epoch: the delay in seconds before the next attempt of an epoch
+    whose attempt ``attempt`` (from 1) failed with ``kind``, or None to give up — after
+    ``retries`` retries, for a failure that would fail again (an abortable one not
+    ``retriable``, a fenced or fatal one), for an in-doubt one while a Kafka sink is
+    ``awaiting`` Spark's replay. The delay is ``retry_backoff_s * 2**(attempt - 1)``, the backoff
+    taken in whole milliseconds as the machines take it."""
 
 def epoch_committed(last: int | None, epoch: int) -> bool:
     """Whether a sink whose last committed epoch is ``last`` holds ``epoch``."""

@@ -18,6 +18,7 @@
 //! - [`watcher`]: the resolution watcher's pass and the operator's `resolve` (`watcher::rules`:
 //!   what to do with each item);
 //! - [`refusal`]: the core's one way of saying no, and the generation check;
+//! - [`retry`]: the one retry rule of an epoch (whether, and after how long);
 //! - [`single`]: one sink's epoch and its in-doubt resolution (Kafka, PostgreSQL);
 //! - [`sink`]: a sink's own transaction (begin, write, prepare, commit, abort, close), the answers
 //!   `PostgresSink` performs;
@@ -42,6 +43,7 @@ pub mod kafka_recovery;
 pub mod names;
 pub mod records;
 pub mod refusal;
+pub mod retry;
 pub mod single;
 pub mod sink;
 pub mod transitions;
