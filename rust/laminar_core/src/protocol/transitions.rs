@@ -22,6 +22,9 @@
 //!
 //! Every change a command asks for is checked here first, and the command carries the state it
 //! changes *from*, so the database applies it only if the row still is in that state.
+//!
+//! Over 500 lines with its tests on purpose: the three tables and their exhaustiveness tests are
+//! kept in one file, so that one place lists every legal change.
 
 use crate::error::{CoreError, CoreResult};
 use crate::state::{EventKind, StateKind, TransactionEvent, TransactionState};
