@@ -831,153 +831,14 @@ __all__ += ["crc32c"]
 def crc32c(data: bytes) -> int:
     """The CRC-32C (Castagnoli) of ``data``, as used in Kafka record batches."""
 
-# --- protocol decisions (core: recovery/) -------------------------------------------------------
+# --- the watcher's lingering rule (core: protocol/watcher/rules.rs) ------------------------------
 
-__all__ += [
-    "EpochPlan",
-    "KafkaCompletion",
-    "check_generation",
-    "complete_kafka",
-    "decide",
-    "dt_next",
-    "is_lingering",
-    "plan_epoch",
-    "watcher_action",
-]
+__all__ += ["is_lingering"]
 
-_Refusal = Literal[
-    "corrupt_decision",
-    "kafka_behind",
-    "kafka_ahead",
-    "epoch_backwards",
-    "other_epoch_while_incomplete",
-    "fenced",
-    "invalid_epoch",
-]
 _DtState = Literal["prepare", "commit", "rollback"]
-_DtEvent = Literal[
-    "create",
-    "start_commit",
-    "set_rollback",
-    "conclude",
-    "conclude_empty",
-    "force_commit",
-    "force_rollback",
-]
 _WatcherAction = Literal[
     "wait", "complete", "roll_back", "set_rollback_then_roll_back", "report_only"
 ]
-
-@final
-class KafkaCompletion:
-    """How to bring one Kafka sink of an atomic group level with the decision log
-    (docs/protocol.md §3).
-
-    ``action``: ``"complete"`` (nothing to do), ``"end_txn"`` (commit the prepared transaction
-    with ``EndTxn`` and ``producer_id``/``producer_epoch`` before any new producer's
-    ``init_transactions``, then read the marker again and ask again), ``"redo_from_log"``
-    (re-produce ``laminar.redo``'s records of ``epoch``), ``"await_replay"`` (only Spark's replay
-    of ``epoch`` can complete it) or ``"refuse"`` (``refusal`` and ``message`` say why; decide
-    nothing).
-    """
-
-    @property
-    def action(self) -> Literal["complete", "end_txn", "redo_from_log", "await_replay", "refuse"]:
-        """What to do."""
-    @property
-    def epoch(self) -> int | None:
-        """The decided epoch to complete (None for ``complete`` and ``refuse``)."""
-    @property
-    def producer_id(self) -> int | None:
-        """For ``end_txn``: the prepared transaction's producer id."""
-    @property
-    def producer_epoch(self) -> int | None:
-        """For ``end_txn``: the prepared transaction's producer epoch."""
-    @property
-    def refusal(self) -> _Refusal | None:
-        """For ``refuse``: the kind of refusal."""
-    @property
-    def message(self) -> str | None:
-        """For ``refuse``: what is wrong and what to do."""
-    def __eq__(self, value: object, /) -> bool: ...
-
-def complete_kafka(
-    sink_id: str,
-    *,
-    decided_epoch: int | None,
-    previous_epoch: int | None,
-    producer_id: int = -1,
-    producer_epoch: int = -1,
-    corrupt: str | None = None,
-    marker: int | None,
-    redo_log: bool = False,
-    end_txn_refused: bool = False,
-) -> KafkaCompletion:
-    """Decides how to complete one Kafka sink's part of its group's last decided epoch.
-
-    From the sink's ``laminar.txn_state`` row (``decided_epoch`` ``d``, ``previous_epoch`` ``p``
-    = the marker when ``d`` was decided, the prepared ``producer_id``/``producer_epoch``, or
-    ``corrupt`` = why its state does not decode), the Kafka ``marker`` ``k``, whether
-    ``laminar.redo`` holds ``d`` and whether ``EndTxn`` was already tried without moving the
-    marker: ``k = d`` → complete; ``k = p < d`` → end_txn, else redo_from_log, else
-    await_replay; anything else → refuse.
-    """
-
-@final
-class EpochPlan:
-    """Which sinks an incoming epoch goes to: ``action`` ``"write"`` (``sinks[i]``: sink ``i``
-    needs it), ``"skip"`` (every sink holds it: a replay) or ``"refuse"``."""
-
-    @property
-    def action(self) -> Literal["write", "skip", "refuse"]:
-        """What to do."""
-    @property
-    def sinks(self) -> list[bool]:
-        """Per sink, in the order given: whether it needs the epoch."""
-    @property
-    def refusal(self) -> _Refusal | None:
-        """For ``refuse``: the kind of refusal."""
-    @property
-    def message(self) -> str | None:
-        """For ``refuse``: what is wrong and what to do."""
-    def __eq__(self, value: object, /) -> bool: ...
-
-def plan_epoch(
-    epoch: int,
-    sinks: Sequence[tuple[str, int | None]],
-    awaiting: Sequence[tuple[str, int]] = ...,
-    *,
-    refuse_backwards: bool = True,
-) -> EpochPlan:
-    """Decides which sinks ``epoch`` must be written to, from each sink's ``(sink_id, last
-    committed epoch)``; ``awaiting`` lists the Kafka sinks whose decided epoch only Spark's
-    replay can complete. Refuses any epoch other than an awaited one, and — with
-    ``refuse_backwards``, i.e. when the writer knows its query — an epoch older than a committed
-    one (a reset or foreign checkpoint); without it such an epoch is skipped where committed."""
-
-def check_generation(group: str, mine: int, stored: int) -> str | None:
-    """The fencing check of a decision transaction: None if ``mine`` is the stored generation,
-    else the message of the ``FencedError`` to raise."""
-
-def dt_next(state: _DtState | None, event: _DtEvent) -> _DtState | None:
-    """The state of a ``laminar.dt_state`` record after ``event`` (None: no record). Raises
-    ``IllegalStateError`` for a transition not in the table (e.g. commit → rollback)."""
-
-def decide(votes: Sequence[bool], expected: int) -> Literal["start_commit", "set_rollback"]:
-    """The coordinator's decision: commit only if ``expected`` participants all voted True
-    (prepared)."""
-
-def watcher_action(
-    item: Literal["kafka_behind", "corrupt_decision", "participant", "distributed"],
-    age_s: float,
-    *,
-    decision: _DtState | None = None,
-    resolve_after_s: float = 60.0,
-    lingering_after_s: float = 300.0,
-) -> _WatcherAction:
-    """The resolution watcher's rule (Vitess) for one unresolved item of age ``age_s``: nothing
-    before ``resolve_after_s``; then decision commit → complete, no decision or rollback → roll
-    back, prepare → set rollback then roll back; a corrupt decision is only reported."""
 
 def is_lingering(age_s: float, lingering_after_s: float = 300.0) -> bool:
     """Whether an item still unresolved at ``age_s`` lingers (metric, alert)."""
@@ -1297,6 +1158,7 @@ __all__ += [
     "participant_matches",
     "postgres_participant_name",
     "refusal_error",
+    "retry_delay",
     "stop_fence_epoch",
 ]
 
@@ -1831,6 +1693,22 @@ def owner_decision(
     ``epoch_base``) and the members' owners and last committed epochs: ``("keep", base, None)``,
     or ``("claim", base, replaced)`` to record ``mine`` as the owner (``restart``: past every
     committed epoch). A foreign owner without ``restart`` raises ``ConfigError``."""
+
+def retry_delay(
+    attempt: int,
+    retries: int,
+    retry_backoff_s: float,
+    kind: _FailureKind,
+    *,
+    retriable: bool = True,
+    awaiting: bool = False,
+) -> float | None:
+    """The one retry rule of an epoch: the delay in seconds before the next attempt of an epoch
+    whose attempt ``attempt`` (from 1) failed with ``kind``, or None to give up — after
+    ``retries`` retries, for a failure that would fail again (an abortable one not
+    ``retriable``, a fenced or fatal one), for an in-doubt one while a Kafka sink is
+    ``awaiting`` Spark's replay. The delay is ``retry_backoff_s * 2**(attempt - 1)``, the backoff
+    taken in whole milliseconds as the machines take it."""
 
 def epoch_committed(last: int | None, epoch: int) -> bool:
     """Whether a sink whose last committed epoch is ``last`` holds ``epoch``."""

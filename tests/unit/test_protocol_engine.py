@@ -91,6 +91,19 @@ def test_a_refusal_is_raised_through_the_one_bridge() -> None:
         _core.refusal_error("nope", "why")  # type: ignore[arg-type]
 
 
+def test_the_retry_rule_as_the_writer_asks_it() -> None:
+    """`laminar._core.retry_delay`, the binding of the machines' one retry rule that the
+    writer's scale-out loop asks (its cases are the Rust tests of protocol::retry)."""
+    assert _core.retry_delay(1, 3, 0.5, "abortable") == 0.5
+    assert _core.retry_delay(3, 3, 0.5, "in_doubt") == 2.0
+    assert _core.retry_delay(4, 3, 0.5, "abortable") is None
+    assert _core.retry_delay(1, 3, 0.5, "abortable", retriable=False) is None
+    assert _core.retry_delay(1, 3, 0.5, "in_doubt", awaiting=True) is None
+    assert _core.retry_delay(1, 3, 0.5, "fenced") is None
+    with pytest.raises(ValueError, match="retry_backoff_s"):
+        _core.retry_delay(1, 3, -1.0, "abortable")
+
+
 def test_the_shared_rules() -> None:
     assert _core.epoch_committed(4, 4)
     assert not _core.epoch_committed(None, 0)
@@ -115,11 +128,7 @@ def test_the_shared_rules() -> None:
     assert _core.participant_base(_core.kafka_participant_id("a.b", 3)) == ("a.b", 3)
     assert _core.participant_matches("laminar:s:5:1", "laminar:s:5:1")
     assert not _core.participant_matches("laminar:s:5:1", "laminar:s:5:10")
-    # rollback -> rollback is not a transition; the forced paths are their own events
-    with pytest.raises(laminar.errors.IllegalStateError):
-        _core.dt_next("rollback", "set_rollback")
-    assert _core.dt_next("commit", "force_rollback") == "rollback"
-    assert _core.dt_next("prepare", "conclude_empty") is None
+    # the dt_state transitions are tested in Rust beside their table (protocol::transitions)
 
 
 def test_each_point_says_when_it_is_reached_and_whether_the_epoch_is_decided() -> None:

@@ -23,8 +23,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from laminar._core import PreparedTxnState, encode_redo
-from laminar.errors import InvalidStateEncoding
+from laminar._core import encode_redo
 from laminar.metadata import table
 
 __all__ = [
@@ -330,7 +329,10 @@ def record_decision(
 
 @dataclass(frozen=True)
 class DecisionRow:
-    """One Kafka sink's row in ``laminar.txn_state``: the last epoch decided for it."""
+    """One Kafka sink's row in ``laminar.txn_state`` as read: the last epoch decided for it.
+
+    The performer's read of the row, columns as stored; the core parses it into its one parsed
+    row, never Python (docs/engine.md §4)."""
 
     transactional_id: str
     epoch: int
@@ -339,18 +341,6 @@ class DecisionRow:
     group_id: str
     decided_at: dt.datetime
     age_s: float
-
-    def state(self) -> PreparedTxnState:
-        """The decoded prepared state (`InvalidStateEncoding` when the row is corrupt)."""
-        return PreparedTxnState.parse(self.prepared_state)
-
-    def corruption(self) -> str | None:
-        """Why the prepared state does not decode, or None."""
-        try:
-            self.state()
-        except InvalidStateEncoding as e:
-            return str(e)
-        return None
 
     def event_row(self) -> tuple[str, int, int | None, str, str, float]:
         """The row as `laminar._core.Event.decisions` takes it."""
@@ -450,8 +440,8 @@ def delete_redo(conn: psycopg.Connection[Any], transactional_id: str, up_to_epoc
 # -- laminar.dt_state / dt_participant: the scale-out decisions (docs/engine.md §4) ---------------
 #
 # Every state change names the state it changes from, so the row changes only if it still is in
-# that state; the change itself was checked by the core's table (`laminar._core.dt_next`) before
-# the command was given. Nothing here writes a state the table does not allow.
+# that state; the change itself was checked by the core's table (`dt_next`) before the command
+# was given. Nothing here writes a state the table does not allow.
 
 _CREATE_DT = sql.SQL(
     "INSERT INTO {t} (dtid, group_id, epoch, state) VALUES (%s, %s, %s, 'prepare')"

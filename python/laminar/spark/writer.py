@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import psycopg
 
-from laminar._core import default_group_id
+from laminar._core import default_group_id, retry_delay
 from laminar._input import MAX_EPOCH, check_epoch, read_once
 from laminar._settings import is_deferred
 from laminar._sink import TransactionalSink
@@ -295,13 +295,18 @@ class ExactlyOnceWriter:
                 committed = self._scaled.write_epoch(self._based(epoch), run)
                 return EpochResult(epoch, committed=committed, attempts=attempt)
             except (AbortableError, InDoubtError) as err:
-                if (
-                    attempt > self.retries
-                    or (isinstance(err, InDoubtError) and group.awaiting)
-                    or (isinstance(err, AbortableError) and not err.retriable)
-                ):
+                # the one retry rule, the group machine's too (docs/engine.md §2, "retry")
+                in_doubt = isinstance(err, InDoubtError)
+                delay = retry_delay(
+                    attempt,
+                    self.retries,
+                    self.retry_backoff_s,
+                    "in_doubt" if in_doubt else "abortable",
+                    retriable=in_doubt or err.retriable,
+                    awaiting=bool(group.awaiting),
+                )
+                if delay is None:
                     raise
-                delay = self.retry_backoff_s * (2 ** (attempt - 1))
                 log.warning(
                     "atomic group %s: epoch %d not written (%s); retry %d/%d in %.1fs",
                     self.group_id,

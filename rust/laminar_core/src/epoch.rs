@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 
 use crate::error::{CoreError, CoreResult};
 use crate::protocol::records::epoch_committed;
-use crate::state::{Epoch, Resolution, TransactionEvent, TransactionState};
+use crate::state::{Epoch, InDoubtOutcome, TransactionEvent, TransactionState};
 use crate::stats::LatencyStats;
 
 /// How many epoch records a tracker keeps by default.
@@ -351,7 +351,7 @@ impl EpochTracker {
     /// Recovery decided the outcome of the failed transaction (Failed → Idle).
     pub fn resolve(
         &mut self,
-        resolution: Resolution,
+        resolution: InDoubtOutcome,
         now_us: u64,
         expected_epoch: Option<Epoch>,
     ) -> CoreResult<()> {
@@ -361,8 +361,8 @@ impl EpochTracker {
             r.resolved_by_recovery = true;
         }
         match resolution {
-            Resolution::Committed => self.finish_committed(epoch, now_us),
-            Resolution::Aborted => self.finish_aborted(now_us),
+            InDoubtOutcome::Committed => self.finish_committed(epoch, now_us),
+            InDoubtOutcome::Aborted => self.finish_aborted(now_us),
         }
         Ok(())
     }
@@ -604,8 +604,8 @@ mod tests {
         assert!(t.begin(8, 2).is_err());
         assert!(t.abort_started(None).is_err());
         assert!(t.set_last_committed_epoch(Some(7)).is_err());
-        assert!(t.resolve(Resolution::Committed, 3, Some(6)).is_err());
-        t.resolve(Resolution::Committed, 3, Some(7)).unwrap();
+        assert!(t.resolve(InDoubtOutcome::Committed, 3, Some(6)).is_err());
+        t.resolve(InDoubtOutcome::Committed, 3, Some(7)).unwrap();
         assert_eq!(t.last_committed_epoch(), Some(7));
         let m = t.metrics();
         assert_eq!((m.commits, m.commit_failures), (1, 1));
@@ -623,7 +623,7 @@ mod tests {
         t.abort_started(None).unwrap();
         t.abort_failed().unwrap();
         assert_eq!(t.record(2).unwrap().state, RecordState::Failed);
-        t.resolve(Resolution::Aborted, 9, None).unwrap();
+        t.resolve(InDoubtOutcome::Aborted, 9, None).unwrap();
         assert_eq!(t.state(), TransactionState::Idle);
         assert_eq!(t.last_committed_epoch(), None);
         let m = t.metrics();
@@ -715,7 +715,7 @@ mod tests {
                     Op::AbortOk => t.abort_ok(now),
                     Op::AbortFailed => t.abort_failed(),
                     Op::Resolve(c) => t.resolve(
-                        if c { Resolution::Committed } else { Resolution::Aborted }, now, None),
+                        if c { InDoubtOutcome::Committed } else { InDoubtOutcome::Aborted }, now, None),
                     Op::SetLast(e) => t.set_last_committed_epoch(Some(e)),
                 };
                 match result {

@@ -8,7 +8,6 @@ pub mod error;
 pub mod kafka;
 pub mod prepared;
 pub mod protocol;
-pub mod recovery;
 pub mod redo;
 pub mod serialize;
 pub mod state;

@@ -1,27 +1,22 @@
 //! The per-sink transaction state machine (F-E2E-002 plus KIP-939's prepared state).
 //!
-//! Every legal transition is listed in [`TRANSITIONS`] and applied by [`next_state`]; nothing else
-//! decides whether an event is legal. An illegal event returns [`CoreError::IllegalState`] naming the
-//! current state, the attempted event and the events that would have been legal, and the state is
-//! left unchanged.
-//!
-//! ```text
-//! Idle --begin(e)--> Active(e) --prepare--> Prepared(e) --commit_started--> Committing(e)
-//! Active(e) --commit_started--> Committing(e)                  (one-phase commit)
-//! Committing(e) --commit_ok--> Idle
-//! Committing(e) --commit_failed--> Failed(e)                   (outcome unknown: never a blind abort)
-//! Active(e)/Prepared(e) --abort_started--> Aborting(e) --abort_ok--> Idle
-//! Aborting(e) --abort_failed--> Failed(e)
-//! Failed(e) --resolve(committed|aborted)--> Idle               (recovery decides)
-//! Active(e) --record_write--> Active(e)
-//! ```
+//! Every legal transition is listed in `protocol::transitions::TRANSITIONS` and applied by
+//! `protocol::transitions::next_state`; nothing else decides whether an event is legal. An illegal
+//! event returns [`CoreError::IllegalState`] naming the current state, the attempted event and the
+//! events that would have been legal, and the state is left unchanged.
 
 use std::fmt;
 
-use crate::error::{CoreError, CoreResult};
+use crate::error::CoreResult;
+use crate::protocol::transitions::next_state;
 
-/// Spark's `batch_id`: monotonic per query, replayed with the same value after a restart. Never
-/// negative in a live transaction.
+#[cfg(test)]
+use crate::error::CoreError;
+
+/// An epoch: a micro-batch's number as the sinks store it (Spark's `batch_id` plus the group's
+/// epoch base, docs/engine.md §9): monotonic per query, replayed with the same value after a
+/// restart. Never negative in a live transaction. The core's one definition (`protocol::Epoch`
+/// re-exports it).
 pub type Epoch = i64;
 
 /// Where one sink's transaction is in its lifecycle.
@@ -43,7 +38,7 @@ pub enum TransactionState {
 
 /// How recovery resolved a [`TransactionState::Failed`] transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Resolution {
+pub enum InDoubtOutcome {
     /// The transaction turned out to be committed.
     Committed,
     /// The transaction turned out to be aborted (or was rolled back by recovery).
@@ -72,7 +67,7 @@ pub enum TransactionEvent {
     /// The abort failed with an unknown outcome.
     AbortFailed,
     /// Recovery decided the outcome of a failed transaction.
-    Resolve(Resolution),
+    Resolve(InDoubtOutcome),
 }
 
 /// The kind of a state, without its epoch (the rows of the transition table).
@@ -113,77 +108,11 @@ pub enum EventKind {
     AbortOk,
     /// [`TransactionEvent::AbortFailed`].
     AbortFailed,
-    /// [`TransactionEvent::Resolve`] with [`Resolution::Committed`].
+    /// [`TransactionEvent::Resolve`] with [`InDoubtOutcome::Committed`].
     ResolveCommitted,
-    /// [`TransactionEvent::Resolve`] with [`Resolution::Aborted`].
+    /// [`TransactionEvent::Resolve`] with [`InDoubtOutcome::Aborted`].
     ResolveAborted,
 }
-
-/// What a legal transition leads to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Target {
-    /// [`TransactionState::Idle`].
-    Idle,
-    /// The event's epoch becomes the open epoch (only `begin`).
-    ActiveWithEventEpoch,
-    /// The same epoch, in the given kind of state.
-    SameEpoch(StateKind),
-}
-
-/// Every legal transition: (from, event, to). Anything not listed is illegal.
-pub const TRANSITIONS: &[(StateKind, EventKind, Target)] = &[
-    (
-        StateKind::Idle,
-        EventKind::Begin,
-        Target::ActiveWithEventEpoch,
-    ),
-    (
-        StateKind::Active,
-        EventKind::RecordWrite,
-        Target::SameEpoch(StateKind::Active),
-    ),
-    (
-        StateKind::Active,
-        EventKind::Prepare,
-        Target::SameEpoch(StateKind::Prepared),
-    ),
-    // One-phase commit: a sink that needs no separate prepare commits straight from Active.
-    (
-        StateKind::Active,
-        EventKind::CommitStarted,
-        Target::SameEpoch(StateKind::Committing),
-    ),
-    (
-        StateKind::Prepared,
-        EventKind::CommitStarted,
-        Target::SameEpoch(StateKind::Committing),
-    ),
-    (StateKind::Committing, EventKind::CommitOk, Target::Idle),
-    // The commit may or may not have happened: recovery decides, never a blind abort.
-    (
-        StateKind::Committing,
-        EventKind::CommitFailed,
-        Target::SameEpoch(StateKind::Failed),
-    ),
-    (
-        StateKind::Active,
-        EventKind::AbortStarted,
-        Target::SameEpoch(StateKind::Aborting),
-    ),
-    (
-        StateKind::Prepared,
-        EventKind::AbortStarted,
-        Target::SameEpoch(StateKind::Aborting),
-    ),
-    (StateKind::Aborting, EventKind::AbortOk, Target::Idle),
-    (
-        StateKind::Aborting,
-        EventKind::AbortFailed,
-        Target::SameEpoch(StateKind::Failed),
-    ),
-    (StateKind::Failed, EventKind::ResolveCommitted, Target::Idle),
-    (StateKind::Failed, EventKind::ResolveAborted, Target::Idle),
-];
 
 impl StateKind {
     /// Every kind of state, in lifecycle order.
@@ -329,8 +258,8 @@ impl TransactionEvent {
             TransactionEvent::AbortStarted => EventKind::AbortStarted,
             TransactionEvent::AbortOk => EventKind::AbortOk,
             TransactionEvent::AbortFailed => EventKind::AbortFailed,
-            TransactionEvent::Resolve(Resolution::Committed) => EventKind::ResolveCommitted,
-            TransactionEvent::Resolve(Resolution::Aborted) => EventKind::ResolveAborted,
+            TransactionEvent::Resolve(InDoubtOutcome::Committed) => EventKind::ResolveCommitted,
+            TransactionEvent::Resolve(InDoubtOutcome::Aborted) => EventKind::ResolveAborted,
         }
     }
 }
@@ -353,111 +282,9 @@ impl fmt::Display for TransactionEvent {
     }
 }
 
-/// Looks `(from, event)` up in [`TRANSITIONS`].
-pub fn transition_target(from: StateKind, event: EventKind) -> Option<Target> {
-    TRANSITIONS
-        .iter()
-        .find(|(f, e, _)| *f == from && *e == event)
-        .map(|(_, _, to)| *to)
-}
-
-/// The events that are legal in a kind of state, in table order.
-pub fn legal_events(from: StateKind) -> Vec<EventKind> {
-    TRANSITIONS
-        .iter()
-        .filter(|(f, _, _)| *f == from)
-        .map(|(_, e, _)| *e)
-        .collect()
-}
-
-/// The one place that decides a transition: the state after `event`, from [`TRANSITIONS`].
-pub fn next_state(
-    state: TransactionState,
-    event: TransactionEvent,
-) -> CoreResult<TransactionState> {
-    if let TransactionEvent::Begin(e) = event {
-        if e < 0 {
-            return Err(CoreError::IllegalState(format!(
-                "cannot begin epoch {e}: epochs are Spark batch ids and must be >= 0 (state {state})"
-            )));
-        }
-    }
-    match transition_target(state.kind(), event.kind()) {
-        Some(Target::Idle) => Ok(TransactionState::Idle),
-        Some(Target::ActiveWithEventEpoch) => match event {
-            TransactionEvent::Begin(e) => Ok(TransactionState::Active(e)),
-            // Only `begin` carries an epoch; the table never pairs this target with another event.
-            _ => Err(illegal(state, event)),
-        },
-        Some(Target::SameEpoch(kind)) => match state.epoch() {
-            Some(e) => Ok(kind.with_epoch(e)),
-            None => Err(illegal(state, event)),
-        },
-        None => Err(illegal(state, event)),
-    }
-}
-
-fn illegal(state: TransactionState, event: TransactionEvent) -> CoreError {
-    let legal: Vec<&str> = legal_events(state.kind())
-        .into_iter()
-        .map(EventKind::name)
-        .collect();
-    let hint = match (state, event) {
-        (TransactionState::Failed(_), _) => {
-            " (the outcome of the commit or abort is unknown: recovery must resolve it first)"
-        }
-        (TransactionState::Committing(_), TransactionEvent::AbortStarted) => {
-            " (a commit in flight is never aborted blindly: wait for commit_ok or commit_failed)"
-        }
-        (_, TransactionEvent::Begin(e)) if state.epoch().is_some_and(|open| e < open) => {
-            " (the epoch goes backwards while another transaction is open)"
-        }
-        _ => "",
-    };
-    CoreError::IllegalState(format!(
-        "illegal transaction transition: cannot {event} in state {state}; legal here: {}{hint}",
-        legal.join(", ")
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn event_of(kind: EventKind, epoch: Epoch) -> TransactionEvent {
-        match kind {
-            EventKind::Begin => TransactionEvent::Begin(epoch),
-            EventKind::RecordWrite => TransactionEvent::RecordWrite,
-            EventKind::Prepare => TransactionEvent::Prepare,
-            EventKind::CommitStarted => TransactionEvent::CommitStarted,
-            EventKind::CommitOk => TransactionEvent::CommitOk,
-            EventKind::CommitFailed => TransactionEvent::CommitFailed,
-            EventKind::AbortStarted => TransactionEvent::AbortStarted,
-            EventKind::AbortOk => TransactionEvent::AbortOk,
-            EventKind::AbortFailed => TransactionEvent::AbortFailed,
-            EventKind::ResolveCommitted => TransactionEvent::Resolve(Resolution::Committed),
-            EventKind::ResolveAborted => TransactionEvent::Resolve(Resolution::Aborted),
-        }
-    }
-
-    /// The transitions written out independently of the table, as the design lists them.
-    fn expected(state: TransactionState, event: TransactionEvent) -> Option<TransactionState> {
-        use TransactionEvent as E;
-        use TransactionState as S;
-        match (state, event) {
-            (S::Idle, E::Begin(e)) => Some(S::Active(e)),
-            (S::Active(e), E::RecordWrite) => Some(S::Active(e)),
-            (S::Active(e), E::Prepare) => Some(S::Prepared(e)),
-            (S::Active(e) | S::Prepared(e), E::CommitStarted) => Some(S::Committing(e)),
-            (S::Committing(_), E::CommitOk) => Some(S::Idle),
-            (S::Committing(e), E::CommitFailed) => Some(S::Failed(e)),
-            (S::Active(e) | S::Prepared(e), E::AbortStarted) => Some(S::Aborting(e)),
-            (S::Aborting(_), E::AbortOk) => Some(S::Idle),
-            (S::Aborting(e), E::AbortFailed) => Some(S::Failed(e)),
-            (S::Failed(_), E::Resolve(_)) => Some(S::Idle),
-            _ => None,
-        }
-    }
 
     #[test]
     fn only_active_and_prepared_hold_a_transaction() {
@@ -466,50 +293,6 @@ mod tests {
             .filter(|k| k.with_epoch(3).holds_transaction())
             .collect();
         assert_eq!(held, vec![StateKind::Active, StateKind::Prepared]);
-    }
-
-    #[test]
-    fn every_state_event_pair_matches_the_design_and_illegal_ones_change_nothing() {
-        let mut legal = 0;
-        let mut illegal_pairs = 0;
-        for kind in StateKind::ALL {
-            let state = kind.with_epoch(7);
-            for event_kind in EventKind::ALL {
-                let event = event_of(event_kind, 9);
-                let mut s = state;
-                let result = s.apply(event);
-                match expected(state, event) {
-                    Some(to) => {
-                        legal += 1;
-                        assert_eq!(result, Ok(()), "{state} --{event}--> should be legal");
-                        assert_eq!(s, to, "{state} --{event}-->");
-                    }
-                    None => {
-                        illegal_pairs += 1;
-                        let Err(CoreError::IllegalState(msg)) = result else {
-                            panic!("{state} --{event}--> should be illegal, got {result:?}");
-                        };
-                        assert_eq!(s, state, "an illegal event must leave the state unchanged");
-                        assert!(msg.contains(&state.to_string()), "{msg}");
-                        assert!(msg.contains(event_kind.name()), "{msg}");
-                    }
-                }
-            }
-        }
-        assert_eq!(legal, TRANSITIONS.len());
-        assert_eq!(
-            legal + illegal_pairs,
-            StateKind::ALL.len() * EventKind::ALL.len()
-        );
-    }
-
-    #[test]
-    fn the_table_has_no_duplicate_rows() {
-        for (i, (f, e, _)) in TRANSITIONS.iter().enumerate() {
-            for (g, d, _) in &TRANSITIONS[i + 1..] {
-                assert!(!(f == g && e == d), "duplicate row {f:?} {e:?}");
-            }
-        }
     }
 
     #[test]

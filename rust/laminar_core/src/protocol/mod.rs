@@ -10,15 +10,22 @@
 //! simulation (`sim`, tests only), which walks every [`CrashPoint`].
 //!
 //! - [`atomic`]: the atomic group (start-up, the KIP-939 epoch, steps 1–8, and the writer's
-//!   retries), [`kafka_recovery`]: bringing Kafka sinks level with the decision log;
-//! - [`distributed`]: scale-out (the coordinator's epoch, the task, and the one definition each of
-//!   roll-back-and-conclude and complete-and-conclude);
-//! - [`watcher`]: the resolution watcher's pass and the operator's `resolve`;
+//!   retries; `atomic::plan`: which sinks an epoch is written to), [`kafka_recovery`]: bringing
+//!   Kafka sinks level with the decision log (`kafka_recovery::completion`: how, per sink);
+//! - [`distributed`]: scale-out (the coordinator's epoch, the task, the vote and the decision,
+//!   the `dt_state` record, and the one definition each of roll-back-and-conclude and
+//!   complete-and-conclude);
+//! - [`watcher`]: the resolution watcher's pass and the operator's `resolve` (`watcher::rules`:
+//!   what to do with each item);
+//! - [`refusal`]: the core's one way of saying no, and the generation check;
+//! - [`retry`]: the one retry rule of an epoch (whether, and after how long);
 //! - [`single`]: one sink's epoch and its in-doubt resolution (Kafka, PostgreSQL);
 //! - [`sink`]: a sink's own transaction (begin, write, prepare, commit, abort, close), the answers
 //!   `PostgresSink` performs;
-//! - [`records`]: the transition tables of `dt_state` and `txn_state` and the small rules every
-//!   machine shares (the "already committed" rule, the epoch base, the owner guard);
+//! - [`transitions`]: the transition tables (a sink's transaction, `dt_state`, `txn_state`) and
+//!   their lookups;
+//! - [`records`]: the decision rows and the small rules every machine shares (the "already
+//!   committed" rule, the epoch base, the owner guard);
 //! - [`names`]: the dtid, the participant names and the one participant-matching rule;
 //! - [`crash`]: the crash points, named after the step they follow;
 //! - [`command`]: the commands and events of the driver loop.
@@ -35,8 +42,11 @@ pub mod gid;
 pub mod kafka_recovery;
 pub mod names;
 pub mod records;
+pub mod refusal;
+pub mod retry;
 pub mod single;
 pub mod sink;
+pub mod transitions;
 pub mod watcher;
 
 #[cfg(test)]
@@ -50,7 +60,8 @@ pub use crash::{CrashPoint, Protocol};
 
 use std::collections::VecDeque;
 
-pub use crate::recovery::{Epoch, Refusal, RefusalKind};
+pub use crate::state::Epoch;
+pub use refusal::{Refusal, RefusalKind};
 
 /// How a machine ended.
 #[derive(Debug, Clone, PartialEq)]

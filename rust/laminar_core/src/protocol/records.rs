@@ -1,9 +1,7 @@
 //! The decision records and the rules every machine shares (docs/engine.md, "Records"):
 //!
-//! - the transition tables: `laminar.dt_state` ([`DT_TRANSITIONS`], [`dt_next`]) and
-//!   `laminar.txn_state` ([`TXN_TRANSITIONS`], [`txn_next`]) — every change a command asks for
-//!   is checked here first, and the command carries the state it changes *from*, so the
-//!   database applies it only if the row still is in that state;
+//! - a Kafka sink's decision row as its transitions see it ([`TxnRow`], [`TxnEvent`]; the table
+//!   and `txn_next` are in [`super::transitions`], with every other transition table);
 //! - [`epoch_committed`]: the one "already committed" rule (`last >= epoch`);
 //! - [`next_epoch_base`]: the one epoch-base rule (past every committed epoch);
 //! - [`owner_decision`]: the checkpoint-reset guard (docs/protocol.md §5).
@@ -11,11 +9,9 @@
 //! The names of distributed transactions and their participants, and the one
 //! participant-matching rule, are in [`super::names`].
 
+pub use super::distributed::{DtEvent, DtState};
 use crate::error::CoreError;
 use crate::prepared::PreparedTxnState;
-use crate::recovery::atomic::{DecisionRecord, ProducerIdentity};
-
-pub use crate::recovery::distributed::{DT_TRANSITIONS, DtEvent, DtState, dt_next};
 
 use super::command::DecisionRow;
 use super::{Epoch, Refusal, RefusalKind};
@@ -178,7 +174,66 @@ pub fn owner_decision(
 
 // -- laminar.txn_state ------------------------------------------------------------------------------
 
-/// A Kafka sink's decision row, as far as its transitions go.
+/// The Kafka producer identity of a prepared transaction (from its `PreparedTxnState`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProducerIdentity {
+    /// The producer id.
+    pub producer_id: i64,
+    /// The producer epoch.
+    pub producer_epoch: i32,
+}
+
+impl ProducerIdentity {
+    /// The identity, or `None` when either part is unknown (negative, as `PreparedTxnState`
+    /// records an identity librdkafka did not report).
+    pub fn known(producer_id: i64, producer_epoch: i32) -> Option<Self> {
+        (producer_id >= 0 && producer_epoch >= 0).then_some(Self {
+            producer_id,
+            producer_epoch,
+        })
+    }
+}
+
+/// A Kafka sink's row in `laminar.txn_state`, parsed: the core's one parsed decision row. The
+/// driver reports the row as stored ([`DecisionRow`], the wire event: the columns as read, the
+/// prepared state undecoded); [`decision_record`] parses it into this, and [`DecisionRecord::txn_row`]
+/// is its key in the transition table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecisionRecord {
+    /// No row: no epoch of this sink was ever decided in the group.
+    None,
+    /// The last decided epoch.
+    Decided {
+        /// The decided epoch `d`.
+        epoch: Epoch,
+        /// The sink's Kafka marker when `d` was decided (`p`; `None`: no marker then).
+        previous: Option<Epoch>,
+        /// The prepared transaction's producer id/epoch, when known.
+        producer: Option<ProducerIdentity>,
+    },
+    /// The row's `prepared_state` does not decode: nothing about it can be trusted.
+    Corrupt {
+        /// The row's epoch column (it still reads).
+        epoch: Epoch,
+        /// What the decoder said.
+        reason: String,
+    },
+}
+
+impl DecisionRecord {
+    /// The row's place in the transition table (`protocol::transitions::TXN_TRANSITIONS`).
+    pub fn txn_row(&self) -> TxnRow {
+        match self {
+            DecisionRecord::None => TxnRow::None,
+            DecisionRecord::Decided { epoch, .. } => TxnRow::Decided(*epoch),
+            DecisionRecord::Corrupt { epoch, .. } => TxnRow::Corrupt(*epoch),
+        }
+    }
+}
+
+/// A Kafka sink's decision row, as far as its transitions go: its kind and epoch, the key of
+/// `protocol::transitions::TXN_TRANSITIONS` ([`DecisionRecord::txn_row`] of a parsed row; the
+/// epoch a machine read or wrote, for its own decisions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TxnRow {
     /// No row.
@@ -203,101 +258,8 @@ pub enum TxnEvent {
     ForceBack(Option<Epoch>),
 }
 
-/// The kind of a [`TxnRow`] (the rows of the table).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TxnRowKind {
-    /// [`TxnRow::None`].
-    None,
-    /// [`TxnRow::Decided`].
-    Decided,
-    /// [`TxnRow::Corrupt`].
-    Corrupt,
-}
-
-/// The kind of a [`TxnEvent`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TxnEventKind {
-    /// [`TxnEvent::Decide`].
-    Decide,
-    /// [`TxnEvent::Repair`].
-    Repair,
-    /// [`TxnEvent::ForceBack`].
-    ForceBack,
-}
-
-/// Every legal change of a decision row; [`txn_next`] also keeps `Decide` from going back.
-pub const TXN_TRANSITIONS: &[(TxnRowKind, TxnEventKind, TxnRowKind)] = &[
-    (TxnRowKind::None, TxnEventKind::Decide, TxnRowKind::Decided),
-    (
-        TxnRowKind::Decided,
-        TxnEventKind::Decide,
-        TxnRowKind::Decided,
-    ),
-    (
-        TxnRowKind::Corrupt,
-        TxnEventKind::Repair,
-        TxnRowKind::Decided,
-    ),
-    (
-        TxnRowKind::Decided,
-        TxnEventKind::ForceBack,
-        TxnRowKind::Decided,
-    ),
-    (
-        TxnRowKind::Corrupt,
-        TxnEventKind::ForceBack,
-        TxnRowKind::Decided,
-    ),
-];
-
-impl TxnRow {
-    fn kind(self) -> TxnRowKind {
-        match self {
-            TxnRow::None => TxnRowKind::None,
-            TxnRow::Decided(_) => TxnRowKind::Decided,
-            TxnRow::Corrupt(_) => TxnRowKind::Corrupt,
-        }
-    }
-}
-
-impl TxnEvent {
-    fn kind(self) -> TxnEventKind {
-        match self {
-            TxnEvent::Decide(_) => TxnEventKind::Decide,
-            TxnEvent::Repair => TxnEventKind::Repair,
-            TxnEvent::ForceBack(_) => TxnEventKind::ForceBack,
-        }
-    }
-}
-
-/// The decision row after `event`, or [`CoreError::IllegalState`] naming both.
-pub fn txn_next(row: TxnRow, event: TxnEvent) -> Result<TxnRow, CoreError> {
-    let legal = TXN_TRANSITIONS
-        .iter()
-        .any(|(from, e, _)| *from == row.kind() && *e == event.kind());
-    let illegal = |why: &str| {
-        CoreError::IllegalState(format!(
-            "decision row (laminar.txn_state): cannot {event:?} from {row:?}{why}"
-        ))
-    };
-    if !legal {
-        return Err(illegal(match row {
-            TxnRow::Corrupt(_) => " (a corrupt decision is only changed by the operator)",
-            _ => "",
-        }));
-    }
-    Ok(match (row, event) {
-        (TxnRow::Decided(d), TxnEvent::Decide(e)) if e < d => {
-            return Err(illegal(" (a decision never goes back to an earlier epoch)"));
-        }
-        (_, TxnEvent::Decide(e)) => TxnRow::Decided(e),
-        (TxnRow::Corrupt(d), TxnEvent::Repair) => TxnRow::Decided(d),
-        (_, TxnEvent::ForceBack(marker)) => TxnRow::Decided(marker.unwrap_or(-1)),
-        _ => return Err(illegal("")),
-    })
-}
-
-/// What a decision row says, decoded (its prepared state parsed by the core).
+/// What a decision row says, decoded (its prepared state parsed by the core): the wire event
+/// ([`DecisionRow`]) made the one parsed row ([`DecisionRecord`]).
 pub fn decision_record(row: &DecisionRow) -> DecisionRecord {
     match PreparedTxnState::parse(&row.prepared_state) {
         Ok(state) => DecisionRecord::Decided {
@@ -306,17 +268,9 @@ pub fn decision_record(row: &DecisionRow) -> DecisionRecord {
             producer: ProducerIdentity::known(state.producer_id, state.producer_epoch),
         },
         Err(e) => DecisionRecord::Corrupt {
+            epoch: row.epoch,
             reason: e.to_string(),
         },
-    }
-}
-
-/// A decision row's place in the table.
-pub fn txn_row(record: &DecisionRecord, epoch: Epoch) -> TxnRow {
-    match record {
-        DecisionRecord::None => TxnRow::None,
-        DecisionRecord::Decided { epoch, .. } => TxnRow::Decided(*epoch),
-        DecisionRecord::Corrupt { .. } => TxnRow::Corrupt(epoch),
     }
 }
 
@@ -433,42 +387,6 @@ mod tests {
                 epoch_base: 8,
                 replaced: Some("other".into())
             })
-        );
-    }
-
-    #[test]
-    fn txn_state_transitions() {
-        assert_eq!(
-            txn_next(TxnRow::None, TxnEvent::Decide(3)),
-            Ok(TxnRow::Decided(3))
-        );
-        assert_eq!(
-            txn_next(TxnRow::Decided(3), TxnEvent::Decide(3)),
-            Ok(TxnRow::Decided(3))
-        );
-        assert_eq!(
-            txn_next(TxnRow::Decided(3), TxnEvent::Decide(5)),
-            Ok(TxnRow::Decided(5))
-        );
-        let Err(CoreError::IllegalState(m)) = txn_next(TxnRow::Decided(5), TxnEvent::Decide(4))
-        else {
-            panic!()
-        };
-        assert!(m.contains("never goes back"), "{m}");
-        assert!(txn_next(TxnRow::Corrupt(5), TxnEvent::Decide(6)).is_err());
-        assert!(txn_next(TxnRow::Decided(5), TxnEvent::Repair).is_err());
-        assert!(txn_next(TxnRow::None, TxnEvent::ForceBack(None)).is_err());
-        assert_eq!(
-            txn_next(TxnRow::Corrupt(5), TxnEvent::Repair),
-            Ok(TxnRow::Decided(5))
-        );
-        assert_eq!(
-            txn_next(TxnRow::Decided(5), TxnEvent::ForceBack(Some(4))),
-            Ok(TxnRow::Decided(4))
-        );
-        assert_eq!(
-            txn_next(TxnRow::Corrupt(5), TxnEvent::ForceBack(None)),
-            Ok(TxnRow::Decided(-1))
         );
     }
 

@@ -12,7 +12,7 @@ use crate::error::CoreError;
 use crate::py::errors::to_py_err;
 use crate::py::metrics::PyTransactionalSinkMetrics;
 use crate::py::state::PyTransactionState;
-use crate::state::Resolution;
+use crate::state::InDoubtOutcome;
 
 /// Microseconds on the clock of Python's `time.monotonic_ns() // 1000`.
 ///
@@ -265,9 +265,9 @@ impl PyEpochTracker {
     ) -> PyResult<()> {
         let now = now_or_clock(py, now_us)?;
         let resolution = if committed {
-            Resolution::Committed
+            InDoubtOutcome::Committed
         } else {
-            Resolution::Aborted
+            InDoubtOutcome::Aborted
         };
         let r = self.inner.resolve(resolution, now, epoch);
         self.check(py, r, epoch)

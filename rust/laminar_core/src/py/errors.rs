@@ -7,7 +7,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
 
 use crate::error::CoreError;
-use crate::recovery::Refusal;
+use crate::protocol::Refusal;
 
 static ERRORS_MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
 

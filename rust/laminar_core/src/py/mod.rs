@@ -12,7 +12,6 @@ pub mod kafka_wire;
 pub mod metrics;
 pub mod prepared;
 pub mod protocol;
-pub mod recovery;
 pub mod redo;
 pub mod serialize;
 pub mod sink;
@@ -29,7 +28,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     serialize::register(m)?;
     avro::register(m)?;
     checksum::register(m)?;
-    recovery::register(m)?;
     redo::register(m)?;
     kafka::register(m)?;
     kafka_wire::register(m)?;

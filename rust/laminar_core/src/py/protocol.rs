@@ -14,8 +14,8 @@ use pyo3::prelude::*;
 
 use super::errors::refusal_to_py_err;
 use crate::protocol::crash::{CrashPoint, Position, Protocol};
-use crate::protocol::{Epoch, gid, names, records};
-use crate::recovery::{Refusal, RefusalKind};
+use crate::protocol::{Epoch, gid, names, records, retry};
+use crate::protocol::{Refusal, RefusalKind};
 
 /// A crash point (see `_core.pyi`).
 #[pyclass(module = "laminar._core", name = "CrashPoint", frozen, eq, hash)]
@@ -165,6 +165,32 @@ fn owner_decision(
     }
 }
 
+/// The one retry rule (`protocol::retry`): the delay in seconds before the next attempt of an
+/// epoch whose attempt `attempt` failed with `kind`, or `None` to give up. The backoff is taken in
+/// whole milliseconds, as the machines take it.
+#[pyfunction]
+#[pyo3(signature = (attempt, retries, retry_backoff_s, kind, *, retriable=true, awaiting=false))]
+fn retry_delay(
+    attempt: u32,
+    retries: u32,
+    retry_backoff_s: f64,
+    kind: &str,
+    retriable: bool,
+    awaiting: bool,
+) -> PyResult<Option<f64>> {
+    if !retry_backoff_s.is_finite() || retry_backoff_s < 0.0 {
+        return Err(PyValueError::new_err(format!(
+            "retry_backoff_s must be a finite number of seconds >= 0, got {retry_backoff_s}"
+        )));
+    }
+    let backoff_ms = (retry_backoff_s * 1000.0).round() as u64;
+    let failure = event::failure_kind(kind, retriable)?;
+    Ok(
+        retry::retry_delay_ms(attempt, retries, backoff_ms, failure, awaiting)
+            .map(|ms| ms as f64 / 1000.0),
+    )
+}
+
 /// Whether a sink whose last committed epoch is `last` holds `epoch`.
 #[pyfunction]
 fn epoch_committed(last: Option<Epoch>, epoch: Epoch) -> bool {
@@ -265,6 +291,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(refusal_error, m)?)?;
     m.add_function(wrap_pyfunction!(owner_decision, m)?)?;
     m.add_function(wrap_pyfunction!(epoch_committed, m)?)?;
+    m.add_function(wrap_pyfunction!(retry_delay, m)?)?;
     m.add_function(wrap_pyfunction!(next_epoch_base, m)?)?;
     m.add_function(wrap_pyfunction!(stop_fence_epoch, m)?)?;
     m.add_function(wrap_pyfunction!(dtid, m)?)?;

@@ -24,12 +24,13 @@
 use crate::protocol::stalled;
 use std::collections::BTreeMap;
 
-use crate::recovery::check_generation;
+use super::super::refusal::check_generation;
 
 use super::super::command::{Command, DecisionSelection, Event, FailureKind, unexpected};
 use super::super::crash::CrashPoint;
 use super::super::kafka_recovery::KafkaRecovery;
-use super::super::records::{TxnEvent, TxnRow, epoch_committed, illegal, txn_next};
+use super::super::records::{TxnEvent, TxnRow, epoch_committed, illegal};
+use super::super::transitions::txn_next;
 use super::super::{Core, End, Epoch, Idle, Refusal, RefusalKind, Steps, core_accessors};
 
 /// What one epoch starts from.

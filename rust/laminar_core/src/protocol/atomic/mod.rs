@@ -24,6 +24,7 @@
 //! 1–8), or the scale-out coordinator ([`crate::protocol::distributed::ScaleOutEpoch`]).
 
 mod epoch;
+pub mod plan;
 mod resume;
 mod run;
 mod start;

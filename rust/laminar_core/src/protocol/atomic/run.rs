@@ -1,11 +1,12 @@
 //! An atomic group's epoch: the plan, the epoch machine's result, and the writer's retries.
 
-use crate::recovery::atomic::{EpochPlan, SinkProgress, plan_epoch};
+use super::plan::{EpochPlan, SinkProgress, plan_epoch};
 
 use super::super::End;
 use super::super::command::{Command, FailureKind, LogLevel};
 use super::super::distributed::{ScaleContext, ScaleOutEpoch};
 use super::super::records::epoch_committed;
+use super::super::retry::{refusal_failure, retry_delay_ms};
 use super::{AtomicEpoch, AtomicGroup, Child, EpochContext, Stage, Then};
 
 impl AtomicGroup {
@@ -171,34 +172,23 @@ impl AtomicGroup {
 
     pub(super) fn decide_retry(&mut self) {
         let end = self.failure.take().unwrap_or(End::Ok);
-        let (retryable, in_doubt, why) = match &end {
-            End::Failed(f) => (
-                // an abortable error that is not retriable (a record too large, say) would fail
-                // the same way again: it ends the write like the writer's loop did
-                matches!(
-                    f.kind,
-                    FailureKind::Abortable { retriable: true } | FailureKind::InDoubt
-                ),
-                f.kind == FailureKind::InDoubt,
-                f.message.clone(),
-            ),
-            End::Refused(r) => (
-                r.kind.retryable(),
-                r.kind.error_class() == "InDoubtError",
-                r.message.clone(),
-            ),
-            End::Ok => (false, false, String::new()),
+        let (failure, why) = match &end {
+            End::Failed(f) => (f.kind, f.message.clone()),
+            End::Refused(r) => (refusal_failure(r.kind), r.message.clone()),
+            End::Ok => (FailureKind::Fatal, String::new()),
         };
         let retries = self.config.retries;
-        if !retryable || self.attempt > retries || (in_doubt && !self.awaiting.is_empty()) {
+        let Some(delay) = retry_delay_ms(
+            self.attempt,
+            retries,
+            self.config.retry_backoff_ms,
+            failure,
+            !self.awaiting.is_empty(),
+        ) else {
             self.stage = Stage::Idle;
             self.ending = Some(end);
             return;
-        }
-        let delay = self
-            .config
-            .retry_backoff_ms
-            .saturating_mul(1 << (self.attempt - 1).min(20));
+        };
         self.core.out.push(Command::warn(format!(
             "atomic group {}: epoch {} not written ({why}); retry {}/{retries} in {:.1}s",
             self.config.group_id,

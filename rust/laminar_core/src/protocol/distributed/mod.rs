@@ -7,14 +7,17 @@
 //!   prepare);
 //! - [`Resolution`]: the one roll-back-and-conclude and the one complete-and-conclude, used by
 //!   the coordinator, the watcher, start-up and `laminar resolve`;
-//! - [`vote`]: the coordinator's vote.
+//! - [`vote`], [`decide`]: the coordinator's vote and its decision from the votes;
+//! - [`dt_state`]: the decision record `laminar.dt_state`, its states and events.
 
 mod coordinator;
+pub mod dt_state;
 mod resolution;
 mod task;
 mod vote;
 
 pub use coordinator::{ScaleContext, ScaleOutEpoch};
+pub use dt_state::{DtEvent, DtState};
 pub use resolution::{Resolution, ResolutionOutcome};
 pub use task::{ScaleOutTask, TaskContext};
-pub use vote::vote;
+pub use vote::{Vote, decide, vote};

@@ -26,8 +26,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::recovery::atomic::DecisionRecord;
-
 use super::super::command::{
     Command, DecisionSelection, Event, Failure, FailureKind, ParticipantKind, ParticipantResult,
     ParticipantRow, ResultStatus, unexpected,
@@ -35,7 +33,8 @@ use super::super::command::{
 use super::super::crash::CrashPoint;
 use super::super::kafka_recovery::KafkaRecovery;
 use super::super::names::participant_matches;
-use super::super::records::{DtEvent, DtState, decision_record, dt_next};
+use super::super::records::{DecisionRecord, DtEvent, DtState, decision_record};
+use super::super::transitions::dt_next;
 use super::super::{Core, End, Epoch, Idle, Steps, core_accessors};
 
 /// How a resolution ended (when the machine ended `Ok`).

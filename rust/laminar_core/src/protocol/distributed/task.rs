@@ -44,9 +44,8 @@ use super::super::names::{
     attempt_participant, kafka_participant, kafka_participant_id, participant_matches,
     partition_lock_key, postgres_participant,
 };
-use super::super::records::{
-    DtEvent, DtState, FenceRule, dt_next, epoch_committed, stop_fence_rule,
-};
+use super::super::records::{DtEvent, DtState, FenceRule, epoch_committed, stop_fence_rule};
+use super::super::transitions::dt_next;
 use super::super::{Core, End, Epoch, Idle, NoChild, Steps, core_accessors};
 
 /// What one task attempt writes.

@@ -1,11 +1,30 @@
-//! The scale-out coordinator's vote (docs/protocol.md §4, step 3, "Retries and speculation").
+//! The scale-out coordinator's vote (docs/protocol.md §4, step 3, "Retries and speculation") and
+//! its decision from the votes ([`decide`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::recovery::distributed::Vote;
-
 use super::super::command::{ParticipantKind, ParticipantResult, ParticipantRow, ResultStatus};
 use super::super::names::attempt_part;
+use super::dt_state::DtEvent;
+
+/// A participant's answer to the prepare phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Vote {
+    /// Prepared: durable and waiting for the decision.
+    Prepared,
+    /// Failed (or never answered): the transaction must roll back.
+    Failed,
+}
+
+/// The coordinator's decision from the votes: commit only if `expected` participants all
+/// prepared (a missing answer is a "no").
+pub fn decide(votes: &[Vote], expected: usize) -> DtEvent {
+    if votes.len() == expected && votes.iter().all(|v| *v == Vote::Prepared) {
+        DtEvent::StartCommit
+    } else {
+        DtEvent::SetRollback
+    }
+}
 
 /// The coordinator's vote (docs/protocol.md §4, step 3): per collected partition, exactly one
 /// attempt was collected, it is the attempt that claimed the partition last, and every
@@ -45,7 +64,6 @@ pub fn vote(results: &[ParticipantResult], claims: &[ParticipantRow]) -> (Vec<Vo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recovery::distributed::{DtEvent, decide};
 
     fn result(part: u32, attempt: &str, status: ResultStatus) -> ParticipantResult {
         ParticipantResult {
@@ -103,5 +121,14 @@ mod tests {
             decision(&[result(0, "a", Prepared)], &[]),
             DtEvent::SetRollback
         );
+    }
+
+    #[test]
+    fn commit_needs_every_expected_participant_prepared() {
+        use Vote::*;
+        assert_eq!(decide(&[Prepared, Prepared], 2), DtEvent::StartCommit);
+        assert_eq!(decide(&[], 0), DtEvent::StartCommit);
+        assert_eq!(decide(&[Prepared, Failed], 2), DtEvent::SetRollback);
+        assert_eq!(decide(&[Prepared], 2), DtEvent::SetRollback);
     }
 }

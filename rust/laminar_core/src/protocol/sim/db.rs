@@ -6,7 +6,8 @@ use crate::protocol::command::{
     ParticipantKind, ParticipantRow, ParticipantState, PreparedGid,
 };
 use crate::protocol::crash::CrashPoint;
-use crate::protocol::records::{DT_TRANSITIONS, DtState, epoch_committed};
+use crate::protocol::records::{DtState, epoch_committed};
+use crate::protocol::transitions::DT_TRANSITIONS;
 
 use super::driver::{Proc, failed};
 use super::pg::{DtRow as SimDtRow, ParticipantRowSim, Pg, TxnStateRow};

@@ -15,10 +15,11 @@ mod in_doubt;
 
 pub use in_doubt::{KafkaInDoubt, PostgresInDoubt};
 
-use crate::recovery::atomic::{EpochPlan, SinkProgress, plan_epoch};
+use super::atomic::plan::{EpochPlan, SinkProgress, plan_epoch};
 
 use super::command::{Command, Event, Failure, FailureKind, LogLevel, unexpected};
 use super::records::epoch_committed;
+use super::retry::retry_delay_ms;
 use super::{Core, End, Epoch, Idle, NoChild, Refusal, RefusalKind, Steps, core_accessors};
 
 /// The longest pause between two recovery attempts.
@@ -105,15 +106,16 @@ impl SingleEpoch {
     }
 
     fn after_abortable(&mut self, f: Failure) {
-        let retriable = matches!(f.kind, FailureKind::Abortable { retriable: true });
-        if self.attempt > self.c.retries || !retriable {
+        let Some(delay) = retry_delay_ms(
+            self.attempt,
+            self.c.retries,
+            self.c.retry_backoff_ms,
+            f.kind,
+            false,
+        ) else {
             self.ending = Some(End::Failed(f));
             return;
-        }
-        let delay = self
-            .c
-            .retry_backoff_ms
-            .saturating_mul(1 << (self.attempt - 1).min(20));
+        };
         self.core.out.push(Command::warn(format!(
             "sink {}: epoch {} aborted ({f}); retry {}/{} in {:.1}s",
             self.c.sink_id,

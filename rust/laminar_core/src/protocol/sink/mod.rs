@@ -17,7 +17,7 @@
 
 use crate::epoch::{BeginDecision, EpochTracker, RecordState};
 use crate::error::{CoreError, CoreResult};
-use crate::state::{Epoch, Resolution, TransactionEvent, TransactionState};
+use crate::state::{Epoch, InDoubtOutcome, TransactionEvent, TransactionState};
 
 use super::records::epoch_committed;
 
@@ -379,7 +379,8 @@ impl SinkTxn {
     ) -> CoreResult<CommitFailure> {
         self.tracker.commit_failed()?;
         if !connection_lost && (self.one_phase || !self.durable_prepare) {
-            self.tracker.resolve(Resolution::Aborted, now_us, None)?;
+            self.tracker
+                .resolve(InDoubtOutcome::Aborted, now_us, None)?;
             return Ok(CommitFailure::RolledBack);
         }
         self.pending = Some(Decision::Commit);
@@ -478,7 +479,8 @@ impl SinkTxn {
 
     /// The client that failed to abort was replaced: its init aborted the epoch.
     pub fn abort_reopened(&mut self, now_us: u64) -> CoreResult<()> {
-        self.tracker.resolve(Resolution::Aborted, now_us, None)?;
+        self.tracker
+            .resolve(InDoubtOutcome::Aborted, now_us, None)?;
         self.pending = None;
         Ok(())
     }
@@ -487,7 +489,8 @@ impl SinkTxn {
     /// committed it first (the epoch is committed).
     pub fn abort_overtaken(&mut self, now_us: u64) -> CoreResult<()> {
         self.tracker.abort_failed()?;
-        self.tracker.resolve(Resolution::Committed, now_us, None)?;
+        self.tracker
+            .resolve(InDoubtOutcome::Committed, now_us, None)?;
         self.pending = None;
         Ok(())
     }
@@ -582,10 +585,10 @@ impl SinkTxn {
     }
 }
 
-fn resolution(committed: bool) -> Resolution {
+fn resolution(committed: bool) -> InDoubtOutcome {
     if committed {
-        Resolution::Committed
+        InDoubtOutcome::Committed
     } else {
-        Resolution::Aborted
+        InDoubtOutcome::Aborted
     }
 }

@@ -1,6 +1,6 @@
 //! The items a watcher pass finds, and what came of them.
 
-use crate::recovery::distributed::{Unresolved, WatcherAction};
+use super::rules::{Unresolved, WatcherAction};
 
 use super::super::Epoch;
 use super::super::records::DtState;

@@ -18,20 +18,19 @@
 
 mod item;
 pub mod resolve;
+pub mod rules;
 
 pub use item::{Item, ItemKind, ItemOutcome};
 
-use crate::recovery::distributed::{
-    WatcherAction, WatcherThresholds, is_lingering, watcher_action,
-};
+pub use rules::{Unresolved, WatcherAction, WatcherThresholds, is_lingering, watcher_action};
 
 use super::command::{Command, DecisionSelection, Event, LogLevel, PreparedGid, unexpected};
 use super::distributed::{Resolution, ResolutionOutcome};
 use super::kafka_recovery::KafkaRecovery;
 use super::names::decision_of;
-use super::records::{DtEvent, DtState, decision_record, dt_next, epoch_committed};
+use super::records::{DecisionRecord, DtEvent, DtState, decision_record, epoch_committed};
+use super::transitions::dt_next;
 use super::{Core, End, Epoch, Idle, Steps, children, core_accessors};
-use crate::recovery::atomic::DecisionRecord;
 
 /// What a pass looks at and how it acts.
 #[derive(Debug, Clone, PartialEq)]
@@ -145,7 +144,7 @@ impl WatcherPass {
         for row in rows {
             let id = format!("kafka:{}", row.transactional_id);
             match decision_record(&row) {
-                DecisionRecord::Corrupt { reason } => {
+                DecisionRecord::Corrupt { reason, .. } => {
                     let mut item =
                         Item::new(ItemKind::CorruptDecision, id, Some(row.epoch), row.age_s);
                     item.decision = Some(DtState::Commit);

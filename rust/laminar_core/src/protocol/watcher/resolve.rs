@@ -16,16 +16,16 @@
 //! ```
 
 use crate::protocol::stalled;
-use crate::recovery::atomic::DecisionRecord;
 
 use super::super::command::{Command, DecisionSelection, Event, ParticipantState, unexpected};
 use super::super::distributed::{Resolution, ResolutionOutcome};
 use super::super::kafka_recovery::KafkaRecovery;
 use super::super::names::decision_of;
 use super::super::records::{
-    DtEvent, DtState, TxnEvent, TxnRow, anonymous_prepared_state, decision_record, dt_next,
-    illegal, txn_next, txn_row,
+    DecisionRecord, DtEvent, DtState, TxnEvent, TxnRow, anonymous_prepared_state, decision_record,
+    illegal,
 };
+use super::super::transitions::{dt_next, txn_next};
 use super::super::{Core, End, Epoch, Idle, Refusal, RefusalKind, Steps, children, core_accessors};
 
 /// What `resolve` is pointed at.
@@ -171,7 +171,7 @@ impl Resolve {
         let Some((record, epoch, previous)) = self.decision.clone() else {
             return;
         };
-        let row = txn_row(&record, epoch);
+        let row = record.txn_row();
         if self.commit {
             if matches!(record, DecisionRecord::Corrupt { .. }) {
                 // keep the decided epoch, forget the unreadable producer identity: recovery

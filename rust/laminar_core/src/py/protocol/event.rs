@@ -20,6 +20,22 @@ fn dt_state(name: Option<&str>) -> PyResult<Option<records::DtState>> {
     .transpose()
 }
 
+/// A failure's kind as the bindings spell it (`abortable` with `retriable`, `in_doubt`,
+/// `fenced`, `fatal`).
+pub(super) fn failure_kind(kind: &str, retriable: bool) -> PyResult<FailureKind> {
+    Ok(match kind {
+        "abortable" => FailureKind::Abortable { retriable },
+        "in_doubt" => FailureKind::InDoubt,
+        "fenced" => FailureKind::Fenced,
+        "fatal" => FailureKind::Fatal,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "unknown failure kind {other:?}; expected abortable, in_doubt, fenced or fatal"
+            )));
+        }
+    })
+}
+
 fn participant_kind(name: &str) -> PyResult<ParticipantKind> {
     ParticipantKind::from_name(name).ok_or_else(|| {
         PyValueError::new_err(format!(
@@ -71,18 +87,10 @@ impl PyEvent {
     #[staticmethod]
     #[pyo3(signature = (kind, message, *, retriable=true))]
     fn failed(kind: &str, message: String, retriable: bool) -> PyResult<Self> {
-        let kind = match kind {
-            "abortable" => FailureKind::Abortable { retriable },
-            "in_doubt" => FailureKind::InDoubt,
-            "fenced" => FailureKind::Fenced,
-            "fatal" => FailureKind::Fatal,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "unknown failure kind {other:?}; expected abortable, in_doubt, fenced or fatal"
-                )));
-            }
-        };
-        Ok(Self(Event::Failed(Failure::new(kind, message))))
+        Ok(Self(Event::Failed(Failure::new(
+            failure_kind(kind, retriable)?,
+            message,
+        ))))
     }
 
     #[staticmethod]

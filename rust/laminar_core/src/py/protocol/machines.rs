@@ -11,10 +11,10 @@ use crate::protocol::atomic::{AtomicGroup, GroupConfig, RunStart};
 use crate::protocol::distributed::{ScaleOutTask, TaskContext};
 use crate::protocol::kafka_recovery::KafkaRecovery;
 use crate::protocol::single::{KafkaInDoubt, PostgresInDoubt, SingleConfig, SingleEpoch};
+use crate::protocol::watcher::WatcherThresholds;
 use crate::protocol::watcher::resolve::{Resolve, ResolveOutcome, ResolveTarget};
 use crate::protocol::watcher::{Item, PassConfig, WatcherPass};
 use crate::protocol::{End, Epoch, Machine};
-use crate::recovery::distributed::WatcherThresholds;
 
 macro_rules! machine_class {
     ($py:ident, $name:literal, $rust:ty, { $($extra:tt)* }) => {
@@ -436,8 +436,22 @@ machine_class!(
     }
 );
 
-/// Registers the machine classes.
+/// Whether an item still unresolved at `age_s` lingers (the watcher's rule, `laminar status`).
+#[pyfunction]
+#[pyo3(signature = (age_s, lingering_after_s=300.0))]
+fn is_lingering(age_s: f64, lingering_after_s: f64) -> bool {
+    crate::protocol::watcher::is_lingering(
+        age_s,
+        WatcherThresholds {
+            resolve_after_s: 0.0,
+            lingering_after_s,
+        },
+    )
+}
+
+/// Registers the machine classes and the watcher's lingering rule.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(is_lingering, m)?)?;
     m.add_class::<PyAtomicGroup>()?;
     m.add_class::<PyKafkaRecovery>()?;
     m.add_class::<PyScaleOutTask>()?;

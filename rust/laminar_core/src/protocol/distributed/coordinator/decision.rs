@@ -4,17 +4,16 @@
 
 use std::collections::BTreeSet;
 
-use crate::recovery::check_generation;
-use crate::recovery::distributed::decide;
+use super::super::super::refusal::check_generation;
+use super::super::vote::decide;
 
 use super::super::super::command::{
     Command, ParticipantKind, ParticipantResult, ParticipantRow, ParticipantState, ResultStatus,
 };
 use super::super::super::crash::CrashPoint;
 use super::super::super::names::postgres_participant;
-use super::super::super::records::{
-    DtEvent, DtState, TxnEvent, TxnRow, dt_next, illegal, txn_next,
-};
+use super::super::super::records::{DtEvent, DtState, TxnEvent, TxnRow, illegal};
+use super::super::super::transitions::{dt_next, txn_next};
 use super::super::super::{End, Refusal, RefusalKind};
 use super::super::resolution::Resolution;
 use super::super::vote::vote;

@@ -36,12 +36,13 @@ mod decision;
 use crate::protocol::stalled;
 use std::collections::BTreeSet;
 
-use crate::recovery::atomic::{EpochPlan, SinkProgress, plan_epoch};
+use super::super::atomic::plan::{EpochPlan, SinkProgress, plan_epoch};
 
 use super::super::command::{Command, Event, LogLevel, ParticipantResult, unexpected};
 use super::super::crash::CrashPoint;
 use super::super::names::dtid;
-use super::super::records::{DtEvent, DtState, dt_next, illegal};
+use super::super::records::{DtEvent, DtState, illegal};
+use super::super::transitions::dt_next;
 use super::super::watcher::{PassConfig, WatcherPass};
 use super::super::{Core, End, Epoch, Idle, Refusal, RefusalKind, Steps, children, core_accessors};
 use super::resolution::{Resolution, ResolutionOutcome};

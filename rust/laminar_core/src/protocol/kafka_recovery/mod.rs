@@ -15,17 +15,19 @@
 //!              await_replay:  the sink waits for Spark's replay of the epoch ([`KafkaRecovery::awaiting`])
 //! ```
 //!
-//! Every decision is [`crate::recovery::atomic::complete_kafka`]'s; this machine only orders the
+//! Every decision is [`complete_kafka`]'s; this machine only orders the
 //! I/O around it. `EndTxn` comes first because a new producer's `init_transactions` would abort
 //! the prepared transaction; the marker, read again, is the only proof that it worked.
 
 use std::collections::BTreeMap;
 
-use crate::recovery::atomic::{Completion, DecisionRecord, KafkaPart, complete_kafka};
+pub mod completion;
+
+pub use completion::{Completion, KafkaPart, complete_kafka};
 
 use super::command::{Command, DecisionSelection, Event, Failure, LogLevel, unexpected};
 use super::crash::CrashPoint;
-use super::records::{decision_record, epoch_committed};
+use super::records::{DecisionRecord, decision_record, epoch_committed};
 use super::{Core, End, Epoch, Idle, NoChild, Refusal, RefusalKind, Steps, core_accessors};
 
 /// How long the marker is read again after an accepted `EndTxn` (markers land shortly after the

@@ -6,8 +6,8 @@
 //! sink. [`complete_kafka`] says how to bring Kafka level from what is recorded: the decision row
 //! (epoch `d`, the Kafka epoch before it `p`, the producer id/epoch of the prepared transaction),
 //! the Kafka marker `k`, whether the redo log holds `d`, and whether protocol-level completion was
-//! already refused. [`plan_epoch`] says which sinks an incoming epoch must be written to, and
-//! refuses epochs the recipe must not write.
+//! already refused. Which sinks an incoming epoch must be written to is
+//! `protocol::atomic::plan::plan_epoch`'s.
 //!
 //! | recorded                | meaning                                 | decision                          |
 //! | ----------------------- | --------------------------------------- | --------------------------------- |
@@ -21,49 +21,9 @@
 //! consecutive for a sink: a Kafka sink added to an existing group, or a group restarted with a
 //! new epoch base (`laminar reset`).
 
-use super::{Epoch, Refusal, RefusalKind, show};
-use crate::protocol::records::epoch_committed;
-
-/// The Kafka producer identity of a prepared transaction (from its `PreparedTxnState`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ProducerIdentity {
-    /// The producer id.
-    pub producer_id: i64,
-    /// The producer epoch.
-    pub producer_epoch: i32,
-}
-
-impl ProducerIdentity {
-    /// The identity, or `None` when either part is unknown (negative, as `PreparedTxnState`
-    /// records an identity librdkafka did not report).
-    pub fn known(producer_id: i64, producer_epoch: i32) -> Option<Self> {
-        (producer_id >= 0 && producer_epoch >= 0).then_some(Self {
-            producer_id,
-            producer_epoch,
-        })
-    }
-}
-
-/// A Kafka sink's row in `laminar.txn_state`, as read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DecisionRecord {
-    /// No row: no epoch of this sink was ever decided in the group.
-    None,
-    /// The last decided epoch.
-    Decided {
-        /// The decided epoch `d`.
-        epoch: Epoch,
-        /// The sink's Kafka marker when `d` was decided (`p`; `None`: no marker then).
-        previous: Option<Epoch>,
-        /// The prepared transaction's producer id/epoch, when known.
-        producer: Option<ProducerIdentity>,
-    },
-    /// The row's `prepared_state` does not decode: nothing about it can be trusted.
-    Corrupt {
-        /// What the decoder said.
-        reason: String,
-    },
-}
+use super::super::records::{DecisionRecord, ProducerIdentity};
+use super::super::refusal::show;
+use super::super::{Epoch, Refusal, RefusalKind};
 
 /// Everything recorded about one Kafka sink of a group that recovery decides from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +71,7 @@ pub enum Completion {
 pub fn complete_kafka(sink_id: &str, part: &KafkaPart) -> Completion {
     let (d, p, producer) = match &part.decision {
         DecisionRecord::None => return Completion::Complete,
-        DecisionRecord::Corrupt { reason } => {
+        DecisionRecord::Corrupt { reason, .. } => {
             return Completion::Refuse(Refusal::new(
                 RefusalKind::CorruptDecision,
                 format!(
@@ -163,93 +123,6 @@ pub fn complete_kafka(sink_id: &str, part: &KafkaPart) -> Completion {
         Some(producer) if !part.end_txn_refused => Completion::EndTxn { epoch: d, producer },
         _ if part.redo_log => Completion::RedoFromLog { epoch: d },
         _ => Completion::AwaitReplay { epoch: d },
-    }
-}
-
-/// One sink's progress: its last committed epoch (Postgres: `laminar.sink_epochs`; Kafka: the
-/// marker).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SinkProgress {
-    /// The sink id.
-    pub sink_id: String,
-    /// The last committed epoch, `None` if none.
-    pub last: Option<Epoch>,
-}
-
-/// What to do with an incoming epoch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EpochPlan {
-    /// Every sink holds the epoch (a replay): write nothing.
-    Skip,
-    /// Write the epoch to the sinks marked `true` (in the order given), atomically.
-    Write {
-        /// Per sink: whether it needs the epoch.
-        sinks: Vec<bool>,
-    },
-    /// Do not write this epoch.
-    Refuse(Refusal),
-}
-
-/// Decides which sinks `epoch` must be written to.
-///
-/// `awaiting` lists the Kafka sinks whose decided epoch can only be completed by Spark's replay
-/// (from [`Completion::AwaitReplay`]): any other epoch is refused while one is pending. With
-/// `refuse_backwards` (the writer knows its query, i.e. Spark, which only ever replays its last
-/// batch) an epoch older than a sink's last committed epoch is refused as a reset or foreign
-/// checkpoint; without it (`write_epoch` callers replaying on purpose) such an epoch is skipped for
-/// that sink, as the replay rule says (docs/protocol.md §5). An epoch equal to a sink's last committed epoch is
-/// that sink's legitimate replay and is skipped for it.
-pub fn plan_epoch(
-    epoch: Epoch,
-    sinks: &[SinkProgress],
-    awaiting: &[(String, Epoch)],
-    refuse_backwards: bool,
-) -> EpochPlan {
-    if epoch < 0 {
-        return EpochPlan::Refuse(Refusal::new(
-            RefusalKind::InvalidEpoch,
-            format!("epoch {epoch} is negative: epochs are Spark batch ids (>= 0)"),
-        ));
-    }
-    if let Some((sink_id, d)) = awaiting.iter().find(|(_, d)| *d != epoch) {
-        return EpochPlan::Refuse(Refusal::new(
-            RefusalKind::OtherEpochWhileIncomplete,
-            format!(
-                "epoch {epoch} arrived while epoch {d} is committed in PostgreSQL (the decision) \
-                 but not in Kafka sink {sink_id:?}, whose prepared transaction the broker no \
-                 longer holds: only Spark's replay of batch {d} can complete it, and writing \
-                 epoch {epoch} first would lose it. Restart the query from the same checkpoint \
-                 (Spark replays batch {d}), or write groups with redo=\"log\"; `laminar status` \
-                 shows the incomplete epoch"
-            ),
-        ));
-    }
-    if let Some(ahead) = sinks
-        .iter()
-        .filter(|s| refuse_backwards && s.last.is_some_and(|last| last > epoch))
-        .max_by_key(|s| s.last)
-    {
-        return EpochPlan::Refuse(Refusal::new(
-            RefusalKind::EpochBackwards,
-            format!(
-                "epoch {epoch} is older than epoch {} already committed by sink {:?}: Spark only \
-                 replays its last batch, so this batch comes from a query restarted from a new \
-                 or another checkpoint, and skipping it silently would lose its data. To start \
-                 the sinks over for this query on purpose, run `laminar reset` or pass \
-                 exactly_once(..., on_new_query=\"restart\")",
-                show(ahead.last),
-                ahead.sink_id
-            ),
-        ));
-    }
-    let needs: Vec<bool> = sinks
-        .iter()
-        .map(|s| !epoch_committed(s.last, epoch))
-        .collect();
-    if needs.iter().any(|n| *n) {
-        EpochPlan::Write { sinks: needs }
-    } else {
-        EpochPlan::Skip
     }
 }
 
@@ -376,6 +249,7 @@ mod tests {
         for marker in [None, Some(3), Some(100)] {
             let mut p = part(
                 DecisionRecord::Corrupt {
+                    epoch: 5,
                     reason: "bad crc".into(),
                 },
                 marker,
@@ -389,89 +263,65 @@ mod tests {
         }
     }
 
-    fn progress(last: &[Option<Epoch>]) -> Vec<SinkProgress> {
-        last.iter()
-            .enumerate()
-            .map(|(i, l)| SinkProgress {
-                sink_id: format!("s{i}"),
-                last: *l,
-            })
-            .collect()
+    /// The cases tests/unit/test_recovery_decisions.py checked through the former binding.
+    #[test]
+    fn completion_prefers_endtxn_then_redo_then_replay_with_the_recorded_identity() {
+        let decided = |producer| DecisionRecord::Decided {
+            epoch: 5,
+            previous: Some(4),
+            producer,
+        };
+        let behind = |redo_log, end_txn_refused| KafkaPart {
+            decision: decided(ProducerIdentity::known(-1, -1)),
+            marker: Some(4),
+            redo_log,
+            end_txn_refused,
+        };
+        let with_producer = KafkaPart {
+            decision: decided(ProducerIdentity::known(7, 2)),
+            ..behind(false, false)
+        };
+        assert_eq!(
+            complete_kafka("t", &with_producer),
+            Completion::EndTxn {
+                epoch: 5,
+                producer: ProducerIdentity {
+                    producer_id: 7,
+                    producer_epoch: 2
+                }
+            }
+        );
+        assert_eq!(
+            complete_kafka("t", &behind(true, true)),
+            Completion::RedoFromLog { epoch: 5 }
+        );
+        assert_eq!(
+            complete_kafka("t", &behind(false, true)),
+            Completion::AwaitReplay { epoch: 5 }
+        );
+        let level = KafkaPart {
+            marker: Some(5),
+            ..behind(false, false)
+        };
+        assert_eq!(complete_kafka("t", &level), Completion::Complete);
     }
 
     #[test]
-    fn epochs_are_written_where_missing_and_skipped_where_present() {
-        assert_eq!(
-            plan_epoch(0, &progress(&[None, None]), &[], true),
-            EpochPlan::Write {
-                sinks: vec![true, true]
-            }
-        );
-        assert_eq!(
-            plan_epoch(4, &progress(&[Some(3), Some(3)]), &[], true),
-            EpochPlan::Write {
-                sinks: vec![true, true]
-            }
-        );
-        assert_eq!(
-            plan_epoch(4, &progress(&[Some(4), Some(4)]), &[], true),
-            EpochPlan::Skip
-        );
-        // the replay that completes Kafka: Postgres holds it already
-        assert_eq!(
-            plan_epoch(4, &progress(&[Some(4), Some(3)]), &[("s1".into(), 4)], true),
-            EpochPlan::Write {
-                sinks: vec![false, true]
-            }
-        );
-    }
-
-    #[test]
-    fn older_epochs_and_other_epochs_while_incomplete_are_refused() {
-        let EpochPlan::Refuse(r) = plan_epoch(2, &progress(&[Some(4), Some(4)]), &[], true) else {
+    fn a_corrupt_decision_is_refused_as_an_invalid_state_encoding() {
+        let part = KafkaPart {
+            decision: DecisionRecord::Corrupt {
+                epoch: 5,
+                reason: "bad crc".into(),
+            },
+            marker: Some(4),
+            redo_log: true,
+            end_txn_refused: false,
+        };
+        let Completion::Refuse(r) = complete_kafka("t", &part) else {
             panic!("expected a refusal")
         };
-        assert_eq!(r.kind, RefusalKind::EpochBackwards);
-        assert!(r.message.contains("laminar reset"), "{r}");
-        let EpochPlan::Refuse(r) =
-            plan_epoch(5, &progress(&[Some(4), Some(3)]), &[("s1".into(), 4)], true)
-        else {
-            panic!("expected a refusal")
-        };
-        assert_eq!(r.kind, RefusalKind::OtherEpochWhileIncomplete);
-        assert!(
-            r.message.contains("epoch 5") && r.message.contains("batch 4"),
-            "{r}"
-        );
-        let EpochPlan::Refuse(r) = plan_epoch(-1, &progress(&[None]), &[], false) else {
-            panic!("expected a refusal")
-        };
-        assert_eq!(r.kind, RefusalKind::InvalidEpoch);
-    }
-
-    #[test]
-    fn without_a_known_query_older_epochs_are_skipped_per_sink() {
-        // write_epoch callers (no owner) may replay any committed epoch: it is skipped.
-        assert_eq!(
-            plan_epoch(2, &progress(&[Some(4), Some(4)]), &[], false),
-            EpochPlan::Skip
-        );
-        // A sink that is behind (e.g. added to the group later) still gets the epoch.
-        assert_eq!(
-            plan_epoch(2, &progress(&[Some(4), Some(1)]), &[], false),
-            EpochPlan::Write {
-                sinks: vec![false, true]
-            }
-        );
-        // An epoch other than the awaited replay is refused whatever the caller.
-        let EpochPlan::Refuse(r) = plan_epoch(
-            2,
-            &progress(&[Some(4), Some(3)]),
-            &[("s1".into(), 4)],
-            false,
-        ) else {
-            panic!("expected a refusal")
-        };
-        assert_eq!(r.kind, RefusalKind::OtherEpochWhileIncomplete);
+        assert_eq!(r.kind, RefusalKind::CorruptDecision);
+        assert_eq!(r.kind.name(), "corrupt_decision");
+        assert_eq!(r.kind.error_class(), "InvalidStateEncoding");
     }
 }

@@ -1,26 +1,12 @@
-//! The decisions of the commit protocols (docs/protocol.md §3–§6), as pure functions of recorded
-//! state.
+//! The core's one way of saying no ([`Refusal`]), from the rules and from the machines alike,
+//! and the fencing-token check of docs/protocol.md §6 ([`check_generation`]).
 //!
-//! The protocol machines (`crate::protocol`, docs/engine.md) ask these functions every question;
-//! nothing here touches a socket or a clock: ages and epochs come in as arguments. [`Refusal`] is
-//! the core's one way of saying no, from these functions and from the machines alike; the error
-//! bridge (`py/errors.rs`) turns it into the `laminar.errors` class [`RefusalKind::error_class`]
-//! names.
-//!
-//! - [`atomic`]: the KIP-939 dual-write recipe — what to do at start-up and before each epoch for
-//!   each Kafka sink of an atomic group (nothing / complete by `EndTxn` / redo from the log /
-//!   await the Spark replay / refuse), and which sinks an incoming epoch must be written to.
-//! - [`distributed`]: the Vitess-style distributed transaction of the scale-out mode and of
-//!   Postgres participants on other databases: the `dt_state` transitions, and the resolution
-//!   watcher's rules.
-
-pub mod atomic;
-pub mod distributed;
+//! Nothing here touches a socket or a clock. The error bridge (`py/errors.rs`) turns a refusal
+//! into the `laminar.errors` class [`RefusalKind::error_class`] names.
 
 use std::fmt;
 
-/// A Spark batch id (the protocol's epoch).
-pub type Epoch = i64;
+use crate::state::Epoch;
 
 /// Why the core refuses to act: recorded state the protocol cannot produce, an epoch that must not
 /// be written, or an epoch that did not go through (yet). The bridge raises each kind as one
@@ -237,5 +223,13 @@ mod tests {
         }
         assert!(RefusalKind::DecisionLost.retryable());
         assert!(!RefusalKind::Fenced.retryable());
+    }
+
+    /// The cases tests/unit/test_recovery_decisions.py checked through the former binding.
+    #[test]
+    fn generation_check_of_generation_two() {
+        assert_eq!(check_generation("g", 2, 2), Ok(()));
+        let err = check_generation("g", 2, 3).unwrap_err();
+        assert!(err.message.contains("generation 2"), "{err}");
     }
 }
