@@ -2,8 +2,8 @@
 decided epoch, each to its own topic and partition with its own headers when the blob is
 version 2 (Spark's Kafka-sink shape), into the sink's open transaction.
 
-Shared by the recovery machine's driver (``produce_redo``) and
-`laminar.protocol.recovery.redo_from_log`; kept apart from both so that neither imports the other.
+Performed for the recovery machine's ``produce_redo`` command (`laminar.protocol.driver`); kept
+beside the sink, apart from the drivers, so that the sink's package never imports them.
 """
 
 from __future__ import annotations
