@@ -7,7 +7,7 @@ commands: the ``laminar.dt_state``/``dt_participant`` records (statements in
 `laminar.protocol.records`), PostgreSQL's prepared transactions and the Kafka participants.
 `DistributedDriver` performs them and decides nothing: which state a record goes to, which gid
 belongs to which record, which participant is rolled back or committed, is the core's
-(the core's ``dt_next`` table, ``participant_matches``, the ``Resolution`` every machine above runs).
+(its ``dt_next`` table, ``participant_matches``, the ``Resolution`` every machine above runs).
 
 The participants' sinks are built here too: a Kafka sink ``<tid>`` writes partition ``p`` as
 ``<tid>.p<p>`` (its own producer and marker), a PostgreSQL sink as ``two_phase_part=p``.
