@@ -168,7 +168,7 @@ class KafkaSink(_SinkBase):
 
     def init_transactions(self) -> None:
         """Open the producer, fence any previous instance, read back the last committed epoch,
-        and settle whatever this instance left open or in doubt."""
+        and resolve whatever this instance left open or in doubt."""
         rt = self._rt or _Runtime()
         self._rt = rt
         rt.fenced = None
@@ -183,7 +183,7 @@ class KafkaSink(_SinkBase):
                 # The next call opens new ones.
                 self._release_clients(rt)
             raise
-        self._settle_after_reinit(last)
+        self._reopened(last)
 
     def begin_transaction(self, epoch: int) -> bool:
         """Open the epoch's transaction; False (nothing opened) if the epoch is committed."""
@@ -508,7 +508,7 @@ class KafkaSink(_SinkBase):
         )
         return self.tracker.last_committed_epoch
 
-    def _settle_after_reinit(self, last: int | None) -> None:
+    def _reopened(self, last: int | None) -> None:
         """After a new producer's init: the machine aborts whatever this instance had open and
         decides an in-doubt commit by ``last`` (`SinkTransaction.reopened`)."""
         self._machine.reopened(last)
