@@ -5,14 +5,17 @@
 
 use std::collections::BTreeMap;
 
+use crate::epoch::EpochTracker;
+use crate::error::CoreError;
 use crate::prepared::PreparedTxnState;
 
 use super::super::command::{Command, Event, Failure, FailureKind};
+use super::super::sink::SinkTxn;
 use super::super::{End, Epoch, Machine};
 use super::db::perform_db;
 use super::kafka::KafkaErr;
 use super::pg::Pg;
-use super::sinks::{sink_begin, sink_commit, sink_prepare, sink_recover, write_rows};
+use super::sinks::{sink_abort, sink_begin, sink_commit, sink_prepare, sink_recover, write_rows};
 use super::tasks::run_tasks;
 use super::{Record, World};
 
@@ -20,25 +23,22 @@ use super::{Record, World};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(in crate::protocol) struct Crash;
 
-/// A Kafka sink in a process: its producer and what its tracker knows.
+/// A Kafka sink in a process: its producer.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Producer {
     pub(super) epoch: Option<i32>,
-    pub(super) last: Option<Epoch>,
-    pub(super) open: Option<Epoch>,
-    pub(super) prepared: bool,
-    /// A commit whose answer was lost: (epoch, the producer is still there).
-    pub(super) in_doubt: Option<Epoch>,
 }
 
 /// A process of the writer (or of a task): its clients and its open transaction.
 #[derive(Debug, Default)]
 pub(in crate::protocol) struct Proc {
     pub(super) producers: BTreeMap<String, Producer>,
-    /// PostgreSQL sinks: the epoch and rows of the open transaction, and what the tracker knows.
+    /// Each sink's own transaction (docs/engine.md, "The sink's transaction"), per Kafka
+    /// transactional id or PostgreSQL sink id: the sink asks it at each call and performs its
+    /// answer, as `KafkaSink`/`PostgresSink` do. A process that dies loses them.
+    pub(super) machines: BTreeMap<String, SinkTxn>,
+    /// PostgreSQL sinks: the epoch and rows of the open transaction.
     pub(super) staged: BTreeMap<String, (Epoch, Vec<Record>)>,
-    pub(super) pg_last: BTreeMap<String, Option<Epoch>>,
-    pub(super) pg_in_doubt: BTreeMap<String, Epoch>,
     /// The open transaction on the decision database.
     pub(super) txn: Option<Pg>,
     pub(super) kept: BTreeMap<String, Vec<Record>>,
@@ -78,6 +78,16 @@ pub(super) fn kafka_failure(e: KafkaErr) -> Event {
     }
 }
 
+/// A machine's refusal (`IllegalStateError` in the real sink): the call fails, nothing changes.
+pub(super) fn refused(e: CoreError) -> Event {
+    failed(FailureKind::Fatal, e.to_string())
+}
+
+/// The simulated clock in microseconds (the machines' `now_us`).
+pub(super) fn now_us(w: &World) -> u64 {
+    w.kafka.now_ms.saturating_mul(1000)
+}
+
 pub(super) fn prepared_state(tid: &str, epoch: Epoch, identity: (i64, i32)) -> String {
     let mut state = PreparedTxnState::new(Some(tid.to_owned()), epoch);
     state.producer_id = identity.0;
@@ -104,18 +114,43 @@ impl Proc {
             .then(|| sink.to_owned())
     }
 
-    pub(super) fn producer(&mut self, w: &mut World, tid: &str) -> (i32, &mut Producer) {
-        if self.producers.get(tid).and_then(|p| p.epoch).is_none() {
-            let (_, epoch) = w.kafka.init_transactions(tid);
-            let marker = w.kafka.marker(tid);
-            let p = self.producers.entry(tid.to_owned()).or_default();
-            p.epoch = Some(epoch);
-            p.last = marker;
-            p.open = None;
-            p.prepared = false;
+    /// The producer of `tid`, initialised on first use: its `init_transactions` fences the
+    /// previous one, and the machine hears the marker it reads as `reopened` (`KafkaSink`).
+    pub(super) fn producer(&mut self, w: &mut World, tid: &str) -> i32 {
+        if let Some(epoch) = self.producers.get(tid).and_then(|p| p.epoch) {
+            return epoch;
         }
-        let p = self.producers.get_mut(tid).expect("initialised above");
-        (p.epoch.unwrap_or_default(), p)
+        let (_, epoch) = w.kafka.init_transactions(tid);
+        let marker = w.kafka.marker(tid);
+        let now = now_us(w);
+        self.producers.entry(tid.to_owned()).or_default().epoch = Some(epoch);
+        self.kafka_machine(tid)
+            .reopened(marker, now)
+            .expect("reopened is legal in every state");
+        epoch
+    }
+
+    /// The machine of a Kafka sink: its prepare is not durable (`KafkaSink._durable_prepare`).
+    pub(super) fn kafka_machine(&mut self, tid: &str) -> &mut SinkTxn {
+        self.machines
+            .entry(tid.to_owned())
+            .or_insert_with(|| SinkTxn::new(EpochTracker::default(), None).durable_prepare(false))
+    }
+
+    /// The machine of a PostgreSQL sink: a task's participant holds its partition
+    /// (`PostgresSink._machine_participant`).
+    pub(super) fn pg_machine(&mut self, sink_id: &str) -> &mut SinkTxn {
+        let part = self.part.map(i64::from);
+        self.machines
+            .entry(sink_id.to_owned())
+            .or_insert_with(|| SinkTxn::new(EpochTracker::default(), part))
+    }
+
+    /// The epoch a sink's machine has open (being written or prepared).
+    pub(super) fn open_epoch(&self, key: &str) -> Option<Epoch> {
+        self.machines
+            .get(key)
+            .and_then(|m| m.writing().or_else(|| m.prepared_epoch()))
     }
 }
 
@@ -144,15 +179,23 @@ pub(super) fn perform(w: &mut World, proc: &mut Proc, command: &Command) -> Resu
                 proc.producer(w, &tid);
             } else if let Some(sink) = Proc::pg_sink(w, &sink_id) {
                 proc.staged.remove(&sink);
-                proc.pg_last
-                    .insert(sink.clone(), w.pg.sink_epochs.get(&sink).copied());
+                let last = w.pg.sink_epochs.get(&sink).copied();
+                if let Err(e) = proc.pg_machine(&sink_id).learned_last(last) {
+                    return Ok(refused(e));
+                }
             }
             Event::Ack
         }
         Command::KnownEpoch { sink_id } => {
             let epoch = match Proc::kafka_tid(w, &sink_id) {
-                Some(tid) => proc.producer(w, &tid).1.last,
-                None => proc.pg_last.get(&sink_id).copied().flatten(),
+                Some(tid) => {
+                    proc.producer(w, &tid);
+                    proc.kafka_machine(&tid).tracker().last_committed_epoch()
+                }
+                None => proc
+                    .machines
+                    .get(&sink_id)
+                    .and_then(|m| m.tracker().last_committed_epoch()),
             };
             Event::Marker {
                 epoch,
@@ -170,35 +213,16 @@ pub(super) fn perform(w: &mut World, proc: &mut Proc, command: &Command) -> Resu
         }
         Command::SinkPrepare { sink_id, epoch } => sink_prepare(w, proc, &sink_id, epoch)?,
         Command::SinkCommit { sink_id, epoch } => sink_commit(w, proc, &sink_id, epoch)?,
-        Command::SinkAbort { sink_id, .. } | Command::AbortProducer { sink_id } => {
-            if let Some(tid) = Proc::kafka_tid(w, &sink_id) {
-                let (pe, p) = proc.producer(w, &tid);
-                p.open = None;
-                p.prepared = false;
-                if w.kafka.abort(&tid, pe).is_err() {
-                    // an abort that fails: a new producer makes it final
-                    proc.producers.remove(&tid);
-                    proc.producer(w, &tid);
-                }
-            } else if let Some(sink) = Proc::pg_sink(w, &sink_id) {
-                proc.staged.remove(&sink);
-                if let Some(gid) = proc.gids.get(&sink_id) {
-                    w.pg.finish_prepared(&gid.clone(), false);
-                }
-            }
-            Event::Ack
-        }
+        Command::SinkAbort { sink_id, epoch } => sink_abort(w, proc, &sink_id, Some(epoch)),
+        Command::AbortProducer { sink_id } => sink_abort(w, proc, &sink_id, None),
         Command::SinkRecover { sink_id } => sink_recover(w, proc, &sink_id)?,
-        Command::RetryCommit { sink_id, .. } => {
+        Command::RetryCommit { sink_id, epoch } => {
             let tid = Proc::kafka_tid(w, &sink_id).expect("a Kafka sink");
-            let (pe, p) = proc.producer(w, &tid);
-            p.in_doubt = None;
+            let pe = proc.producer(w, &tid);
             let open = w.kafka.tids.get(&tid).is_some_and(|t| t.open.is_some());
             if !open {
                 // committed before its answer was lost (the retry learns it), or gone
-                let held = w.kafka.marker(&tid) >= p.open;
-                p.open = None;
-                if held {
+                if w.kafka.marker(&tid) >= Some(epoch) {
                     Event::Ack
                 } else {
                     failed(
@@ -262,20 +286,17 @@ pub(super) fn perform(w: &mut World, proc: &mut Proc, command: &Command) -> Resu
         },
         Command::WritePartition => {
             let part = proc.part.unwrap_or_default();
-            let epoch = proc
-                .producers
-                .values()
-                .find_map(|p| p.open)
-                .or_else(|| proc.staged.values().next().map(|(e, _)| *e))
+            let opened: Vec<String> = proc
+                .machines
+                .iter()
+                .filter(|(_, m)| m.writing().is_some())
+                .map(|(k, _)| k.clone())
+                .collect();
+            let epoch = opened
+                .iter()
+                .find_map(|k| proc.open_epoch(k))
                 .unwrap_or_default();
             let rows: Vec<Record> = w.partition(part).into_iter().map(|r| (epoch, r)).collect();
-            let opened: Vec<String> = proc
-                .producers
-                .iter()
-                .filter(|(_, p)| p.open.is_some())
-                .map(|(t, _)| t.clone())
-                .chain(proc.staged.keys().cloned())
-                .collect();
             for sink in opened {
                 if let Event::Failed(f) = write_rows(w, proc, &sink, &rows, false)? {
                     return Ok(Event::Failed(f));
@@ -288,6 +309,7 @@ pub(super) fn perform(w: &mut World, proc: &mut Proc, command: &Command) -> Resu
         Command::ReleaseParticipants { .. } => {
             proc.producers.clear();
             proc.staged.clear();
+            proc.machines.clear();
             Event::Ack
         }
         _ => unreachable!("a decision-database command: perform_db"),
