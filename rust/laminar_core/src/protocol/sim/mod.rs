@@ -19,6 +19,7 @@ mod atomic_tests;
 mod resume_tests;
 mod scaleout_tests;
 mod single_tests;
+mod sinks_tests;
 mod stop_fence_tests;
 
 use std::collections::{BTreeMap, BTreeSet};
