@@ -415,12 +415,9 @@ pub(super) fn sink_recover(w: &mut World, proc: &mut Proc, sink_id: &str) -> Res
         });
     };
     let mut machine = PostgresInDoubt::new(sink.clone(), epoch, None);
-    Ok(match drive(w, proc, &mut machine)? {
-        End::Ok => {
+    Ok(match (drive(w, proc, &mut machine)?, machine.committed()) {
+        (End::Ok, Some(committed)) => {
             let last = machine.last();
-            let committed = machine
-                .committed()
-                .unwrap_or_else(|| epoch_committed(last, epoch));
             if let Err(e) = proc.pg_machine(sink_id).resolved(committed, last, now) {
                 return Ok(refused(e));
             }
@@ -429,7 +426,8 @@ pub(super) fn sink_recover(w: &mut World, proc: &mut Proc, sink_id: &str) -> Res
                 now_ms: w.kafka.now_ms,
             }
         }
-        End::Refused(r) => failed(FailureKind::Fatal, r.message),
-        End::Failed(f) => Event::Failed(f),
+        (End::Ok, None) => failed(FailureKind::Fatal, "recovery ended without an outcome"),
+        (End::Refused(r), _) => failed(FailureKind::Fatal, r.message),
+        (End::Failed(f), _) => Event::Failed(f),
     })
 }
