@@ -185,6 +185,6 @@ def test_which_evidence_proves_a_kafka_sinks_last_committed_epoch() -> None:
     assert (coordinator.history, coordinator.producer_epoch) == ("producer_epoch", 3)
     assert last_committed_without_marker(False, False, -1).kind == "new"
     assert last_committed_without_marker(False, False, None).kind == "new"
-    assert "LastCommitted(kind=\"new\"" in repr(last_committed_without_marker(False, False, 0))
+    assert 'LastCommitted(kind="new"' in repr(last_committed_without_marker(False, False, 0))
     assert reuse_without_marker(True, True)
     assert not reuse_without_marker(False, True)
