@@ -316,7 +316,14 @@ class EpochTracker:
 
 # --- one sink's own transaction as a machine (core: protocol/sink) ------------------------------
 
-__all__ += ["SinkAnswer", "SinkTransaction"]
+__all__ += [
+    "LastCommitted",
+    "SinkAnswer",
+    "SinkTransaction",
+    "last_committed_after_marker",
+    "last_committed_without_marker",
+    "reuse_without_marker",
+]
 
 _SinkAnswerKind = Literal[
     "recover",
@@ -356,6 +363,36 @@ class SinkAnswer:
     @property
     def commit(self) -> bool:
         """``resolve``: the decision that was being sent was a commit (else a rollback)."""
+
+@final
+class LastCommitted:
+    """Which evidence proves a Kafka sink's last committed epoch (docs/protocol.md §1, "The
+    decision"): ``marker`` (``epoch`` is the answer), ``read_identity`` (no marker: read the
+    identity, then ask `last_committed_without_marker`), ``witness`` (``history`` says what
+    proves the sink wrote) or ``new`` (nothing committed; the topic is not read)."""
+
+    @property
+    def kind(self) -> Literal["marker", "read_identity", "witness", "new"]: ...
+    @property
+    def epoch(self) -> int | None: ...
+    @property
+    def history(self) -> Literal["identity", "decision_row", "producer_epoch"] | None: ...
+    @property
+    def producer_epoch(self) -> int | None: ...
+
+def last_committed_after_marker(marker: int | None, known: int | None) -> LastCommitted:
+    """The marker read (None: no committed offset) and the epoch this instance committed
+    itself: ``marker`` with the higher of the two, or ``read_identity``."""
+
+def last_committed_without_marker(
+    identity: bool, decision_row: bool, producer_epoch: int | None
+) -> LastCommitted:
+    """Without a marker: ``witness`` if the identity, a decision row or a producer epoch > 0
+    proves history (in that order), else ``new``."""
+
+def reuse_without_marker(found_by_writer: bool, writer: bool) -> bool:
+    """Whether an answer found without a marker may be reused: a writer's always, a reader's
+    only by readers."""
 
 @final
 class SinkTransaction:

@@ -7,7 +7,12 @@ from __future__ import annotations
 import pytest
 
 from laminar import EpochTracker
-from laminar._core import SinkTransaction
+from laminar._core import (
+    SinkTransaction,
+    last_committed_after_marker,
+    last_committed_without_marker,
+    reuse_without_marker,
+)
 from laminar.errors import ConfigError, IllegalStateError
 
 
@@ -164,3 +169,22 @@ def test_kafka_reopened_and_marker_evidence_never_lower_the_last_epoch() -> None
     m.saw_committed(2)
     m.resolved_by_marker(None, None)
     assert m.tracker.last_committed_epoch == 4
+
+
+def test_which_evidence_proves_a_kafka_sinks_last_committed_epoch() -> None:
+    """The binding of the core's rule (docs/protocol.md §1, "The decision"; its cases are Rust
+    tests in protocol/sink/evidence.rs): each answer's kind and fields as the sink reads them."""
+    marker = last_committed_after_marker(7, 8)
+    assert (marker.kind, marker.epoch, marker.history) == ("marker", 8, None)
+    assert last_committed_after_marker(None, None).kind == "read_identity"
+    assert last_committed_after_marker(None, None).epoch is None
+    identity = last_committed_without_marker(True, False, None)
+    assert (identity.kind, identity.history) == ("witness", "identity")
+    assert last_committed_without_marker(False, True, 0).history == "decision_row"
+    coordinator = last_committed_without_marker(False, False, 3)
+    assert (coordinator.history, coordinator.producer_epoch) == ("producer_epoch", 3)
+    assert last_committed_without_marker(False, False, -1).kind == "new"
+    assert last_committed_without_marker(False, False, None).kind == "new"
+    assert 'LastCommitted(kind="new"' in repr(last_committed_without_marker(False, False, 0))
+    assert reuse_without_marker(True, True)
+    assert not reuse_without_marker(False, True)

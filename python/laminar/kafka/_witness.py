@@ -11,6 +11,12 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from laminar._core import (
+    LastCommitted,
+    last_committed_after_marker,
+    last_committed_without_marker,
+    reuse_without_marker,
+)
 from laminar._faults import fail_point
 from laminar.errors import (
     AbortableError,
@@ -69,15 +75,13 @@ class Witness:
         An epoch this instance committed itself (``known``: its tracker's) counts even before its
         marker reads back."""
         writer = self.clients.rt.producer is not None
-        marker = self.read_marker(stable=stable)
-        if known is not None and (marker is None or marker < known):
-            marker = known
-        if marker is not None:
+        proven = last_committed_after_marker(self.read_marker(stable=stable), known)
+        if proven.epoch is not None:
             read = self.ensure_identity() if writer else ReadStats()
-            self.found = StartupRead("marker", marker, read)
-            return marker
+            self.found = StartupRead("marker", proven.epoch, read)
+            return proven.epoch
         cached = self.clients.rt.without_marker
-        if cached is not None and (cached[1] or not writer):
+        if cached is not None and reuse_without_marker(cached[1], writer):
             return cached[0]
         answer = self.without_marker(writer)
         self.clients.rt.without_marker = (answer, writer)
@@ -178,19 +182,16 @@ class Witness:
         try:
             with client:
                 identity = client.committed_offset(self.cfg.identity_group, self.cfg._topic, 0)
-                if identity is not None:
-                    history = f"its identity ({self.cfg.identity_group}) is recorded"
-                elif self.cfg.recorded_history:
-                    history = self.cfg.recorded_history
-                else:
-                    epoch = self.clients.producer_identity()[1] if writer else -1
-                    history = (
-                        f"no identity, but the transaction coordinator knew the transactional "
-                        f"id (producer epoch {epoch})"
-                        if epoch > 0
-                        else ""
-                    )
-                if not history:
+                recorded = self.cfg.recorded_history
+                # the producer epoch is asked only when the rule may need it (it can wait for
+                # librdkafka's first statistics report)
+                asked = identity is None and not recorded and writer
+                proof = last_committed_without_marker(
+                    identity is not None,
+                    bool(recorded),
+                    self.clients.producer_identity()[1] if asked else None,
+                )
+                if proof.kind == "new":
                     log.info(
                         "sink %s: %s, no identity and %s: a new sink; the topic is not read",
                         self.cfg.sink_id,
@@ -202,7 +203,7 @@ class Witness:
                     answer, source = None, "new"
                 else:
                     topics = shape.recorded_topics(identity[1] if identity else None)
-                    why = f"{where} but {history}"
+                    why = f"{where} but {_history(proof, self.cfg.identity_group, recorded)}"
                     answer, source = self.witness(client, why, topics), "witness"
                 if writer and identity is None:
                     self.record_identity(client)
@@ -320,3 +321,15 @@ class Witness:
                 self.cfg.identity_group,
             )
         _IDENTIFIED.add((self.cfg._bootstrap_servers, self.cfg._topic, self.cfg.sink_id))
+
+
+def _history(proof: LastCommitted, identity_group: str, recorded: str) -> str:
+    """The log's words for what proved that a sink without a marker wrote before."""
+    if proof.history == "identity":
+        return f"its identity ({identity_group}) is recorded"
+    if proof.history == "decision_row":
+        return recorded
+    return (
+        "no identity, but the transaction coordinator knew the transactional id "
+        f"(producer epoch {proof.producer_epoch})"
+    )

@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 
 use crate::epoch::EpochTracker;
 use crate::error::{CoreError, CoreResult};
+use crate::protocol::sink::evidence::{self, History, LastCommitted};
 use crate::protocol::sink::{
     AbortAnswer, AbortFailure, BeginAnswer, Client, CloseAnswer, CommitAnswer, CommitFailure,
     Decision, RecoverAnswer, SinkTxn,
@@ -367,7 +368,88 @@ fn abort_answer(answer: AbortAnswer) -> PySinkAnswer {
 }
 
 /// Registers `SinkTransaction` and `SinkAnswer`.
+/// Which evidence proves a Kafka sink's last committed epoch (`protocol::sink::evidence`):
+/// `kind` is "marker" (`epoch` is the answer), "read_identity" (no marker: read the identity and
+/// ask `last_committed_without_marker`), "witness" (`history` says what proves the sink wrote:
+/// "identity", "decision_row" or "producer_epoch", with `producer_epoch`) or "new".
+#[pyclass(module = "laminar._core", name = "LastCommitted", frozen, get_all)]
+#[derive(Debug, Clone)]
+pub struct PyLastCommitted {
+    kind: &'static str,
+    epoch: Option<i64>,
+    history: Option<&'static str>,
+    producer_epoch: Option<i64>,
+}
+
+impl From<LastCommitted> for PyLastCommitted {
+    fn from(answer: LastCommitted) -> Self {
+        let of = |kind| Self {
+            kind,
+            epoch: None,
+            history: None,
+            producer_epoch: None,
+        };
+        match answer {
+            LastCommitted::Marker(epoch) => Self {
+                epoch: Some(epoch),
+                ..of("marker")
+            },
+            LastCommitted::ReadIdentity => of("read_identity"),
+            LastCommitted::New => of("new"),
+            LastCommitted::Witness(History::Identity) => Self {
+                history: Some("identity"),
+                ..of("witness")
+            },
+            LastCommitted::Witness(History::DecisionRow) => Self {
+                history: Some("decision_row"),
+                ..of("witness")
+            },
+            LastCommitted::Witness(History::ProducerEpoch(e)) => Self {
+                history: Some("producer_epoch"),
+                producer_epoch: Some(e),
+                ..of("witness")
+            },
+        }
+    }
+}
+
+#[pymethods]
+impl PyLastCommitted {
+    fn __repr__(&self) -> String {
+        format!(
+            "LastCommitted(kind={:?}, epoch={:?}, history={:?}, producer_epoch={:?})",
+            self.kind, self.epoch, self.history, self.producer_epoch
+        )
+    }
+}
+
+/// The first question: the marker read and the epoch this instance committed itself.
+#[pyfunction]
+fn last_committed_after_marker(marker: Option<i64>, known: Option<i64>) -> PyLastCommitted {
+    evidence::after_marker(marker, known).into()
+}
+
+/// The second question, without a marker.
+#[pyfunction]
+fn last_committed_without_marker(
+    identity: bool,
+    decision_row: bool,
+    producer_epoch: Option<i64>,
+) -> PyLastCommitted {
+    evidence::without_marker(identity, decision_row, producer_epoch).into()
+}
+
+/// Whether an answer found without a marker may be reused instead of read again.
+#[pyfunction]
+fn reuse_without_marker(found_by_writer: bool, writer: bool) -> bool {
+    evidence::reuse_without_marker(found_by_writer, writer)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySinkTransaction>()?;
-    m.add_class::<PySinkAnswer>()
+    m.add_class::<PySinkAnswer>()?;
+    m.add_class::<PyLastCommitted>()?;
+    m.add_function(wrap_pyfunction!(last_committed_after_marker, m)?)?;
+    m.add_function(wrap_pyfunction!(last_committed_without_marker, m)?)?;
+    m.add_function(wrap_pyfunction!(reuse_without_marker, m)?)
 }

@@ -21,6 +21,7 @@ use crate::state::{Epoch, InDoubtOutcome, TransactionEvent, TransactionState};
 
 use super::records::epoch_committed;
 
+pub mod evidence;
 #[cfg(test)]
 mod tests;
 
