@@ -2,8 +2,8 @@
 decided epoch, each to its own topic and partition with its own headers when the blob is
 version 2 (Spark's Kafka-sink shape), into the sink's open transaction.
 
-Performed for the recovery machine's ``produce_redo`` command (`laminar.protocol.driver`); kept
-beside the sink, apart from the drivers, so that the sink's package never imports them.
+Performed for the recovery machine's ``produce_redo`` command (`laminar.protocol.driver`); it is
+the sink's producing of a blob, so it lives in the sink's package.
 """
 
 from __future__ import annotations
