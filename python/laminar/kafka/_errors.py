@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -41,6 +41,10 @@ from laminar.errors import (
     RecordTooLargeError,
 )
 from laminar.kafka._calls import StuckCallError
+
+if TYPE_CHECKING:
+    # the kinds the core's machines take (`laminar._core`'s `Event.failed`): one list, the stub's
+    from laminar._core import _FailureKind as FailureKind
 
 __all__ = [
     "AUTH_CODES",
@@ -122,8 +126,6 @@ def describe(error: KafkaError, ctx: ErrorContext) -> str:
     return redact_text(f"{error.name()}: {error.str()}", ctx.secrets)
 
 
-#: What the sink's machine and the drivers are told about a failed call.
-FailureKind = Literal["fenced", "fatal", "in_doubt", "abortable"]
 #: Why, finer: which message `map_kafka_error` words it with.
 Cause = Literal[
     "not_kafka",
