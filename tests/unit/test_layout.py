@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -236,3 +237,218 @@ def test_python_dash_m_laminar_cli_runs_the_command() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "demo" in result.stdout
+
+
+# -- the Rust core's modules (docs/engine.md, "Layout") -------------------------------------------
+
+RUST_SRC = PACKAGE.parents[1] / "rust" / "laminar_core" / "src"
+
+#: The protocol engine's tiers, lowest first: a module uses only its own tier and those below.
+PROTOCOL_TIERS: tuple[tuple[str, ...], ...] = (
+    ("state", "dt_state", "crash", "failure", "refusal"),
+    ("records", "transitions", "epoch", "names", "gid", "retry", "plan"),
+    ("command", "machine"),
+    (
+        "sink",
+        "kafka_recovery",
+        "single",
+        "resolution",
+        "watcher",
+        "distributed",
+        "atomic",
+    ),
+    ("sim",),
+)
+
+_RUST_USE = re.compile(r"\b(pub(?:\([\w:]+\))?\s+)?use\s+([^;]+);")
+_RUST_PATH = re.compile(r"\b(?:crate|super|self)(?:::\w+)+")
+
+
+def _rust_code(text: str) -> str:
+    """``text`` without comments, and string and char literals emptied (their ``::`` is no path)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        if text.startswith("//", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+        elif text[i] == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append('""')
+            i = j + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _use_paths(tree: str) -> list[list[str]]:
+    """A ``use`` tree (``a::{b, c::{d, e as f}}``) as its paths (``a::b``, ``a::c::d``,
+    ``a::c::e``)."""
+    tree = tree.strip()
+    brace = tree.find("{")
+    if brace < 0:
+        return [[s for s in tree.split(" as ")[0].strip().split("::") if s]]
+    head = [s for s in tree[:brace].split("::") if s]
+    items, depth, current = [], 0, ""
+    for ch in tree[brace + 1 : tree.rindex("}")]:
+        depth += (ch == "{") - (ch == "}")
+        if ch == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += ch
+    items.append(current)
+    return [head + path for item in items if item.strip() for path in _use_paths(item)]
+
+
+def _inline_modules(code: str) -> list[tuple[int, int, str]]:
+    """``(start, end, name)`` of each ``mod name { ... }`` written inline (tests)."""
+    found = []
+    for m in re.finditer(r"\bmod\s+(\w+)\s*\{", code):
+        depth, i = 0, m.end() - 1
+        while i < len(code):
+            depth += (code[i] == "{") - (code[i] == "}")
+            if depth == 0:
+                break
+            i += 1
+        found.append((m.end(), i, m.group(1)))
+    return found
+
+
+def rust_module_graph() -> dict[tuple[str, ...], set[tuple[str, ...]]]:
+    """Which module of the core uses which, from its ``use`` paths and the ``crate::``/``super::``
+    paths in its code (comments left out); a name re-exported by ``pub use`` counts as a use of
+    the module that defines it, so a parent's re-exports make no edge."""
+    files = {}
+    for file in RUST_SRC.rglob("*.rs"):
+        parts = list(file.relative_to(RUST_SRC).with_suffix("").parts)
+        if parts[-1] in ("mod", "lib"):
+            parts.pop()
+        files[tuple(parts)] = _rust_code(file.read_text())
+    reexports = {
+        (module, path[-1]): path
+        for module, code in files.items()
+        for m in _RUST_USE.finditer(code)
+        if m.group(1)
+        for path in _use_paths(m.group(2))
+        if path[-1] != "*"
+    }
+
+    def target(here: tuple[str, ...], path: list[str], hops: int = 0) -> tuple[str, ...] | None:
+        if path[0] == "crate":
+            base, rest = [], path[1:]
+        elif path[0] in ("super", "self"):
+            base, rest = list(here), list(path)
+            while rest and rest[0] in ("super", "self"):
+                base = base[:-1] if rest.pop(0) == "super" else base
+        elif (*here, path[0]) in files:
+            base, rest = list(here), list(path)
+        else:
+            return None  # another crate, or a name in scope
+        module: tuple[str, ...] = ()
+        used = 0
+        for i in range(len(rest) + 1):
+            if tuple(base + rest[:i]) in files:
+                module, used = tuple(base + rest[:i]), i
+        name = rest[used : used + 1]
+        if name and (module, name[0]) in reexports and hops < 10:
+            return target(module, reexports[(module, name[0])], hops + 1) or module
+        return module
+
+    graph: dict[tuple[str, ...], set[tuple[str, ...]]] = {m: set() for m in files}
+    for module, code in files.items():
+        inline = _inline_modules(code)
+        uses = list(_RUST_USE.finditer(code))
+
+        def here(
+            pos: int,
+            module: tuple[str, ...] = module,
+            inline: list[tuple[int, int, str]] = inline,
+        ) -> tuple[str, ...]:
+            return (*module, *(name for start, end, name in inline if start <= pos <= end))
+
+        paths = [
+            (here(m.start()), path)
+            for m in uses
+            if not m.group(1)
+            for path in _use_paths(m.group(2))
+        ]
+        paths += [
+            (here(m.start()), m.group(0).split("::"))
+            for m in _RUST_PATH.finditer(code)
+            if not any(u.start() <= m.start() < u.end() for u in uses)
+        ]
+        for where, path in paths:
+            to = target(where, [s for s in path if s != "*"])
+            if to and to != module:
+                graph[module].add(to)
+    return graph
+
+
+def rust_unit(module: tuple[str, ...]) -> str:
+    """A module as the unit the layers speak of: ``protocol::atomic`` for ``protocol::atomic::
+    plan``, ``serialize::kafka``, ``error``."""
+    depth = 2 if module[0] in ("protocol", "serialize", "kafka", "py") else 1
+    return "::".join(module[:depth])
+
+
+def rust_unit_graph() -> dict[str, set[str]]:
+    units: dict[str, set[str]] = {}
+    for module, uses in rust_module_graph().items():
+        for used in uses:
+            a, b = rust_unit(module), rust_unit(used)
+            if a != b:
+                units.setdefault(a, set()).add(b)
+    return units
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return cycles
+
+
+def test_the_rust_graph_sees_the_uses_it_must() -> None:
+    # the checker itself: a re-export is followed to the defining module, a grouped use is split
+    graph = rust_unit_graph()
+    assert "protocol::state" in graph["protocol::refusal"]  # `use crate::protocol::Epoch`
+    assert {"protocol::command", "protocol::machine"} <= graph["protocol::atomic"]
+    assert "serialize::bytes" in graph["serialize::kafka"]
+
+
+def test_no_cycle_between_the_rust_cores_modules() -> None:
+    assert _cycles(rust_unit_graph()) == []
+
+
+def test_the_protocol_engines_modules_use_only_their_tier_and_those_below() -> None:
+    tier = {f"protocol::{name}": i for i, names in enumerate(PROTOCOL_TIERS) for name in names}
+    units = {u for u in rust_unit_graph() if u.startswith("protocol::")}
+    assert units <= set(tier), f"place these in PROTOCOL_TIERS: {sorted(units - set(tier))}"
+    upward = [
+        f"{a} ({tier[a] + 1}) uses {b} ({tier[b] + 1})"
+        for a, uses in rust_unit_graph().items()
+        if a in tier
+        for b in uses
+        if b in tier and tier[b] > tier[a]
+    ]
+    assert upward == []
+    assert not (RUST_SRC / "state.rs").exists()  # inside protocol/ (issue 35, item 5)
+    assert not (RUST_SRC / "epoch.rs").exists()

@@ -26,8 +26,8 @@ use arrow_array::{
     TimestampMicrosecondArray,
 };
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
-use laminar_core::epoch::EpochTracker;
 use laminar_core::prepared::PreparedTxnState;
+use laminar_core::protocol::epoch::EpochTracker;
 use laminar_core::serialize::kafka::{KafkaOptions, ValueFormat, encode_kafka, plan_kafka};
 use laminar_core::serialize::pgcopy::{PgColumn, encode_pg_copy, plan_pg_copy};
 

@@ -3,14 +3,12 @@
 //! Every module here is pure (no network, no Python); the PyO3 shell lives in `py/` behind the
 //! `python` feature so that `cargo test` runs without an interpreter.
 
-pub mod epoch;
 pub mod error;
 pub mod kafka;
 pub mod prepared;
 pub mod protocol;
 pub mod redo;
 pub mod serialize;
-pub mod state;
 pub mod stats;
 
 #[cfg(feature = "python")]

@@ -14,8 +14,8 @@
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 
-use super::Epoch;
-use super::names::digest16;
+use crate::protocol::Epoch;
+use crate::protocol::names::digest16;
 
 /// PostgreSQL's limit: a gid "must be less than 200 bytes long".
 pub const GID_MAX_BYTES: usize = 199;

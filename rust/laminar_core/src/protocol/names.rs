@@ -7,11 +7,22 @@
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 
-use super::Epoch;
-use super::command::ParticipantDecision;
+use crate::protocol::Epoch;
+use crate::protocol::dt_state::DtState;
 
 /// The first 16 hex digits of the SHA-256 of `text`: what a name too long to keep whole ends
 /// with.
+/// A PostgreSQL participant with the decision it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParticipantDecision {
+    pub dtid: String,
+    pub group_id: String,
+    pub state: DtState,
+    pub participant: String,
+    /// The gid.
+    pub resource: String,
+}
+
 pub fn digest16(text: &str) -> String {
     let digest = Sha256::digest(text.as_bytes());
     let mut hex = String::with_capacity(16);
@@ -114,7 +125,7 @@ pub fn decision_of<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::records::DtState;
+    use crate::protocol::dt_state::DtState;
 
     #[test]
     fn group_ids_sort_join_hash_and_mark_a_lone_scale_out_sink() {

@@ -9,12 +9,22 @@
 //! The names of distributed transactions and their participants, and the one
 //! participant-matching rule, are in [`super::names`].
 
-pub use super::distributed::{DtEvent, DtState};
 use crate::error::CoreError;
 use crate::prepared::PreparedTxnState;
 
-use super::command::DecisionRow;
-use super::{Epoch, Refusal, RefusalKind};
+use crate::protocol::{Epoch, Refusal, RefusalKind};
+
+/// A row of `laminar.txn_state` as read (the prepared state as stored: the core decodes it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionRow {
+    pub transactional_id: String,
+    pub epoch: Epoch,
+    pub previous_epoch: Option<Epoch>,
+    pub prepared_state: String,
+    pub group_id: String,
+    /// Seconds since `decided_at`.
+    pub age_s: f64,
+}
 
 /// Whether a sink whose last committed epoch is `last` holds `epoch` (docs/protocol.md §1: a
 /// replayed epoch is skipped). The one place this rule is written.

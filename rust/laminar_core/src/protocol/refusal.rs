@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use crate::state::Epoch;
+use crate::protocol::state::Epoch;
 
 /// Why the core refuses to act: recorded state the protocol cannot produce, an epoch that must not
 /// be written, or an epoch that did not go through (yet). The bridge raises each kind as one

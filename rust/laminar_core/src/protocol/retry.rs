@@ -2,8 +2,8 @@
 //! tried again, and after how long. The atomic group's machine, one sink's epoch and the
 //! writer's scale-out loop (through the binding) all ask [`retry_delay_ms`].
 
-use super::RefusalKind;
-use super::command::FailureKind;
+use crate::protocol::RefusalKind;
+use crate::protocol::failure::FailureKind;
 
 /// The kind of failure a refusal stands for, as the retry rule sees it: its class is
 /// `InDoubtError` (in doubt), `AbortableError` (abortable, the same call may succeed again), or

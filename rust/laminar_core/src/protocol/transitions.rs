@@ -2,7 +2,7 @@
 //! change of one record and is applied by one lookup function; anything not listed is illegal and
 //! the lookup says why. The states and events themselves live beside the machines that use them.
 //!
-//! - a sink's own transaction ([`TRANSITIONS`], [`next_state`]; its states in `crate::state`):
+//! - a sink's own transaction ([`TRANSITIONS`], [`next_state`]; its states in `protocol::state`):
 //!
 //! ```text
 //! Idle --begin(e)--> Active(e) --prepare--> Prepared(e) --commit_started--> Committing(e)
@@ -16,7 +16,7 @@
 //! ```
 //!
 //! - a distributed transaction's decision record `laminar.dt_state` ([`DT_TRANSITIONS`],
-//!   [`dt_next`]; its states and events in `protocol::distributed::dt_state`);
+//!   [`dt_next`]; its states and events in `protocol::dt_state`);
 //! - a Kafka sink's decision row `laminar.txn_state` ([`TXN_TRANSITIONS`], [`txn_next`]; the row
 //!   and its events in `protocol::records`).
 //!
@@ -27,10 +27,10 @@
 //! kept in one file, so that one place lists every legal change.
 
 use crate::error::{CoreError, CoreResult};
-use crate::state::{EventKind, StateKind, TransactionEvent, TransactionState};
+use crate::protocol::state::{EventKind, StateKind, TransactionEvent, TransactionState};
 
-use super::distributed::{DtEvent, DtState};
-use super::records::{TxnEvent, TxnRow};
+use crate::protocol::dt_state::{DtEvent, DtState};
+use crate::protocol::records::{TxnEvent, TxnRow};
 
 // -- a sink's transaction ---------------------------------------------------------------------
 
@@ -115,6 +115,19 @@ pub fn legal_events(from: StateKind) -> Vec<EventKind> {
         .filter(|(f, _, _)| *f == from)
         .map(|(_, e, _)| *e)
         .collect()
+}
+
+impl TransactionState {
+    /// The state after `event`, or [`CoreError::IllegalState`] if the table has no such transition.
+    pub fn next(self, event: TransactionEvent) -> CoreResult<TransactionState> {
+        next_state(self, event)
+    }
+
+    /// Applies `event` in place; on error the state is unchanged.
+    pub fn apply(&mut self, event: TransactionEvent) -> CoreResult<()> {
+        *self = next_state(*self, event)?;
+        Ok(())
+    }
 }
 
 /// The one place that decides a transition: the state after `event`, from [`TRANSITIONS`].
@@ -330,7 +343,7 @@ pub fn txn_next(row: TxnRow, event: TxnEvent) -> Result<TxnRow, CoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{Epoch, InDoubtOutcome};
+    use crate::protocol::state::{Epoch, InDoubtOutcome};
 
     fn event_of(kind: EventKind, epoch: Epoch) -> TransactionEvent {
         match kind {

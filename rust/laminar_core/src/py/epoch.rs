@@ -7,12 +7,12 @@ use std::time::Instant;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
-use crate::epoch::{BeginDecision, DEFAULT_HISTORY_LIMIT, EpochRecord, EpochTracker};
 use crate::error::CoreError;
+use crate::protocol::epoch::{BeginDecision, DEFAULT_HISTORY_LIMIT, EpochRecord, EpochTracker};
+use crate::protocol::state::InDoubtOutcome;
 use crate::py::errors::to_py_err;
 use crate::py::metrics::PyTransactionalSinkMetrics;
 use crate::py::state::PyTransactionState;
-use crate::state::InDoubtOutcome;
 
 /// Microseconds on the clock of Python's `time.monotonic_ns() // 1000`.
 ///

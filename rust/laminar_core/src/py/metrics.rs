@@ -3,7 +3,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::epoch::TransactionalSinkMetrics;
+use crate::protocol::epoch::TransactionalSinkMetrics;
 
 /// A snapshot of one sink's transaction counters and commit latencies (microseconds).
 #[pyclass(

@@ -3,8 +3,8 @@
 
 use pyo3::prelude::*;
 
-use crate::epoch::EpochTracker;
 use crate::error::{CoreError, CoreResult};
+use crate::protocol::epoch::EpochTracker;
 use crate::protocol::sink::evidence::{self, History, LastCommitted};
 use crate::protocol::sink::{
     AbortAnswer, AbortFailure, BeginAnswer, Client, CloseAnswer, CommitAnswer, CommitFailure,

@@ -4,7 +4,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
-use crate::state::{StateKind, TransactionState};
+use crate::protocol::state::{StateKind, TransactionState};
 
 /// Where a sink's transaction is: `name` is one of "Idle", "Active", "Prepared", "Committing",
 /// "Aborting", "Failed"; `epoch` is the open epoch (None when idle).

@@ -13,7 +13,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, GenericListArray, OffsetSizeTrait, RecordBatch, StructArray};
 use arrow_schema::{DataType, Field, Schema};
 
-use super::kafka::{ByteColumn, is_byte_type};
+use super::bytes::{ByteColumn, is_byte_type};
 use crate::error::{CoreError, CoreResult};
 
 /// The shape's column names.

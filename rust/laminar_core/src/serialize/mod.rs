@@ -11,6 +11,7 @@
 //! - [`pgcopy`]: `COPY … (FORMAT BINARY)` streams for a target table's columns.
 
 pub mod avro;
+pub mod bytes;
 pub mod json;
 pub mod kafka;
 pub mod kafka_shape;

@@ -24,14 +24,16 @@
 use crate::protocol::stalled;
 use std::collections::BTreeMap;
 
-use super::super::refusal::check_generation;
+use crate::protocol::refusal::check_generation;
 
-use super::super::command::{Command, DecisionSelection, Event, FailureKind, unexpected};
-use super::super::crash::CrashPoint;
-use super::super::kafka_recovery::KafkaRecovery;
-use super::super::records::{TxnEvent, TxnRow, epoch_committed, illegal};
-use super::super::transitions::txn_next;
-use super::super::{Core, End, Epoch, Idle, Refusal, RefusalKind, Steps, core_accessors};
+use crate::protocol::command::{Command, DecisionSelection, Event, unexpected};
+
+use crate::protocol::crash::CrashPoint;
+use crate::protocol::failure::FailureKind;
+use crate::protocol::kafka_recovery::KafkaRecovery;
+use crate::protocol::records::{TxnEvent, TxnRow, epoch_committed, illegal};
+use crate::protocol::transitions::txn_next;
+use crate::protocol::{Core, End, Epoch, Idle, Refusal, RefusalKind, Steps, core_accessors};
 
 /// What one epoch starts from.
 #[derive(Debug, Clone)]

@@ -24,7 +24,6 @@
 //! 1–8), or the scale-out coordinator ([`crate::protocol::distributed::ScaleOutEpoch`]).
 
 mod epoch;
-pub mod plan;
 mod resume;
 mod run;
 mod start;
@@ -36,12 +35,16 @@ pub use resume::RunStart;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::command::{Command, Event, Failure, unexpected};
-use super::crash::CrashPoint;
-use super::distributed::ScaleOutEpoch;
-use super::kafka_recovery::KafkaRecovery;
-use super::watcher::WatcherPass;
-use super::{Core, End, Epoch, Idle, Refusal, RefusalKind, Steps, children, core_accessors};
+use crate::protocol::command::{Command, Event, unexpected};
+
+use crate::protocol::crash::CrashPoint;
+use crate::protocol::distributed::ScaleOutEpoch;
+use crate::protocol::failure::Failure;
+use crate::protocol::kafka_recovery::KafkaRecovery;
+use crate::protocol::watcher::WatcherPass;
+use crate::protocol::{
+    Core, End, Epoch, Idle, Refusal, RefusalKind, Steps, children, core_accessors,
+};
 
 /// An atomic group's configuration.
 #[derive(Debug, Clone, PartialEq)]

@@ -26,11 +26,11 @@
 //!   another run id and starts up) — or is an unconcluded record of the group: any record other
 //!   than this batch's sends the operation to the start-up, whose pass resolves it.
 
-use super::super::Epoch;
-use super::super::command::{Command, DtRow, LogLevel};
-use super::super::names::dtid;
-use super::super::records::OwnerDecision;
-use super::{AtomicGroup, Stage, Then};
+use crate::protocol::Epoch;
+use crate::protocol::atomic::{AtomicGroup, Stage, Then};
+use crate::protocol::command::{Command, DtRow, LogLevel};
+use crate::protocol::names::dtid;
+use crate::protocol::records::OwnerDecision;
 
 /// What a run's start-up left, as the run remembers it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,13 +1,14 @@
 //! An atomic group's epoch: the plan, the epoch machine's result, and the writer's retries.
 
-use super::plan::{EpochPlan, SinkProgress, plan_epoch};
+use crate::protocol::plan::{EpochPlan, SinkProgress, plan_epoch};
 
-use super::super::End;
-use super::super::command::{Command, FailureKind, LogLevel};
-use super::super::distributed::{ScaleContext, ScaleOutEpoch};
-use super::super::records::epoch_committed;
-use super::super::retry::{refusal_failure, retry_delay_ms};
-use super::{AtomicEpoch, AtomicGroup, Child, EpochContext, Stage, Then};
+use crate::protocol::End;
+use crate::protocol::atomic::{AtomicEpoch, AtomicGroup, Child, EpochContext, Stage, Then};
+use crate::protocol::command::{Command, LogLevel};
+use crate::protocol::distributed::{ScaleContext, ScaleOutEpoch};
+use crate::protocol::failure::FailureKind;
+use crate::protocol::records::epoch_committed;
+use crate::protocol::retry::{refusal_failure, retry_delay_ms};
 
 impl AtomicGroup {
     pub(super) fn plan(&mut self) {

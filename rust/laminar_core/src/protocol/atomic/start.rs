@@ -1,14 +1,16 @@
 //! The atomic group's start-up (module docs of [`super`]): register, the owner guard, fence,
 //! recover.
 
-use super::super::command::{Command, DecisionRow, DecisionSelection, LogLevel};
-use super::super::crash::CrashPoint;
-use super::super::kafka_recovery::KafkaRecovery;
-use super::super::names::{dtid, participant_base};
-use super::super::records::{OwnerDecision, OwnerRecords, owner_decision};
-use super::super::watcher::{PassConfig, WatcherPass};
-use super::super::{End, Epoch, Refusal};
-use super::{AtomicGroup, Child, Stage, Then};
+use crate::protocol::command::{Command, DecisionSelection, LogLevel};
+
+use crate::protocol::atomic::{AtomicGroup, Child, Stage, Then};
+use crate::protocol::crash::CrashPoint;
+use crate::protocol::kafka_recovery::KafkaRecovery;
+use crate::protocol::names::{dtid, participant_base};
+use crate::protocol::records::DecisionRow;
+use crate::protocol::records::{OwnerDecision, OwnerRecords, owner_decision};
+use crate::protocol::watcher::{PassConfig, WatcherPass};
+use crate::protocol::{End, Epoch, Refusal};
 
 impl AtomicGroup {
     pub(super) fn begin_attempt(&mut self) {

@@ -2,10 +2,10 @@
 //! atomic group, step by step"): the generation bump waited on the group row for the previous
 //! coordinator's decision in flight, whose epoch the first read could not see.
 
-use super::super::command::{Command, Event};
-use super::super::crash::CrashPoint;
-use super::super::{End, Epoch, Machine};
-use super::{AtomicGroup, GroupConfig};
+use crate::protocol::atomic::{AtomicGroup, GroupConfig};
+use crate::protocol::command::{Command, Event};
+use crate::protocol::crash::CrashPoint;
+use crate::protocol::{End, Epoch, Machine};
 
 fn config() -> GroupConfig {
     GroupConfig {
@@ -128,7 +128,7 @@ fn the_epoch_the_previous_coordinator_decided_during_the_bump_is_skipped() {
 /// witness, which read the topic back on every commit) nor opens a producer for it.
 #[test]
 fn a_scale_out_start_up_reads_kafka_progress_from_the_decision_log_not_the_topic() {
-    use super::super::command::DecisionRow;
+    use crate::protocol::records::DecisionRow;
 
     let row = |tid: &str, epoch: Epoch| DecisionRow {
         transactional_id: tid.into(),

@@ -1,72 +1,11 @@
 //! What the drivers report back: [`Event`], the rows they read, and how a command failed
 //! ([`Failure`]).
 
-use std::fmt;
-
-use super::super::Epoch;
-use super::super::records::DtState;
-
-/// How a command failed, classified as `laminar.errors` classifies the error the driver caught.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FailureKind {
-    /// Nothing was committed (`AbortableError`); `retriable`: the same call may succeed again.
-    Abortable { retriable: bool },
-    /// The outcome is unknown (`InDoubtError`, or a connection lost during a commit).
-    InDoubt,
-    /// Another instance took over (`FencedError`).
-    Fenced,
-    /// Anything else (`FatalError`, a server error).
-    Fatal,
-}
-
-impl FailureKind {
-    /// The kind's name as the bindings spell it.
-    pub fn name(self) -> &'static str {
-        match self {
-            FailureKind::Abortable { .. } => "abortable",
-            FailureKind::InDoubt => "in_doubt",
-            FailureKind::Fenced => "fenced",
-            FailureKind::Fatal => "fatal",
-        }
-    }
-}
-
-/// A failed command: its kind and the error's message (for logs and details).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    /// How it failed.
-    pub kind: FailureKind,
-    /// The error's text.
-    pub message: String,
-}
-
-impl Failure {
-    /// A failure.
-    pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-/// A row of `laminar.txn_state` as read (the prepared state as stored: the core decodes it).
-#[derive(Debug, Clone, PartialEq)]
-pub struct DecisionRow {
-    pub transactional_id: String,
-    pub epoch: Epoch,
-    pub previous_epoch: Option<Epoch>,
-    pub prepared_state: String,
-    pub group_id: String,
-    /// Seconds since `decided_at`.
-    pub age_s: f64,
-}
+use crate::protocol::Epoch;
+use crate::protocol::dt_state::DtState;
+use crate::protocol::failure::Failure;
+use crate::protocol::names::ParticipantDecision;
+use crate::protocol::records::DecisionRow;
 
 /// A prepared transaction of laminar's in `pg_prepared_xacts`.
 #[derive(Debug, Clone, PartialEq)]
@@ -128,17 +67,6 @@ impl ParticipantKind {
 pub struct ParticipantRow {
     pub participant: String,
     pub kind: ParticipantKind,
-    pub resource: String,
-}
-
-/// A PostgreSQL participant with the decision it belongs to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParticipantDecision {
-    pub dtid: String,
-    pub group_id: String,
-    pub state: DtState,
-    pub participant: String,
-    /// The gid.
     pub resource: String,
 }
 

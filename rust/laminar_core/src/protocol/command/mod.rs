@@ -9,12 +9,13 @@
 mod event;
 
 pub use event::{
-    DecisionRow, DtRow, Event, Failure, FailureKind, ParticipantDecision, ParticipantKind,
-    ParticipantResult, ParticipantRow, PreparedGid, ResultStatus,
+    DtRow, Event, ParticipantKind, ParticipantResult, ParticipantRow, PreparedGid, ResultStatus,
 };
 
-use super::crash::CrashPoint;
-use super::{Epoch, records::DtState};
+use crate::protocol::Epoch;
+use crate::protocol::crash::CrashPoint;
+use crate::protocol::dt_state::DtState;
+use crate::protocol::failure::{Failure, FailureKind};
 
 /// Which decision rows (`laminar.txn_state`) to read.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,19 +5,16 @@
 //! - [`ScaleOutEpoch`]: the coordinator's epoch (create, tasks, vote and decision, completion);
 //! - [`ScaleOutTask`]: one attempt of one partition (claim, clean the predecessor, write,
 //!   prepare);
-//! - [`Resolution`]: the one roll-back-and-conclude and the one complete-and-conclude, used by
-//!   the coordinator, the watcher, start-up and `laminar resolve`;
-//! - [`vote`], [`decide`]: the coordinator's vote and its decision from the votes;
-//! - [`dt_state`]: the decision record `laminar.dt_state`, its states and events.
+//! - [`vote`], [`decide`]: the coordinator's vote and its decision from the votes.
+//!
+//! The decision record's states and events are `protocol::dt_state`; the one roll-back-and-conclude
+//! and complete-and-conclude that the coordinator, the watcher, start-up and `laminar resolve`
+//! share is `protocol::resolution`.
 
 mod coordinator;
-pub mod dt_state;
-mod resolution;
 mod task;
 mod vote;
 
 pub use coordinator::{ScaleContext, ScaleOutEpoch};
-pub use dt_state::{DtEvent, DtState};
-pub use resolution::{Resolution, ResolutionOutcome};
 pub use task::{ScaleOutTask, TaskContext};
 pub use vote::{Vote, decide, vote};

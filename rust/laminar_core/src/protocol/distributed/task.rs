@@ -35,18 +35,21 @@
 use crate::protocol::stalled;
 use std::collections::BTreeMap;
 
-use super::super::command::{
-    Command, DecisionSelection, Event, Failure, LogLevel, ParticipantKind, ParticipantResult,
+use crate::protocol::command::{
+    Command, DecisionSelection, Event, LogLevel, ParticipantKind, ParticipantResult,
     ParticipantRow, ResultStatus, unexpected,
 };
-use super::super::crash::CrashPoint;
-use super::super::names::{
+
+use crate::protocol::crash::CrashPoint;
+use crate::protocol::dt_state::{DtEvent, DtState};
+use crate::protocol::failure::Failure;
+use crate::protocol::names::{
     attempt_participant, kafka_participant, kafka_participant_id, participant_matches,
     partition_lock_key, postgres_participant,
 };
-use super::super::records::{DtEvent, DtState, FenceRule, epoch_committed, stop_fence_rule};
-use super::super::transitions::dt_next;
-use super::super::{Core, End, Epoch, Idle, NoChild, Steps, core_accessors};
+use crate::protocol::records::{FenceRule, epoch_committed, stop_fence_rule};
+use crate::protocol::transitions::dt_next;
+use crate::protocol::{Core, End, Epoch, Idle, NoChild, Steps, core_accessors};
 
 /// What one task attempt writes.
 #[derive(Debug, Clone)]

@@ -1,8 +1,8 @@
 //! Tests of a scale-out task attempt (`task.rs`): the recheck after the claim, the share lock
 //! through the prepares, and the stop fence of `create_record` (docs/protocol.md §4).
 
-use super::super::super::Machine;
 use super::*;
+use crate::protocol::Machine;
 
 fn task() -> ScaleOutTask {
     ScaleOutTask::new(TaskContext {

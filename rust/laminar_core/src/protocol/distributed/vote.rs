@@ -3,9 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::super::command::{ParticipantKind, ParticipantResult, ParticipantRow, ResultStatus};
-use super::super::names::attempt_part;
-use super::dt_state::DtEvent;
+use crate::protocol::command::{ParticipantKind, ParticipantResult, ParticipantRow, ResultStatus};
+use crate::protocol::dt_state::DtEvent;
+use crate::protocol::names::attempt_part;
 
 /// A participant's answer to the prepare phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -7,7 +7,7 @@
 //! (epoch `d`, the Kafka epoch before it `p`, the producer id/epoch of the prepared transaction),
 //! the Kafka marker `k`, whether the redo log holds `d`, and whether protocol-level completion was
 //! already refused. Which sinks an incoming epoch must be written to is
-//! `protocol::atomic::plan::plan_epoch`'s.
+//! `protocol::plan::plan_epoch`'s.
 //!
 //! | recorded                | meaning                                 | decision                          |
 //! | ----------------------- | --------------------------------------- | --------------------------------- |
@@ -21,9 +21,9 @@
 //! consecutive for a sink: a Kafka sink added to an existing group, or a group restarted with a
 //! new epoch base (`laminar reset`).
 
-use super::super::records::{DecisionRecord, ProducerIdentity};
-use super::super::refusal::show;
-use super::super::{Epoch, Refusal, RefusalKind};
+use crate::protocol::records::{DecisionRecord, ProducerIdentity};
+use crate::protocol::refusal::show;
+use crate::protocol::{Epoch, Refusal, RefusalKind};
 
 /// Everything recorded about one Kafka sink of a group that recovery decides from.
 #[derive(Debug, Clone, PartialEq, Eq)]

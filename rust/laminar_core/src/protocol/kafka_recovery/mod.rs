@@ -25,10 +25,14 @@ pub mod completion;
 
 pub use completion::{Completion, KafkaPart, complete_kafka};
 
-use super::command::{Command, DecisionSelection, Event, Failure, LogLevel, unexpected};
-use super::crash::CrashPoint;
-use super::records::{DecisionRecord, decision_record, epoch_committed};
-use super::{Core, End, Epoch, Idle, NoChild, Refusal, RefusalKind, Steps, core_accessors};
+use crate::protocol::command::{Command, DecisionSelection, Event, LogLevel, unexpected};
+
+use crate::protocol::crash::CrashPoint;
+use crate::protocol::failure::Failure;
+use crate::protocol::records::{DecisionRecord, decision_record, epoch_committed};
+use crate::protocol::{
+    Core, End, Epoch, Idle, NoChild, Refusal, RefusalKind, Steps, core_accessors,
+};
 
 /// How long the marker is read again after an accepted `EndTxn` (markers land shortly after the
 /// commit), and how long between reads.

@@ -7,10 +7,10 @@ use std::collections::BTreeSet;
 
 use proptest::prelude::*;
 
-use super::super::atomic::{AtomicGroup, GroupConfig};
-use super::super::crash::{CrashPoint, Protocol};
-use super::super::{End, Epoch, Machine, RefusalKind};
-use super::{Crash, Proc, World, drive, points_of};
+use crate::protocol::atomic::{AtomicGroup, GroupConfig};
+use crate::protocol::crash::{CrashPoint, Protocol};
+use crate::protocol::sim::{Crash, Proc, World, drive, points_of};
+use crate::protocol::{End, Epoch, Machine, RefusalKind};
 
 const EPOCHS: Epoch = 4;
 
@@ -390,7 +390,8 @@ fn the_writer_retries_an_epoch_that_may_be_written_again() {
 
 #[test]
 fn an_abortable_error_that_is_not_retriable_ends_the_write_without_a_retry() {
-    use super::super::command::{Command, Event, Failure, FailureKind};
+    use crate::protocol::command::{Command, Event};
+    use crate::protocol::failure::{Failure, FailureKind};
     let mut w = World::new(&["pg"], &["k"], 1_000_000);
     let mut c = config(&w, false);
     c.retries = 3;

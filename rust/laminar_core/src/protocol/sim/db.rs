@@ -2,16 +2,23 @@
 //! transactions), performed on the process's open transaction or, outside one, on the database.
 
 use crate::protocol::command::{
-    Command, DecisionRow, DecisionSelection, DtRow, Event, FailureKind, ParticipantDecision,
-    ParticipantKind, ParticipantRow, ParticipantState, PreparedGid,
+    Command, DecisionSelection, DtRow, Event, ParticipantKind, ParticipantRow, ParticipantState,
+    PreparedGid,
 };
+
+use crate::protocol::records::DecisionRow;
+
+use crate::protocol::failure::FailureKind;
+
 use crate::protocol::crash::CrashPoint;
-use crate::protocol::records::{DtState, epoch_committed};
+use crate::protocol::dt_state::DtState;
+use crate::protocol::names::ParticipantDecision;
+use crate::protocol::records::epoch_committed;
 use crate::protocol::transitions::DT_TRANSITIONS;
 
-use super::driver::{Proc, failed};
-use super::pg::{DtRow as SimDtRow, ParticipantRowSim, Pg, TxnStateRow};
-use super::{Crash, Record, World};
+use crate::protocol::sim::driver::{Proc, failed};
+use crate::protocol::sim::pg::{DtRow as SimDtRow, ParticipantRowSim, Pg, TxnStateRow};
+use crate::protocol::sim::{Crash, Record, World};
 
 fn db<'a>(w: &'a mut World, proc: &'a mut Proc) -> &'a mut Pg {
     proc.txn.as_mut().unwrap_or(&mut w.pg)

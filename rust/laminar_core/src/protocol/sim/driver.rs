@@ -5,19 +5,23 @@
 
 use std::collections::BTreeMap;
 
-use crate::epoch::EpochTracker;
 use crate::error::CoreError;
 use crate::prepared::PreparedTxnState;
+use crate::protocol::epoch::EpochTracker;
 
-use super::super::command::{Command, Event, Failure, FailureKind};
-use super::super::sink::SinkTxn;
-use super::super::{End, Epoch, Machine};
-use super::db::perform_db;
-use super::kafka::KafkaErr;
-use super::pg::Pg;
-use super::sinks::{sink_abort, sink_begin, sink_commit, sink_prepare, sink_recover, write_rows};
-use super::tasks::run_tasks;
-use super::{Record, World};
+use crate::protocol::command::{Command, Event};
+
+use crate::protocol::failure::{Failure, FailureKind};
+use crate::protocol::sim::db::perform_db;
+use crate::protocol::sim::kafka::KafkaErr;
+use crate::protocol::sim::pg::Pg;
+use crate::protocol::sim::sinks::{
+    sink_abort, sink_begin, sink_commit, sink_prepare, sink_recover, write_rows,
+};
+use crate::protocol::sim::tasks::run_tasks;
+use crate::protocol::sim::{Record, World};
+use crate::protocol::sink::SinkTxn;
+use crate::protocol::{End, Epoch, Machine};
 
 /// The process died at a crash point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Epoch, Record};
+use crate::protocol::sim::{Epoch, Record};
 
 #[derive(Debug, Clone)]
 pub(in crate::protocol) struct OpenTxn {

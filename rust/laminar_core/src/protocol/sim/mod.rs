@@ -24,9 +24,9 @@ mod stop_fence_tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::Epoch;
-use super::crash::{CrashPoint, Protocol};
-use super::names::participant_base;
+use crate::protocol::Epoch;
+use crate::protocol::crash::{CrashPoint, Protocol};
+use crate::protocol::names::participant_base;
 
 pub(super) use driver::{Crash, Proc, drive};
 

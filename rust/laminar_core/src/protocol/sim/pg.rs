@@ -5,9 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use super::super::command::{ParticipantKind, ParticipantState};
-use super::super::records::DtState;
-use super::{Epoch, Record};
+use crate::protocol::command::{ParticipantKind, ParticipantState};
+use crate::protocol::dt_state::DtState;
+use crate::protocol::sim::{Epoch, Record};
 
 #[derive(Debug, Clone, PartialEq)]
 pub(in crate::protocol) struct TxnStateRow {

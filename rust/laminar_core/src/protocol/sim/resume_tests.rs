@@ -4,16 +4,16 @@
 //! coordinator started, a record is left to resolve, the owner or the epoch base changed — starts
 //! up as before.
 
-use super::super::atomic::{AtomicGroup, GroupConfig, RunStart};
-use super::super::command::Event;
-use super::super::crash::CrashPoint;
-use super::super::names::dtid;
-use super::super::{End, RefusalKind};
-use super::scaleout_tests::{
+use crate::protocol::atomic::{AtomicGroup, GroupConfig, RunStart};
+use crate::protocol::command::Event;
+use crate::protocol::crash::CrashPoint;
+use crate::protocol::names::dtid;
+use crate::protocol::sim::scaleout_tests::{
     EPOCHS, clone_world, run_source, scaled, scenarios, walk_crashes, world,
 };
-use super::tasks::run_tasks;
-use super::{Proc, World, drive};
+use crate::protocol::sim::tasks::run_tasks;
+use crate::protocol::sim::{Proc, World, drive};
+use crate::protocol::{End, RefusalKind};
 
 /// Batch `batch`: its tasks, then one commit resuming `start` (None: a start-up).
 fn commit(

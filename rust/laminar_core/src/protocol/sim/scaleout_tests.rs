@@ -6,17 +6,17 @@ use std::collections::BTreeSet;
 
 use proptest::prelude::*;
 
-use super::super::atomic::{AtomicGroup, GroupConfig, RunStart};
-use super::super::command::Event;
-use super::super::crash::{CrashPoint, Protocol};
-use super::super::names::dtid;
-use super::super::records::DtState;
-use super::super::watcher::resolve::{Resolve, ResolveOutcome, ResolveTarget};
-use super::super::watcher::{ItemOutcome, PassConfig, WatcherPass};
-use super::super::{End, Epoch, RefusalKind};
-use super::atomic_tests::{Writer, config, retryable, run};
-use super::tasks::run_tasks;
-use super::{Collected, Crash, Proc, World, drive, points_of};
+use crate::protocol::atomic::{AtomicGroup, GroupConfig, RunStart};
+use crate::protocol::command::Event;
+use crate::protocol::crash::{CrashPoint, Protocol};
+use crate::protocol::dt_state::DtState;
+use crate::protocol::names::dtid;
+use crate::protocol::sim::atomic_tests::{Writer, config, retryable, run};
+use crate::protocol::sim::tasks::run_tasks;
+use crate::protocol::sim::{Collected, Crash, Proc, World, drive, points_of};
+use crate::protocol::watcher::resolve::{Resolve, ResolveOutcome, ResolveTarget};
+use crate::protocol::watcher::{ItemOutcome, PassConfig, WatcherPass};
+use crate::protocol::{End, Epoch, RefusalKind};
 
 pub(super) const EPOCHS: Epoch = 3;
 

@@ -4,12 +4,14 @@
 
 use std::collections::BTreeSet;
 
-use super::super::command::{Command, Event, FailureKind};
-use super::super::crash::{CrashPoint, Protocol};
-use super::super::single::{KafkaInDoubt, SingleConfig, SingleEpoch};
-use super::super::{End, Epoch, Machine, RefusalKind};
-use super::driver::perform;
-use super::{Crash, Proc, World, drive, points_of};
+use crate::protocol::command::{Command, Event};
+
+use crate::protocol::crash::{CrashPoint, Protocol};
+use crate::protocol::failure::FailureKind;
+use crate::protocol::sim::driver::perform;
+use crate::protocol::sim::{Crash, Proc, World, drive, points_of};
+use crate::protocol::single::{KafkaInDoubt, SingleConfig, SingleEpoch};
+use crate::protocol::{End, Epoch, Machine, RefusalKind};
 
 const EPOCHS: Epoch = 3;
 

@@ -7,18 +7,22 @@
 
 use crate::prepared::PreparedTxnState;
 
-use super::super::command::{Event, FailureKind};
-use super::super::crash::CrashPoint;
-use super::super::records::epoch_committed;
-use super::super::single::{KafkaInDoubt, PostgresInDoubt};
-use super::super::sink::{
+use crate::protocol::command::Event;
+
+use crate::protocol::crash::CrashPoint;
+use crate::protocol::failure::FailureKind;
+use crate::protocol::records::epoch_committed;
+use crate::protocol::sim::driver::{
+    Proc, drive, failed, kafka_failure, now_us, prepared_state, refused,
+};
+use crate::protocol::sim::kafka::KafkaErr;
+use crate::protocol::sim::pg::{Pg, PreparedTxn};
+use crate::protocol::sim::{Crash, Record, World};
+use crate::protocol::single::{KafkaInDoubt, PostgresInDoubt};
+use crate::protocol::sink::{
     AbortAnswer, AbortFailure, BeginAnswer, Client, CommitAnswer, RecoverAnswer,
 };
-use super::super::{End, Epoch};
-use super::driver::{Proc, drive, failed, kafka_failure, now_us, prepared_state, refused};
-use super::kafka::KafkaErr;
-use super::pg::{Pg, PreparedTxn};
-use super::{Crash, Record, World};
+use crate::protocol::{End, Epoch};
 
 /// `begin_transaction(epoch)`: the machine's answer (recover first, skip a replay, or open).
 fn ask_begin(

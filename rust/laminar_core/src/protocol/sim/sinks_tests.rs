@@ -3,10 +3,11 @@
 //! is what the sink performs — a replay it knows is skipped, a commit it refuses changes
 //! nothing. A sink that decided by itself (from the store) would open and commit here.
 
-use super::super::Epoch;
-use super::super::command::{Command, Event, FailureKind};
-use super::driver::perform;
-use super::{Proc, World};
+use crate::protocol::Epoch;
+use crate::protocol::command::{Command, Event};
+use crate::protocol::failure::FailureKind;
+use crate::protocol::sim::driver::perform;
+use crate::protocol::sim::{Proc, World};
 
 fn run(w: &mut World, proc: &mut Proc, command: Command) -> Event {
     perform(w, proc, &command).expect("no crash point is chosen")

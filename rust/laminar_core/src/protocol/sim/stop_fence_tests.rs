@@ -6,15 +6,15 @@
 //! arrives after the restart's task of its partition writes nothing, where a deleted fence let
 //! it claim last and have the restart's commit refused.
 
-use super::super::atomic::{AtomicGroup, GroupConfig};
-use super::super::command::{Event, ParticipantResult, ResultStatus};
-use super::super::names::dtid;
-use super::super::records::stop_fence_epoch;
-use super::super::watcher::{PassConfig, WatcherPass};
-use super::super::{End, Epoch};
-use super::atomic_tests::config;
-use super::tasks::{run_task, run_tasks};
-use super::{Proc, World, drive};
+use crate::protocol::atomic::{AtomicGroup, GroupConfig};
+use crate::protocol::command::{Event, ParticipantResult, ResultStatus};
+use crate::protocol::names::dtid;
+use crate::protocol::records::stop_fence_epoch;
+use crate::protocol::sim::atomic_tests::config;
+use crate::protocol::sim::tasks::{run_task, run_tasks};
+use crate::protocol::sim::{Proc, World, drive};
+use crate::protocol::watcher::{PassConfig, WatcherPass};
+use crate::protocol::{End, Epoch};
 
 /// One batch of a run: its tasks, then its commit.
 fn commit_batch(w: &mut World, c: &GroupConfig, epoch: Epoch) {

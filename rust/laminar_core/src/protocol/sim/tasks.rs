@@ -1,11 +1,13 @@
 //! The simulation's Spark: runs every partition's task attempt in a process of its own,
 //! retries an attempt that died (up to four times), and sometimes runs a speculative twin.
 
-use super::super::command::{Event, FailureKind, ParticipantResult};
-use super::super::distributed::{ScaleOutTask, TaskContext};
-use super::super::{End, Epoch};
-use super::driver::{Proc, drive, failed};
-use super::{Collected, World};
+use crate::protocol::command::{Event, ParticipantResult};
+
+use crate::protocol::distributed::{ScaleOutTask, TaskContext};
+use crate::protocol::failure::FailureKind;
+use crate::protocol::sim::driver::{Proc, drive, failed};
+use crate::protocol::sim::{Collected, World};
+use crate::protocol::{End, Epoch};
 
 /// `RunTasks`: Spark runs every partition's task (retrying an attempt that died, up to four
 /// times), sometimes with a speculative twin; one result set per partition is collected.

@@ -1,9 +1,13 @@
 //! Commits whose outcome is unknown, resolved from the durable record — never by guessing:
 //! [`KafkaInDoubt`] (the marker) and [`PostgresInDoubt`] (`laminar.sink_epochs`).
 
-use super::super::command::{Command, Event, Failure, FailureKind, failure_of};
-use super::super::records::epoch_committed;
-use super::super::{Core, End, Epoch, Idle, NoChild, Refusal, RefusalKind, Steps, core_accessors};
+use crate::protocol::command::{Command, Event, failure_of};
+
+use crate::protocol::failure::{Failure, FailureKind};
+use crate::protocol::records::epoch_committed;
+use crate::protocol::{
+    Core, End, Epoch, Idle, NoChild, Refusal, RefusalKind, Steps, core_accessors,
+};
 
 /// A Kafka sink's commit (or abort) whose outcome is unknown, resolved from the marker.
 #[derive(Debug)]

@@ -15,12 +15,16 @@ mod in_doubt;
 
 pub use in_doubt::{KafkaInDoubt, PostgresInDoubt};
 
-use super::atomic::plan::{EpochPlan, SinkProgress, plan_epoch};
+use crate::protocol::plan::{EpochPlan, SinkProgress, plan_epoch};
 
-use super::command::{Command, Event, Failure, FailureKind, LogLevel, unexpected};
-use super::records::epoch_committed;
-use super::retry::retry_delay_ms;
-use super::{Core, End, Epoch, Idle, NoChild, Refusal, RefusalKind, Steps, core_accessors};
+use crate::protocol::command::{Command, Event, LogLevel, unexpected};
+
+use crate::protocol::failure::{Failure, FailureKind};
+use crate::protocol::records::epoch_committed;
+use crate::protocol::retry::retry_delay_ms;
+use crate::protocol::{
+    Core, End, Epoch, Idle, NoChild, Refusal, RefusalKind, Steps, core_accessors,
+};
 
 /// The longest pause between two recovery attempts.
 pub const MAX_RECOVER_DELAY_MS: u64 = 10_000;

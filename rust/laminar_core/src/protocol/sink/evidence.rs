@@ -3,7 +3,7 @@
 //! (`laminar.kafka._witness.Witness`), this rule decides, in two questions: after the marker read,
 //! and — only when there is no marker — after the identity read.
 
-use crate::state::Epoch;
+use crate::protocol::state::Epoch;
 
 /// What says a sink without a marker has written before (docs/protocol.md §1, sources 2 and 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

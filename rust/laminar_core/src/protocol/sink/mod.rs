@@ -15,11 +15,11 @@
 //! [`SinkTxn::resolved_by_marker`] answer for its producer (docs/engine.md, "The sink's
 //! transaction").
 
-use crate::epoch::{BeginDecision, EpochTracker, RecordState};
 use crate::error::{CoreError, CoreResult};
-use crate::state::{Epoch, InDoubtOutcome, TransactionEvent, TransactionState};
+use crate::protocol::epoch::{BeginDecision, EpochTracker, RecordState};
+use crate::protocol::state::{Epoch, InDoubtOutcome, TransactionEvent, TransactionState};
 
-use super::records::epoch_committed;
+use crate::protocol::records::epoch_committed;
 
 pub mod evidence;
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Every answer of [`SinkTxn`], state by state.
 
 use super::*;
-use crate::state::StateKind;
+use crate::protocol::state::StateKind;
 
 /// A machine in the given kind of state for epoch 5, having committed epoch 3 before.
 fn in_state(kind: StateKind) -> SinkTxn {

@@ -1,9 +1,9 @@
 //! The items a watcher pass finds, and what came of them.
 
-use super::rules::{Unresolved, WatcherAction};
+use crate::protocol::watcher::rules::{Unresolved, WatcherAction};
 
-use super::super::Epoch;
-use super::super::records::DtState;
+use crate::protocol::Epoch;
+use crate::protocol::dt_state::DtState;
 
 /// What kind of unresolved item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -24,13 +24,18 @@ pub use item::{Item, ItemKind, ItemOutcome};
 
 pub use rules::{Unresolved, WatcherAction, WatcherThresholds, is_lingering, watcher_action};
 
-use super::command::{Command, DecisionSelection, Event, LogLevel, PreparedGid, unexpected};
-use super::distributed::{Resolution, ResolutionOutcome};
-use super::kafka_recovery::KafkaRecovery;
-use super::names::decision_of;
-use super::records::{DecisionRecord, DtEvent, DtState, decision_record, epoch_committed};
-use super::transitions::dt_next;
-use super::{Core, End, Epoch, Idle, Steps, children, core_accessors};
+use crate::protocol::command::{
+    Command, DecisionSelection, Event, LogLevel, PreparedGid, unexpected,
+};
+use crate::protocol::dt_state::{DtEvent, DtState};
+use crate::protocol::kafka_recovery::KafkaRecovery;
+use crate::protocol::names::ParticipantDecision;
+use crate::protocol::names::decision_of;
+use crate::protocol::records::DecisionRow;
+use crate::protocol::records::{DecisionRecord, decision_record, epoch_committed};
+use crate::protocol::resolution::{Resolution, ResolutionOutcome};
+use crate::protocol::transitions::dt_next;
+use crate::protocol::{Core, End, Epoch, Idle, Steps, children, core_accessors};
 
 /// What a pass looks at and how it acts.
 #[derive(Debug, Clone, PartialEq)]
@@ -140,7 +145,7 @@ impl WatcherPass {
         })
     }
 
-    fn on_decisions(&mut self, rows: Vec<super::command::DecisionRow>) {
+    fn on_decisions(&mut self, rows: Vec<DecisionRow>) {
         for row in rows {
             let id = format!("kafka:{}", row.transactional_id);
             match decision_record(&row) {
@@ -176,7 +181,7 @@ impl WatcherPass {
         self.items.push(item);
     }
 
-    fn on_participant_decisions(&mut self, rows: Vec<super::command::ParticipantDecision>) {
+    fn on_participant_decisions(&mut self, rows: Vec<ParticipantDecision>) {
         for prepared in std::mem::take(&mut self.prepared) {
             if let Some(sinks) = &self.config.sink_ids {
                 if !prepared.sink_id.as_ref().is_some_and(|s| sinks.contains(s)) {

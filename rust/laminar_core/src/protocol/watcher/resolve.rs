@@ -17,16 +17,18 @@
 
 use crate::protocol::stalled;
 
-use super::super::command::{Command, DecisionSelection, Event, ParticipantState, unexpected};
-use super::super::distributed::{Resolution, ResolutionOutcome};
-use super::super::kafka_recovery::KafkaRecovery;
-use super::super::names::decision_of;
-use super::super::records::{
-    DecisionRecord, DtEvent, DtState, TxnEvent, TxnRow, anonymous_prepared_state, decision_record,
-    illegal,
+use crate::protocol::command::{Command, DecisionSelection, Event, ParticipantState, unexpected};
+use crate::protocol::dt_state::{DtEvent, DtState};
+use crate::protocol::kafka_recovery::KafkaRecovery;
+use crate::protocol::names::decision_of;
+use crate::protocol::records::{
+    DecisionRecord, TxnEvent, TxnRow, anonymous_prepared_state, decision_record, illegal,
 };
-use super::super::transitions::{dt_next, txn_next};
-use super::super::{Core, End, Epoch, Idle, Refusal, RefusalKind, Steps, children, core_accessors};
+use crate::protocol::resolution::{Resolution, ResolutionOutcome};
+use crate::protocol::transitions::{dt_next, txn_next};
+use crate::protocol::{
+    Core, End, Epoch, Idle, Refusal, RefusalKind, Steps, children, core_accessors,
+};
 
 /// What `resolve` is pointed at.
 #[derive(Debug, Clone, PartialEq, Eq)]

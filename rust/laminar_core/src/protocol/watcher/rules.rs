@@ -1,7 +1,7 @@
 //! The resolution watcher's rules (docs/protocol.md §4b, Vitess): what to do with each unresolved
 //! item ([`watcher_action`]) and when it lingers ([`is_lingering`]), as pure functions of its age.
 
-use super::super::distributed::DtState;
+use crate::protocol::dt_state::DtState;
 
 /// How long the watcher leaves a transaction to its coordinator, and when it calls it lingering.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -4,7 +4,7 @@ use pyo3::prelude::*;
 
 use super::PyCrashPoint;
 use crate::protocol::command::{Command, DecisionSelection, LogLevel};
-use crate::protocol::{Epoch, records};
+use crate::protocol::{Epoch, dt_state as dt};
 
 /// One command of a machine (see `_core.pyi`): `kind` and the fields that kind uses.
 #[pyclass(module = "laminar._core", name = "Command", frozen, get_all)]
@@ -225,7 +225,7 @@ impl From<Command> for PyCommand {
             }
             Command::ConcludeDt { dtid, from } => {
                 c.dtid = Some(dtid);
-                c.from_state = from.map(records::DtState::name);
+                c.from_state = from.map(dt::DtState::name);
             }
             Command::ReadDtStates { group_id } => c.group_id = group_id,
             Command::ReadParticipants { dtid } => c.dtid = Some(dtid),

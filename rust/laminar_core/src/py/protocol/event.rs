@@ -4,14 +4,19 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::protocol::command::{
-    DecisionRow, DtRow, Event, Failure, FailureKind, ParticipantDecision, ParticipantKind,
-    ParticipantResult, ParticipantRow, PreparedGid, ResultStatus,
+    DtRow, Event, ParticipantKind, ParticipantResult, ParticipantRow, PreparedGid, ResultStatus,
 };
-use crate::protocol::{Epoch, records};
 
-fn dt_state(name: Option<&str>) -> PyResult<Option<records::DtState>> {
+use crate::protocol::records::DecisionRow;
+
+use crate::protocol::failure::{Failure, FailureKind};
+
+use crate::protocol::names::ParticipantDecision;
+use crate::protocol::{Epoch, dt_state as dt};
+
+fn dt_state(name: Option<&str>) -> PyResult<Option<dt::DtState>> {
     name.map(|n| {
-        records::DtState::from_name(n).ok_or_else(|| {
+        dt::DtState::from_name(n).ok_or_else(|| {
             PyValueError::new_err(format!(
                 "unknown distributed transaction state {n:?}; expected prepare, commit or rollback"
             ))
@@ -204,7 +209,7 @@ impl PyEvent {
                 Ok(DtRow {
                     dtid,
                     epoch,
-                    state: dt_state(Some(&state))?.unwrap_or(records::DtState::Prepare),
+                    state: dt_state(Some(&state))?.unwrap_or(dt::DtState::Prepare),
                     age_s,
                 })
             })
@@ -239,7 +244,7 @@ impl PyEvent {
                 Ok(ParticipantDecision {
                     dtid,
                     group_id,
-                    state: dt_state(Some(&state))?.unwrap_or(records::DtState::Prepare),
+                    state: dt_state(Some(&state))?.unwrap_or(dt::DtState::Prepare),
                     participant,
                     resource,
                 })

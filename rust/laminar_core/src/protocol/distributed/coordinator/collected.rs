@@ -1,12 +1,12 @@
 //! The data source's coordinator (`collected`, docs/spark.md): the tasks ran first and created
 //! the epoch's record; step 1 reads it instead of creating it (module docs of [`super`]).
 
-use super::super::super::command::{
+use crate::protocol::command::{
     Command, DecisionSelection, LogLevel, ParticipantResult, ResultStatus,
 };
-use super::super::super::records::DtState;
-use super::super::super::{End, Refusal, RefusalKind};
-use super::{ScaleOutEpoch, Stage};
+use crate::protocol::distributed::coordinator::{ScaleOutEpoch, Stage};
+use crate::protocol::dt_state::DtState;
+use crate::protocol::{End, Refusal, RefusalKind};
 
 impl ScaleOutEpoch {
     /// `collected`, step 1: the record the tasks created.

@@ -4,20 +4,21 @@
 
 use std::collections::BTreeSet;
 
-use super::super::super::refusal::check_generation;
-use super::super::vote::decide;
+use crate::protocol::distributed::vote::decide;
+use crate::protocol::refusal::check_generation;
 
-use super::super::super::command::{
+use crate::protocol::command::{
     Command, ParticipantKind, ParticipantResult, ParticipantRow, ParticipantState, ResultStatus,
 };
-use super::super::super::crash::CrashPoint;
-use super::super::super::names::postgres_participant;
-use super::super::super::records::{DtEvent, DtState, TxnEvent, TxnRow, illegal};
-use super::super::super::transitions::{dt_next, txn_next};
-use super::super::super::{End, Refusal, RefusalKind};
-use super::super::resolution::Resolution;
-use super::super::vote::vote;
-use super::{Child, ScaleOutEpoch, Stage};
+use crate::protocol::crash::CrashPoint;
+use crate::protocol::distributed::coordinator::{Child, ScaleOutEpoch, Stage};
+use crate::protocol::distributed::vote::vote;
+use crate::protocol::dt_state::{DtEvent, DtState};
+use crate::protocol::names::postgres_participant;
+use crate::protocol::records::{TxnEvent, TxnRow, illegal};
+use crate::protocol::resolution::Resolution;
+use crate::protocol::transitions::{dt_next, txn_next};
+use crate::protocol::{End, Refusal, RefusalKind};
 
 impl ScaleOutEpoch {
     pub(super) fn on_results(&mut self, results: Vec<ParticipantResult>) {

@@ -36,16 +36,19 @@ mod decision;
 use crate::protocol::stalled;
 use std::collections::BTreeSet;
 
-use super::super::atomic::plan::{EpochPlan, SinkProgress, plan_epoch};
+use crate::protocol::plan::{EpochPlan, SinkProgress, plan_epoch};
 
-use super::super::command::{Command, Event, LogLevel, ParticipantResult, unexpected};
-use super::super::crash::CrashPoint;
-use super::super::names::dtid;
-use super::super::records::{DtEvent, DtState, illegal};
-use super::super::transitions::dt_next;
-use super::super::watcher::{PassConfig, WatcherPass};
-use super::super::{Core, End, Epoch, Idle, Refusal, RefusalKind, Steps, children, core_accessors};
-use super::resolution::{Resolution, ResolutionOutcome};
+use crate::protocol::command::{Command, Event, LogLevel, ParticipantResult, unexpected};
+use crate::protocol::crash::CrashPoint;
+use crate::protocol::dt_state::{DtEvent, DtState};
+use crate::protocol::names::dtid;
+use crate::protocol::records::illegal;
+use crate::protocol::resolution::{Resolution, ResolutionOutcome};
+use crate::protocol::transitions::dt_next;
+use crate::protocol::watcher::{PassConfig, WatcherPass};
+use crate::protocol::{
+    Core, End, Epoch, Idle, Refusal, RefusalKind, Steps, children, core_accessors,
+};
 
 /// What the coordinator's epoch starts from.
 #[derive(Debug, Clone)]

@@ -26,16 +26,19 @@
 
 use std::collections::BTreeMap;
 
-use super::super::command::{
-    Command, DecisionSelection, Event, Failure, FailureKind, ParticipantKind, ParticipantResult,
-    ParticipantRow, ResultStatus, unexpected,
+use crate::protocol::command::{
+    Command, DecisionSelection, Event, ParticipantKind, ParticipantResult, ParticipantRow,
+    ResultStatus, unexpected,
 };
-use super::super::crash::CrashPoint;
-use super::super::kafka_recovery::KafkaRecovery;
-use super::super::names::participant_matches;
-use super::super::records::{DecisionRecord, DtEvent, DtState, decision_record};
-use super::super::transitions::dt_next;
-use super::super::{Core, End, Epoch, Idle, Steps, core_accessors};
+
+use crate::protocol::crash::CrashPoint;
+use crate::protocol::dt_state::{DtEvent, DtState};
+use crate::protocol::failure::{Failure, FailureKind};
+use crate::protocol::kafka_recovery::KafkaRecovery;
+use crate::protocol::names::participant_matches;
+use crate::protocol::records::{DecisionRecord, decision_record};
+use crate::protocol::transitions::dt_next;
+use crate::protocol::{Core, End, Epoch, Idle, Steps, core_accessors};
 
 /// How a resolution ended (when the machine ended `Ok`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -390,7 +393,7 @@ impl Resolution {
 
 /// A collected Kafka result as the decision it was recorded with.
 fn decision_of_result(result: &ParticipantResult, epoch: Option<Epoch>) -> DecisionRecord {
-    let row = super::super::command::DecisionRow {
+    let row = crate::protocol::records::DecisionRow {
         transactional_id: result.resource.clone(),
         epoch: epoch.unwrap_or(-1),
         previous_epoch: result.marker,

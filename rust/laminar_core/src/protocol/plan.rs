@@ -2,9 +2,9 @@
 //! must not write (docs/protocol.md §3, §5): the one rule the atomic group, one sink's epoch and
 //! the scale-out coordinator all ask.
 
-use super::super::records::epoch_committed;
-use super::super::refusal::show;
-use super::super::{Epoch, Refusal, RefusalKind};
+use crate::protocol::records::epoch_committed;
+use crate::protocol::refusal::show;
+use crate::protocol::{Epoch, Refusal, RefusalKind};
 
 /// One sink's progress: its last committed epoch (Postgres: `laminar.sink_epochs`; Kafka: the
 /// marker).

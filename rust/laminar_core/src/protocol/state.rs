@@ -1,14 +1,12 @@
 //! The per-sink transaction state machine (F-E2E-002 plus KIP-939's prepared state).
 //!
 //! Every legal transition is listed in `protocol::transitions::TRANSITIONS` and applied by
-//! `protocol::transitions::next_state`; nothing else decides whether an event is legal. An illegal
+//! `protocol::transitions::next_state` (and [`TransactionState::apply`], written beside the
+//! table); nothing else decides whether an event is legal. An illegal
 //! event returns [`CoreError::IllegalState`] naming the current state, the attempted event and the
 //! events that would have been legal, and the state is left unchanged.
 
 use std::fmt;
-
-use crate::error::CoreResult;
-use crate::protocol::transitions::next_state;
 
 #[cfg(test)]
 use crate::error::CoreError;
@@ -231,17 +229,6 @@ impl TransactionState {
             self,
             TransactionState::Active(_) | TransactionState::Prepared(_)
         )
-    }
-
-    /// The state after `event`, or [`CoreError::IllegalState`] if the table has no such transition.
-    pub fn next(self, event: TransactionEvent) -> CoreResult<TransactionState> {
-        next_state(self, event)
-    }
-
-    /// Applies `event` in place; on error the state is unchanged.
-    pub fn apply(&mut self, event: TransactionEvent) -> CoreResult<()> {
-        *self = next_state(*self, event)?;
-        Ok(())
     }
 }
 

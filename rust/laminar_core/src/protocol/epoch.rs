@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 
 use crate::error::{CoreError, CoreResult};
 use crate::protocol::records::epoch_committed;
-use crate::state::{Epoch, InDoubtOutcome, TransactionEvent, TransactionState};
+use crate::protocol::state::{Epoch, InDoubtOutcome, TransactionEvent, TransactionState};
 use crate::stats::LatencyStats;
 
 /// How many epoch records a tracker keeps by default.
@@ -476,7 +476,7 @@ impl EpochTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::StateKind;
+    use crate::protocol::state::StateKind;
     use proptest::prelude::*;
 
     fn committed_cycle(t: &mut EpochTracker, epoch: Epoch, start: u64, latency: u64) {
