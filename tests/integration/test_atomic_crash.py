@@ -46,6 +46,14 @@ RECOVERY = [
     for p in CrashPoint.for_protocol("atomic") + CrashPoint.for_protocol("recovery")
     if p.phase in ("start", "recovery")
 ]
+#: The walks of an encoding other than the plain one (routed rows, Avro: the same store
+#: combination, so the same protocol) kill at a sample of these points, not at all of them: the
+#: protocol's every point is walked here and in the core's simulation (docs/engine.md §7), and
+#: what an encoding can change is what lands in Kafka — records produced but not committed
+#: (``after_produce``), an epoch decided and completed after the crash (``after_decision``), and
+#: records re-produced from the redo log (``recovery.mid_redo``).
+ENCODING_STEPS = ["atomic.after_produce", "atomic.after_decision"]
+ENCODING_RECOVERY = ["recovery.mid_redo"]
 #: The point where an epoch is decided and Kafka still prepared (recovery must complete it).
 DECIDED_PREPARED = next(p for p in STEPS if CrashPoint.parse(p).after == "commit_decision")
 

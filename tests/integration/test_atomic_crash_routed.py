@@ -1,7 +1,8 @@
 """The atomic pair (Kafka + PostgreSQL) writing Spark's Kafka-sink shape routed over three topics
 — explicit partitions on some rows, user headers (several, null values) on others — killed with
-SIGKILL at every crash point of the core's enum (`CrashPoint.for_protocol`: every step of an
-epoch, of a start-up and of a recovery), for ``redo="replay"`` and ``redo="log"``, then
+SIGKILL at a sample of the core's crash points (`test_atomic_crash.ENCODING_STEPS` and
+`ENCODING_RECOVERY`: what an encoding can change; test_atomic_crash.py walks every point of the
+same protocol), for ``redo="replay"`` and ``redo="log"``, then
 restarted: every record is in its topic once and only once with its exact key, value, partition
 and headers (committed records with control batches replayed by ``laminar.kafka.log``), and
 every row once in PostgreSQL (docs/protocol.md §3; docs/formats.md §2, the redo blob's version 2).
@@ -30,7 +31,12 @@ from tests.integration.atomic_helpers import (
 from tests.integration.atomic_routed_helpers import assert_routed_exactly_once, create_stores
 from tests.integration.kafka_fill import CODECS, fill, settled_committed
 from tests.integration.kafka_shape_helpers import topics_of
-from tests.integration.test_atomic_crash import DECIDED_PREPARED, EPOCHS, RECOVERY, STEPS
+from tests.integration.test_atomic_crash import (
+    DECIDED_PREPARED,
+    ENCODING_RECOVERY,
+    ENCODING_STEPS,
+    EPOCHS,
+)
 
 REDO = ["replay", "log"]
 
@@ -75,8 +81,8 @@ def check(w: dict[str, str]) -> None:
 
 
 @pytest.mark.parametrize("redo", REDO)
-@pytest.mark.parametrize("point", STEPS)
-def test_routed_rows_killed_at_each_step_land_exactly_once(
+@pytest.mark.parametrize("point", ENCODING_STEPS)
+def test_routed_rows_killed_at_a_step_land_exactly_once(
     routed: dict[str, str], point: str, redo: str
 ) -> None:
     kill_at_step_and_restart(args(routed, redo), point)
@@ -111,7 +117,7 @@ def test_a_routed_epoch_aborted_by_the_broker_after_the_decision_is_redone(
 
 
 @pytest.mark.parametrize("redo", REDO)
-@pytest.mark.parametrize("point", RECOVERY)
+@pytest.mark.parametrize("point", ENCODING_RECOVERY)
 def test_routed_rows_killed_again_during_recovery_land_exactly_once(
     routed: dict[str, str], point: str, redo: str
 ) -> None:
