@@ -1,6 +1,6 @@
 """OpenTelemetry's hooks cost nothing while no SDK is set up (`laminar._telemetry`; issue 27).
 
-The hooks run on every write path: `laminar.protocol.driver.drive` wraps each machine's
+The hooks run on every write path: `laminar.engine.loop.drive` wraps each machine's
 performer (`_telemetry.traced`), the atomic group's epoch and each scale-out task open a span
 (`_telemetry.epoch`) and count rows and bytes (`_telemetry.written`). With no SDK each returns at
 once. Two gates, measured in this run with ``opentelemetry`` imported (the API's default proxy

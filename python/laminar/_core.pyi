@@ -10,7 +10,7 @@ __all__ = ["__version__"]
 
 __version__: str
 
-# --- transaction state, epoch tracker, metrics (core: protocol/state.rs, protocol/epoch.rs) -------------------------
+# --- transaction state, epoch tracker, metrics (core: protocol/state.rs, epoch.rs) ---------------
 
 __all__ += [
     "EpochRecord",

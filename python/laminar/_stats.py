@@ -68,7 +68,7 @@ def count(
     # (laminar.spark.source); the statements live with every other one (records.py)
     import psycopg
 
-    from laminar.protocol import records as _records  # (see above)
+    from laminar.engine import records as _records  # (see above)
 
     try:
         if conn.closed or conn.broken:

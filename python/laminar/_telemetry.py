@@ -16,7 +16,7 @@ What is recorded (attributes: ``laminar.group``, ``laminar.sink``, ``laminar.epo
 
 - a span per step of an epoch, named ``laminar.<step>``: ``begin``, ``write``, ``prepare``,
   ``decide``, ``commit`` (and ``abort``, ``recover``), wrapped around the protocol command that
-  is the step (`traced`, applied by `laminar.protocol.driver.drive` to every machine's commands:
+  is the step (`traced`, applied by `laminar.engine.loop.drive` to every machine's commands:
   the drivers', the Spark tasks', recovery's);
 - a span per epoch of a writer (``laminar.epoch``) and per Spark task (``laminar.task``)
   (`epoch`), the steps' parent;

@@ -76,8 +76,8 @@ def read_snapshot(conn: psycopg.Connection[Any]) -> Snapshot:
     """Read a `Snapshot` of the decision database on ``conn`` (rolled back after: nothing is
     written); its Kafka part is `read_kafka_behind`'s."""
     # in-function: these modules pull in the sinks; the collector's import stays light
-    from laminar.postgres._steps import list_prepared
-    from laminar.protocol import records as _records  # (see above)
+    from laminar.engine import records as _records  # (see above)
+    from laminar.postgres._steps import list_prepared  # (see above)
 
     snap = Snapshot()
     try:

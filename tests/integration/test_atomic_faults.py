@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import laminar
-import laminar.protocol.driver as driver_module
+import laminar.engine.loop as driver_module
 from laminar._core import CrashPoint
 from tests.integration.atomic_helpers import (
     assert_exactly_once,

@@ -16,10 +16,10 @@ from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 import laminar
+from laminar.engine.records import redo_blobs
 from laminar.errors import ConfigError, DataError
 from laminar.kafka import _shape as shape
 from laminar.kafka._redo import produce_blob
-from laminar.protocol.records import redo_blobs
 from tests.integration.kafka_fill import settled_committed
 from tests.integration.kafka_helpers import make_sink
 from tests.integration.kafka_shape_helpers import (

@@ -1,4 +1,4 @@
-"""The claim of an epoch in ``laminar.sink_epochs`` (the SQL of ``laminar.protocol.records``)
+"""The claim of an epoch in ``laminar.sink_epochs`` (the SQL of ``laminar.engine.records``)
 takes exactly the epochs the core's replay rule (``protocol::records::epoch_committed``) says are
 not committed yet: the rule is written once in Rust and once as SQL, and this keeps them equal
 (docs/engine.md, "The sink's transaction")."""
@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from laminar._core import epoch_committed
+from laminar.engine.records import claim_epoch, committed_epoch
 from laminar.metadata import ensure_schema
-from laminar.protocol.records import claim_epoch, committed_epoch
 
 pytestmark = pytest.mark.integration
 

@@ -132,7 +132,7 @@ def test_v4_adds_the_commit_statistics_to_a_v3_database(fresh_db: str) -> None:
 
 
 def test_v5_lets_a_v4_databases_stop_fence_be_reserved(fresh_db: str) -> None:
-    from laminar.protocol import records
+    from laminar.engine import records
     from laminar.spark import _stop_fence
 
     with psycopg.connect(fresh_db) as conn:

@@ -152,12 +152,12 @@ def test_the_identity_is_kept_within_the_brokers_default_metadata_limit() -> Non
 
 
 def test_routed_records_survive_the_redo_blob_exactly() -> None:
-    """What the redo log stores of a Spark-shaped batch (`laminar.protocol.records.redo_blobs`)
+    """What the redo log stores of a Spark-shaped batch (`laminar.engine.records.redo_blobs`)
     is what the redo produces again (`_kafka_shape.redo_rows`): each row's topic, partition and
     user headers, then the redo epoch's own Laminar headers."""
     from laminar._core import decode_redo, decode_redo_records
+    from laminar.engine.records import redo_blobs
     from laminar.errors import InvalidStateEncoding
-    from laminar.protocol.records import redo_blobs
 
     data = table(
         key=pa.array(["a", None, "c", "d"]),

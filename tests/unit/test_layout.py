@@ -176,6 +176,35 @@ def test_no_new_import_cycle_through_a_function_level_import() -> None:
     assert found - KNOWN_DEFERRED_CYCLES == set()
 
 
+def package_of(module: str) -> str:
+    """The package a module belongs to, as the layers speak of it: ``laminar.kafka`` for
+    ``laminar.kafka.sink``, ``laminar.errors`` for itself."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_import_cycle_between_packages() -> None:
+    # every import, inside functions too: the floor (laminar.engine: the driver loop, the
+    # schema's statements) under the sinks (kafka, postgres) under the protocols and Spark, with
+    # nothing pointing back up (docs/engine.md, "Layout"; issue 35, item 5)
+    graph: dict[str, set[str]] = {}
+    for name in modules():
+        for used in module_level_imports(name, everywhere=True):
+            a, b = package_of(name), package_of(used)
+            if a != b:
+                graph.setdefault(a, set()).add(b)
+    assert _cycles(graph) == []
+    assert "laminar.protocol" not in graph.get("laminar.kafka", set())
+    assert "laminar.protocol" not in graph.get("laminar.postgres", set())
+    assert graph.get("laminar.engine", set()) <= {
+        "laminar._core",
+        "laminar._faults",
+        "laminar._lazy",
+        "laminar._telemetry",
+        "laminar.errors",
+        "laminar.metadata",
+    }
+
+
 def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
     # One interpreter per module: an import that only works after another module has loaded
     # (an order-dependent cycle) fails here. Modules needing an optional extra are skipped by name.

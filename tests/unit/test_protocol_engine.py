@@ -146,10 +146,10 @@ def test_each_point_says_when_it_is_reached_and_whether_the_epoch_is_decided() -
 
 
 def test_the_driver_loop_re_raises_the_error_of_the_command_the_machine_failed_on() -> None:
-    """`laminar.protocol.driver.drive`: a sink's abortable error aborts the epoch and, with no retry
+    """`laminar.engine.loop.drive`: a sink's abortable error aborts the epoch and, with no retry
     left, is raised as it was (scripted sink: pure logic)."""
+    from laminar.engine.loop import drive
     from laminar.errors import AbortableError, RecordTooLargeError
-    from laminar.protocol.driver import drive
 
     too_large = RecordTooLargeError("a record is too large", sink_id="orders")
     performed: list[str] = []
@@ -180,7 +180,7 @@ def test_the_driver_loop_re_raises_the_error_of_the_command_the_machine_failed_o
 
 
 def test_the_driver_loop_raises_a_refusal_through_the_bridge() -> None:
-    from laminar.protocol.driver import drive
+    from laminar.engine.loop import drive
 
     machine = SingleEpochMachine("orders", 2, 5, refuse_backwards=True)
     with pytest.raises(ConfigError) as caught:

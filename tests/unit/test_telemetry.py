@@ -27,7 +27,8 @@ def test_off_without_an_sdk_the_performer_is_returned_as_it_is() -> None:
 
 def test_laminar_never_imports_opentelemetry_itself() -> None:
     code = (
-        "import sys, laminar, laminar.protocol.driver, laminar.protocol.scaleout, "
+        "import sys, laminar, laminar.engine.loop, laminar.protocol.driver, "
+        "laminar.protocol.scaleout, "
         "laminar.protocol.atomic, laminar._telemetry as t; t.traced(print); "
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
     )

@@ -3,7 +3,7 @@
 ``classify`` is the only place that decides what a client error (a ``KafkaError``, a
 ``KafkaException``, a call that did not return: ``StuckCallError``) means for an epoch — its
 `Failure`: the kind the sink's machine and the drivers act on (``fenced``, ``fatal``,
-``in_doubt``, ``abortable``: ``SinkTransaction.commit_failed``, `laminar.protocol.driver`'s
+``in_doubt``, ``abortable``: ``SinkTransaction.commit_failed``, `laminar.engine.loop`'s
 ``failed_event``), whether a transactional call retries it locally first, and the cause that
 picks the message. ``map_kafka_error`` words a classified error as a `LaminarError`:
 

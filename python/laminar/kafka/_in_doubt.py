@@ -7,10 +7,10 @@ from __future__ import annotations
 import logging
 
 from laminar._core import Command, Event, KafkaInDoubtMachine, SinkTransaction
+from laminar.engine.loop import drive, now_ms, perform_driver_side
 from laminar.errors import FatalError, FencedError
 from laminar.kafka._clients import Clients
 from laminar.kafka._witness import Witness
-from laminar.protocol.driver import drive, now_ms, perform_driver_side
 
 __all__ = ["resolve_in_doubt"]
 

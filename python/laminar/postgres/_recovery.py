@@ -12,6 +12,7 @@ import psycopg
 
 from laminar._core import Command, Event, PostgresInDoubtMachine, SinkTransaction
 from laminar._faults import crash_point
+from laminar.engine.loop import drive, perform_driver_side
 from laminar.errors import (
     AbortableError,
     ConfigError,
@@ -29,7 +30,6 @@ from laminar.postgres._steps import (
 )
 from laminar.postgres._steps import commit_prepared as _commit_prepared
 from laminar.postgres._steps import rollback_prepared as _rollback_prepared
-from laminar.protocol.driver import drive, perform_driver_side
 
 __all__ = ["Recovery"]
 

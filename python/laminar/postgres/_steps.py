@@ -34,6 +34,7 @@ from psycopg import sql
 from laminar._core import check_pg_copy_schema, iter_pg_copy
 from laminar._faults import crash_point
 from laminar._input import materialize
+from laminar.engine.records import claim_epoch, committed_epoch, record_epoch_totals
 from laminar.errors import ConfigError, DataError, LaminarError
 from laminar.postgres._encode_ahead import encode_ahead
 from laminar.postgres._names import GID_PREFIX, parse_gid
@@ -44,7 +45,6 @@ from laminar.postgres._table import (
     load_table,
     lock_table,
 )
-from laminar.protocol.records import claim_epoch, committed_epoch, record_epoch_totals
 
 __all__ = [
     "DEFAULT_SLICE_BYTES",
@@ -74,7 +74,7 @@ DEFAULT_SLICE_BYTES = 64 << 20
 
 
 # laminar.sink_epochs (`claim_epoch`, `record_epoch_totals`, `committed_epoch`): imported above
-# from `laminar.protocol.records`, the one home of the laminar schema's statements.
+# from `laminar.engine.records`, the one home of the laminar schema's statements.
 
 # -- mapping Arrow columns onto table columns ------------------------------------------------------
 

@@ -10,12 +10,12 @@ from typing import Any
 import psycopg
 
 from laminar._core import ResolveMachine, next_epoch_base
+from laminar.engine import records as _records
+from laminar.engine.loop import drive
 from laminar.errors import LaminarError
 from laminar.metadata import applied_version
 from laminar.postgres._names import parse_gid
-from laminar.protocol import records as _records
 from laminar.protocol.distributed import DistributedDriver
-from laminar.protocol.driver import drive
 from laminar.protocol.kafka_sinks import RegisteredKafkaSinks
 from laminar.protocol.watcher import Item, Watcher, WatcherReport, inspect
 

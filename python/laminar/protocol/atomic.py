@@ -6,7 +6,7 @@ step"): start-up (register, the owner guard, fencing, Kafka recovery), each epoc
 with their crash points (``atomic.after_lock`` … ``atomic.after_kafka_commit``), the in-process
 completion of a Kafka commit that failed after the decision, and the writer's retries.
 `AtomicGroup` is its driver: it performs each command — a psycopg statement on the decision
-connection (`laminar.protocol.records`), a call on a sink — and reports the result; it decides
+connection (`laminar.engine.records`), a call on a sink — and reports the result; it decides
 nothing.
 """
 
@@ -29,14 +29,14 @@ from laminar._core import AtomicGroupMachine, Command, Event, owner_decision
 from laminar._input import materialize
 from laminar._redact import redact_config, redact_dsn
 from laminar._types import ArrowData
+from laminar.engine import records as _records
+from laminar.engine.loop import drive
 from laminar.errors import AbortableError, ConfigError, FatalError, InDoubtError, LaminarError
 from laminar.kafka.sink import KafkaSink
 from laminar.metadata import register_sink
 from laminar.postgres._errors import map_pg_error
 from laminar.postgres.sink import PostgresSink
-from laminar.protocol import records as _records
 from laminar.protocol.distributed import DistributedDriver, participant_factory
-from laminar.protocol.driver import drive
 
 __all__ = [
     "AtomicGroup",

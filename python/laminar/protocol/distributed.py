@@ -4,7 +4,7 @@ The scale-out coordinator (`laminar.protocol.atomic.AtomicGroup` with ``scale_ou
 (`laminar.protocol.scaleout.ScaleOutTask`), the resolution watcher (`laminar.protocol.watcher`)
 and ``laminar resolve`` (`laminar.protocol.admin`) run machines of the core that share these
 commands: the ``laminar.dt_state``/``dt_participant`` records (statements in
-`laminar.protocol.records`), PostgreSQL's prepared transactions and the Kafka participants.
+`laminar.engine.records`), PostgreSQL's prepared transactions and the Kafka participants.
 `DistributedDriver` performs them and decides nothing: which state a record goes to, which gid
 belongs to which record, which participant is rolled back or committed, is the core's
 (its ``dt_next`` table, ``participant_matches``, the ``Resolution`` every machine above runs).
@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 
 from laminar._core import Command, Event, participant_base
+from laminar.engine import records as _records
 from laminar.kafka.sink import KafkaSink
 from laminar.postgres._steps import (
     claim_epoch,
@@ -31,7 +32,6 @@ from laminar.postgres._steps import (
     rollback_prepared,
 )
 from laminar.postgres.sink import PostgresSink
-from laminar.protocol import records as _records
 from laminar.protocol.driver import KafkaDriver
 
 __all__ = [

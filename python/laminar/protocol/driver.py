@@ -1,109 +1,30 @@
-"""The driver loop of docs/engine.md §1, and the commands every Kafka-facing protocol shares.
-
-A protocol machine of the core (`laminar._core`) answers "what next?" with a `Command`; the
-driver performs it — one statement, one client call — and reports the result as an `Event`.
-The driver decides nothing: :func:`drive` is the whole loop, and :class:`KafkaDriver` performs
-the commands of the Kafka sinks, the decision records and the clock that the atomic group and
-Kafka recovery (the writer's start-up, the watcher, ``laminar recover``) have in common.
+"""The commands every Kafka-facing protocol shares: :class:`KafkaDriver` performs the commands of
+the Kafka sinks, the decision records and the clock that the atomic group and Kafka recovery
+(the writer's start-up, the watcher, ``laminar recover``) have in common, and `end_txn` completes
+a prepared transaction over the wire client. The loop that runs a machine is `laminar.engine.
+loop.drive` (docs/engine.md §1); the driver decides nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from laminar import _telemetry
 from laminar._core import Command, Event
-from laminar._faults import crash_point
-from laminar.errors import (
-    AbortableError,
-    FatalError,
-    FencedError,
-    InDoubtError,
-    LaminarError,
-)
+from laminar.engine import records as _records
+from laminar.engine.loop import now_ms, perform_driver_side
+from laminar.errors import FatalError, LaminarError
 from laminar.kafka._redo import produce_blob
 from laminar.kafka._stalls import request_timeout_s, setup_timeout_s
 from laminar.kafka.log import ClientSecurity, KafkaLogClient, KafkaLogError
 from laminar.postgres._errors import map_pg_error
-from laminar.protocol import records as _records
 
-__all__ = [
-    "KafkaDriver",
-    "Machine",
-    "drive",
-    "end_txn",
-    "failed_event",
-    "now_ms",
-    "perform_driver_side",
-]
-
-
-class Machine(Protocol):
-    """What `drive` needs of a machine (every ``*Machine`` of `laminar._core`)."""
-
-    def poll(self) -> Command | None: ...
-    def handle(self, event: Event) -> None: ...
-    @property
-    def end(self) -> str | None: ...
-    @property
-    def failure(self) -> tuple[str, str] | None: ...
-    def raise_refusal(self) -> None: ...
-
-
-def now_ms() -> int:
-    """The driver's monotonic clock, as the machines take it."""
-    return time.monotonic_ns() // 1_000_000
-
-
-def failed_event(err: LaminarError) -> Event:
-    """The ``failed`` event for an error a command raised (docs/engine.md §1, ``kind_of``)."""
-    if isinstance(err, AbortableError):
-        return Event.failed("abortable", str(err), retriable=err.retriable)
-    if isinstance(err, InDoubtError):
-        return Event.failed("in_doubt", str(err))
-    if isinstance(err, FencedError):
-        return Event.failed("fenced", str(err))
-    return Event.failed("fatal", str(err))
-
-
-def drive(machine: Machine, perform: Callable[[Command], Event]) -> None:
-    """Run ``machine`` to its end, performing each command (docs/engine.md §1).
-
-    Raises the refusal the machine ended on (through the core's one error bridge), or the
-    error of the command it failed on — the very exception ``perform`` raised. An exception
-    that is no `LaminarError` (a bug, an interrupt) is reported as a fatal failure so the
-    machine undoes what it opened, then re-raised as it was.
-    """
-    caught: dict[str, BaseException] = {}
-    perform = _telemetry.traced(perform)  # spans around the steps (itself when tracing is off)
-    while (command := machine.poll()) is not None:
-        try:
-            event = perform(command)
-        except LaminarError as e:
-            caught[str(e)] = e
-            event = failed_event(e)
-        except Exception as e:
-            message = f"{type(e).__name__}: {e}"
-            caught[message] = e
-            event = Event.failed("fatal", message)
-        machine.handle(event)
-    if machine.end == "refused":
-        machine.raise_refusal()
-    failure = machine.failure
-    if machine.end == "failed" and failure is not None:
-        _, message = failure
-        error = caught.get(message)
-        if error is not None:
-            raise error
-        # a failure the machine found itself (an answer it did not expect): a driver bug
-        raise FatalError(f"protocol driver: {message}")
+__all__ = ["KafkaDriver", "end_txn"]
 
 
 def end_txn(
@@ -146,21 +67,6 @@ def end_txn(
     except KafkaLogError as e:
         return str(e)
     return None
-
-
-def perform_driver_side(c: Command, log: logging.Logger) -> Event | None:
-    """The commands every driver performs alike — ``reached`` (a crash point), ``log``,
-    ``sleep`` — or None for any other."""
-    if c.kind == "reached":
-        assert c.point is not None
-        crash_point(c.point)
-    elif c.kind == "log":
-        log.log(logging.WARNING if c.level == "warning" else logging.INFO, "%s", c.message)
-    elif c.kind == "sleep":
-        time.sleep((c.ms or 0) / 1000)
-    else:
-        return None
-    return Event.ack()
 
 
 def _idle(conn: psycopg.Connection[Any]) -> bool:

@@ -11,10 +11,10 @@ import psycopg
 
 from laminar._core import participant_base
 from laminar._redact import SECRET
+from laminar.engine import records as _records
 from laminar.errors import FatalError, LaminarError
 from laminar.kafka.log import ClientSecurity, KafkaLogClient, UnsupportedSecurityError
 from laminar.kafka.sink import KafkaSink
-from laminar.protocol import records as _records
 from laminar.protocol.distributed import kafka_participant
 
 __all__ = ["RegisteredKafkaSinks"]

@@ -20,7 +20,7 @@ commit; `resolve_kafka_sinks` serves the scale-out writer, the resolution watche
 Vocabulary: to **resolve** an in-doubt transaction is to finish it by its recorded decision
 (commit it, or roll it back) — the one word the code, the CLI and docs/ use. ``laminar recover``
 resolves everything a watcher pass finds; "complete" is to resolve a decided epoch by committing
-it. The decision records' statements are `laminar.protocol.records`'.
+it. The decision records' statements are `laminar.engine.records`'.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ import psycopg
 
 from laminar import _core
 from laminar._core import KafkaRecoveryMachine
+from laminar.engine.loop import drive
 from laminar.errors import FatalError, LaminarError
-from laminar.protocol.driver import KafkaDriver, drive
+from laminar.protocol.driver import KafkaDriver
 
 __all__ = ["refusal_error", "resolve_kafka_sinks"]
 

@@ -43,11 +43,12 @@ from laminar._core import (
     participant_base,
     postgres_participant_name,
 )
+from laminar.engine import records as _records
+from laminar.engine.loop import drive
 from laminar.errors import ConfigError, FatalError, LaminarError
 from laminar.kafka.sink import KafkaSink
 from laminar.postgres._errors import map_pg_error
 from laminar.postgres.sink import PostgresSink
-from laminar.protocol import records as _records
 from laminar.protocol.distributed import (
     DistributedDriver,
     KafkaSinkLookup,
@@ -55,7 +56,6 @@ from laminar.protocol.distributed import (
     participant_factory,
     postgres_participant,
 )
-from laminar.protocol.driver import drive
 
 __all__ = [
     "RESULT_SCHEMA",

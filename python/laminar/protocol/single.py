@@ -12,8 +12,8 @@ import logging
 from typing import Any
 
 from laminar._core import Command, Event, SingleEpochMachine
+from laminar.engine.loop import drive, now_ms, perform_driver_side
 from laminar.errors import FatalError
-from laminar.protocol.driver import drive, now_ms, perform_driver_side
 
 __all__ = ["write_single"]
 

@@ -38,8 +38,8 @@ from typing import Any
 import psycopg
 
 from laminar._core import WatcherItem, WatcherPassMachine
+from laminar.engine.loop import drive
 from laminar.protocol.distributed import DistributedDriver
-from laminar.protocol.driver import drive
 
 __all__ = ["Item", "Watcher", "WatcherReport", "inspect"]
 

@@ -25,9 +25,9 @@ import psycopg
 
 from laminar._core import stop_fence_epoch
 from laminar._redact import redact_dsn
+from laminar.engine import records as _records
 from laminar.metadata import ensure_schema
 from laminar.postgres._errors import map_pg_error
-from laminar.protocol import records as _records
 from laminar.spark._conn_cache import cached_connection, discard
 
 __all__ = ["fence_stopped", "lift"]

@@ -191,7 +191,7 @@ def _epoch_base(
 ) -> int:
     """The group's epoch base, after the owner guard (docs/protocol.md §5; a task never claims):
     0 before the group's first commit registers it."""
-    from laminar.protocol import records as _records  # lazy: see top
+    from laminar.engine import records as _records  # lazy: see top
     from laminar.protocol.atomic import owner_decision_of  # lazy: see top
 
     last = dict(_records.read_sink_epochs(conn, list(members)))
@@ -339,8 +339,8 @@ def abort_batch(options: SinkOptions, messages: Sequence[Any], batch_id: int) ->
     Returns the `laminar.protocol.watcher.WatcherReport`."""
     import psycopg  # lazy: see top
 
+    from laminar.engine import records as _records  # lazy: see top
     from laminar.postgres._errors import map_pg_error  # lazy: see top
-    from laminar.protocol import records as _records  # lazy: see top
     from laminar.spark import _run_memo  # lazy: see top
 
     _trace.mark("abort called", batch=batch_id)
