@@ -861,6 +861,105 @@ def check_pg_copy_schema(
     Raises ``ConfigError`` naming the column and both types.
     """
 
+# --- the Kafka sink's producer (binding: py/producer; docs/kafka.md, "Producing") --------------
+
+__all__ += ["DeliveredRecord", "TransactionalProducer"]
+
+#: What the producer answers for a record librdkafka refused: its error (a confluent-kafka
+#: ``KafkaError``), its row (from the call's first), its key and the size of its value.
+_Refused: TypeAlias = tuple[Any, int, bytes | None, int]
+
+@final
+class DeliveredRecord:
+    """A record's delivery report, as ``on_delivery(error, record)`` receives it (the methods of
+    confluent-kafka's ``Message`` a callback reads)."""
+
+    def topic(self) -> str: ...
+    def partition(self) -> int: ...
+    def offset(self) -> int: ...
+    def key(self) -> bytes | None: ...
+    def value(self) -> bytes | None: ...
+    def __len__(self) -> int: ...
+
+@final
+class TransactionalProducer:
+    """The Kafka sink's transactional producer: its own handle on the librdkafka that
+    confluent-kafka loaded (its C API, called from the core: nothing shared with confluent-kafka's
+    clients but the library). Its methods are those of confluent-kafka's ``Producer`` the sink
+    calls, with the same errors — ``KafkaException`` of a ``KafkaError`` carrying librdkafka's
+    fatal, retriable and abort flags, ``BufferError`` for a full queue — so
+    ``laminar.kafka._errors.classify`` reads them as it reads confluent-kafka's.
+
+    ``config`` is librdkafka's settings (values turned into text as confluent-kafka does) and
+    confluent-kafka's callables: ``error_cb(KafkaError)``, ``stats_cb(json)``,
+    ``on_delivery(KafkaError | None, DeliveredRecord)`` (called from ``poll``/``flush`` and the
+    produce calls, in the caller's thread), ``logger`` (a ``logging.Logger``: librdkafka's lines,
+    from the same calls) and ``oauth_cb(config) -> (token, expiry_s[, principal[, extensions]])``
+    (SASL OAUTHBEARER: called on librdkafka's background thread, no polling needed).
+    ``throttle_cb`` is refused. Every blocking call releases the GIL."""
+
+    def __new__(cls, config: dict[str, Any]) -> Self: ...
+    @staticmethod
+    def librdkafka_version() -> str:
+        """The version of the librdkafka confluent-kafka loaded (2.4.0 or newer is needed)."""
+    def init_transactions(self, timeout: float | None = None) -> None: ...
+    def begin_transaction(self) -> None: ...
+    def send_offsets_to_transaction(
+        self, positions: Sequence[tuple[str, int, int]], group_id: str, timeout: float | None = None
+    ) -> None:
+        """Commit ``(topic, partition, offset)`` for ``group_id`` within the open transaction
+        (the epoch markers: docs/kafka.md)."""
+    def commit_transaction(self, timeout: float | None = None) -> None: ...
+    def abort_transaction(self, timeout: float | None = None) -> None: ...
+    def produce(
+        self,
+        topic: str,
+        value: bytes | str | None = None,
+        key: bytes | str | None = None,
+        partition: int = ...,
+        callback: None = None,
+        on_delivery: None = None,
+        timestamp: int = 0,
+        headers: Sequence[tuple[str, bytes | str | None]] | dict[str, Any] | None = None,
+    ) -> None:
+        """One record (confluent-kafka's positional order); no per-record callback."""
+    def produce_arrow(
+        self,
+        data: Any,
+        *,
+        topic: str,
+        headers: Sequence[tuple[str, bytes | str | None]] | None,
+        value_format: Literal["json", "raw"] = "json",
+        key: str | None = None,
+        value_column: str | None = None,
+        timeout: float = 60.0,
+    ) -> tuple[int, int, _Refused | None]:
+        """Encode ``data`` (Arrow) as the sink's records and hand each to librdkafka without
+        the GIL, with ``headers``; wait up to ``timeout`` s for room in a full queue. Returns
+        ``(records, payload_bytes, refused)``: the rows before a refused one were produced."""
+    def produce_records(
+        self,
+        values: list[bytes | None],
+        keys: list[bytes | None] | None,
+        *,
+        topic: str,
+        headers: Sequence[tuple[str, bytes | str | None]] | None,
+        timeout: float = 60.0,
+    ) -> tuple[int, int, _Refused | None]:
+        """Records encoded beforehand, as ``produce_arrow`` hands them over."""
+    def poll(self, timeout: float | None = None) -> int: ...
+    def flush(self, timeout: float | None = None) -> int:
+        """Wait for every record's acknowledgement; the number left unacknowledged."""
+    def purge(
+        self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True
+    ) -> None: ...
+    def list_topics(self, timeout: float | None = None) -> dict[str, tuple[int, Any]]:
+        """Every topic of the cluster: ``{name: (partitions, KafkaError or None)}``."""
+    @property
+    def token_set(self) -> bool:
+        """Whether ``oauth_cb`` has set a token."""
+    def __len__(self) -> int: ...
+
 # --- checksums ----------------------------------------------------------------------------------
 
 __all__ += ["crc32c"]

@@ -1,6 +1,7 @@
-"""`KafkaSink`'s clients in the writing process (`Clients`): opening and closing the producer and
-the marker consumer, the topic and connection checks, transactional calls under a time bound with
-bounded retries, and the producer id/epoch from librdkafka's statistics."""
+"""`KafkaSink`'s clients in the writing process (`Clients`): opening and closing the producer (the
+core's `TransactionalProducer`, docs/kafka.md "Producing") and the marker consumer, the topic and
+connection checks, transactional calls under a time bound with bounded retries, and the producer
+id/epoch from librdkafka's statistics."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import logging
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException
 
+from laminar._core import TransactionalProducer
 from laminar.errors import (
     AbortableError,
     ConfigError,
@@ -71,7 +73,7 @@ class Clients:
         operation: str,
         epoch: int | None,
         timeout_s: float,
-        offsets: list[TopicPartition] | None = None,
+        offsets: list[tuple[str, int, int]] | None = None,
     ) -> None:
         """Run a transactional call, retrying retriable errors (as librdkafka documents for
         send_offsets/commit/abort) a bounded number of times within ``timeout_s``."""
@@ -81,7 +83,7 @@ class Clients:
             attempt += 1
             remaining = max(deadline - time.monotonic(), 0.001)
             if operation == "send_offsets_to_transaction":
-                args: tuple[Any, ...] = (offsets, self.rt.group_metadata, remaining)
+                args: tuple[Any, ...] = (offsets, self.cfg.marker_group, remaining)
             elif operation in _TXN_CALLS:
                 args = (remaining,)
             else:  # pragma: no cover - a bug
@@ -212,7 +214,6 @@ class Clients:
         config["isolation.level"] = "read_uncommitted"
         try:
             self.rt.consumer = Consumer(config)
-            self.rt.group_metadata = self.rt.consumer.consumer_group_metadata()
         except KafkaException as e:
             raise self.cfg._error(e, "init_transactions", None, self.rt) from e
 
@@ -230,7 +231,7 @@ class Clients:
             on_delivery=self.rt.on_delivery,
         )
         try:
-            producer = Producer(config)
+            producer = TransactionalProducer(config)
         except KafkaException as e:
             raise self.cfg._error(e, "init_transactions", None, self.rt) from e
         except (TypeError, ValueError) as e:
@@ -262,12 +263,12 @@ class Clients:
     def check_topic(self) -> None:
         """The topic exists (listing all topics never auto-creates one) and the brokers answer."""
         try:
-            metadata = self.rt.producer.list_topics(timeout=self.cfg._init_timeout_s)
+            metadata = self.rt.producer.list_topics(self.cfg._init_timeout_s)
         except KafkaException as e:
             self.rt.producer.poll(0)  # serve error_cb: authentication failures arrive there
             raise self.connection_error(e) from e
         self.rt.reached = True
-        topic = metadata.topics.get(self.cfg._topic)
+        topic = metadata.get(self.cfg._topic)
         if topic is None:
             raise ConfigError(
                 f"topic {self.cfg._topic!r} does not exist on {self.cfg._bootstrap_servers}; "
@@ -276,8 +277,8 @@ class Clients:
                 "--replication-factor 3) — Laminar never creates topics",
                 sink_id=self.cfg.sink_id,
             )
-        if topic.error is not None:
-            raise self.cfg._error(KafkaException(topic.error), "metadata", None, self.rt)
+        if topic[1] is not None:
+            raise self.cfg._error(KafkaException(topic[1]), "metadata", None, self.rt)
 
     def connection_error(self, e: KafkaException) -> LaminarError:
         """The error for a cluster that did not answer the start-up metadata request."""

@@ -1,17 +1,19 @@
-"""`KafkaSink`'s produce path (`Producing`): records into the open transaction (positional
-``produce`` where confluent-kafka allows it, waiting for room when the local queue is full), the
-epoch markers and the flush that prepares it, and the errors that name the failing row."""
+"""`KafkaSink`'s produce path (`Producing`): records into the open transaction — an Arrow chunk
+encoded and handed to librdkafka by the core's producer without the GIL (`produce_arrow`),
+records encoded beforehand (Avro, the redo log, a kept chunk) handed over by the same producer
+(`produce_records`), Spark's routed shape a record at a time — the epoch markers and the flush
+that prepares it, and the errors that name the failing row (docs/kafka.md, "Producing")."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from itertools import repeat
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException
 
+from laminar._core import encode_kafka
 from laminar._faults import crash_point, fail_point
 from laminar.errors import (
     AbortableError,
@@ -19,6 +21,7 @@ from laminar.errors import (
     RecordTooLargeError,
 )
 from laminar.kafka import _shape as shape
+from laminar.kafka._avro import encode_avro
 from laminar.kafka._base import _SinkBase
 from laminar.kafka._clients import Clients
 from laminar.kafka._config import (
@@ -29,10 +32,13 @@ from laminar.kafka._errors import (
 )
 from laminar.kafka._runtime import _Runtime
 
-#: Rows per slice encoded at once. Not overlapped with the produce loop (as the COPY path is):
-#: the loop holds the GIL, and a worker building the next slice's `bytes` made the write path
-#: 1.4x slower, not faster (docs/serialization.md, "Performance").
+#: Rows per slice of a write: each slice is encoded (about 1 MiB at a time) and produced by one
+#: call of the core's producer, whatever the batch size (docs/serialization.md, "Performance").
 _CHUNK_ROWS = 65_536
+
+#: What the core's producer answers for a record librdkafka refused: its error, its row (from the
+#: call's first), its key and the size of its value.
+Refused = tuple[KafkaError, int, bytes | None, int]
 
 
 class Producing:
@@ -48,6 +54,78 @@ class Producing:
         """The live state of the writing process (the open epoch's headers, topics, failures)."""
         return self.clients.rt
 
+    def write(
+        self,
+        data: pa.Table | pa.RecordBatch,
+        fmt: str,
+        avro: Any,
+        epoch: int,
+        records_out: list[Any] | None,
+        route: Callable[[Any, int, int, bool], None],
+    ) -> Iterator[tuple[int, int]]:
+        """Produces every row of ``data`` in slices of `_CHUNK_ROWS`, yielding each slice's
+        records and payload bytes. One topic in JSON or raw values goes through the core
+        (`produce_arrow`); Avro (``avro``: the write's plan), Spark's routed shape (``route``
+        checks each routed slice first) and a write whose records are kept (``records_out``:
+        the atomic group's redo log) are encoded into Python lists first."""
+        row = 0
+        for chunk in _arrow_chunks(data):
+            first = row == 0
+            if avro is None and fmt != "spark" and records_out is None:
+                count, size = self.produce_arrow(chunk, fmt, epoch, row, first)
+            else:
+                records = (
+                    encode_avro(chunk, avro, self.cfg._key)
+                    if avro is not None
+                    else encode_kafka(
+                        chunk,
+                        value_format=fmt,  # type: ignore[arg-type]
+                        key=self.cfg._key,
+                        value_column=self.cfg._value_column,
+                        topic=self.cfg._topic,
+                        headers=self.rt.headers,
+                        first_row=row,
+                    )
+                )
+                count, size = records.num_rows, records.total_bytes
+                if count == 0:
+                    continue
+                routed = records if records.topics is not None else None
+                if routed is not None:
+                    route(routed, epoch, row, records_out is not None)
+                self.produce(records.values, records.keys, epoch, row, first, routed)
+                if records_out is not None:
+                    records_out.append(records)
+            if count:
+                row += count
+                yield count, size
+
+    def produce_arrow(
+        self, chunk: pa.RecordBatch | pa.Table, fmt: str, epoch: int, first_row: int, first: bool
+    ) -> tuple[int, int]:
+        """Encodes ``chunk`` (one topic, JSON or raw values) and produces every row, in the
+        core without the GIL; the crash point ``kafka.mid_produce`` halfway through the first
+        chunk. Returns the records and their payload bytes."""
+        half = chunk.num_rows // 2
+        parts = [chunk.slice(0, half), chunk.slice(half)] if first else [chunk]
+        rows = size = 0
+        for i, part in enumerate(parts):
+            if i:
+                crash_point("kafka.mid_produce")
+            count, nbytes, refused = self.rt.producer.produce_arrow(
+                part,
+                topic=self.cfg._topic,
+                headers=self.rt.headers,
+                value_format=fmt,
+                key=self.cfg._key,
+                value_column=self.cfg._value_column,
+                timeout=self.cfg._flush_timeout_s,
+            )
+            rows, size = rows + count, size + nbytes
+            if refused is not None:
+                raise self.refused(refused, epoch, first_row + rows - count)
+        return rows, size
+
     def produce(
         self,
         values: list[bytes | None],
@@ -57,8 +135,9 @@ class Producing:
         first_chunk: bool,
         routed: Any = None,
     ) -> None:
-        """Produces the rows (``routed``: Spark's shape, each row to its own topic, partition
-        and headers); the crash point ``kafka.mid_produce`` halfway through the first chunk."""
+        """Produces records encoded beforehand (``routed``: Spark's shape, each row to its own
+        topic, partition and headers); the crash point ``kafka.mid_produce`` halfway through the
+        first chunk."""
         ranges = (
             [(0, len(values) // 2), (len(values) // 2, len(values))]
             if first_chunk
@@ -68,7 +147,15 @@ class Producing:
             if i:
                 crash_point("kafka.mid_produce")
             if routed is None:
-                self.produce_range(values, keys, epoch, first_row, start, stop)
+                _, _, refused = self.rt.producer.produce_records(
+                    values[start:stop],
+                    keys[start:stop] if keys is not None else None,
+                    topic=self.cfg._topic,
+                    headers=self.rt.headers,
+                    timeout=self.cfg._flush_timeout_s,
+                )
+                if refused is not None:
+                    raise self.refused(refused, epoch, first_row + start)
                 continue
             try:
                 shape.produce_routed(
@@ -86,60 +173,21 @@ class Producing:
                     epoch,
                     row,
                     f.key,
-                    f.value,
+                    len(f.value or b""),
                     header_bytes=f.header_bytes,
                     topic=f.topic,
                 ) from f.error
 
-    def produce_range(
-        self,
-        values: list[bytes | None],
-        keys: list[bytes | None] | None,
-        epoch: int,
-        first_row: int,
-        start: int,
-        stop: int,
-    ) -> None:
-        if start != 0 or stop != len(values):
-            values = values[start:stop]
-            keys = keys[start:stop] if keys is not None else None
-        pairs = zip(keys, values, strict=True) if keys is not None else zip(repeat(None), values)
-        producer = self.rt.producer
-        produce = producer.produce
-        topic = self.cfg._topic
-        headers = self.rt.headers
-        key: bytes | None = None
-        value: bytes | None = None
-        try:
-            if self.rt.positional_produce:
-                # produce(topic, value, key, partition, callback, on_delivery, timestamp,
-                # headers) positionally: about a third faster than keywords in confluent-kafka.
-                try:
-                    for key, value in pairs:
-                        try:
-                            produce(topic, value, key, -1, None, None, 0, headers)
-                        except BufferError:
-                            self.wait_for_room(epoch)
-                            produce(topic, value, key, -1, None, None, 0, headers)
-                    return
-                except TypeError:
-                    if len(producer) or value is not values[0]:
-                        raise
-                    self.rt.positional_produce = False  # another confluent-kafka argument order
-                    pairs = (
-                        zip(keys, values, strict=True)
-                        if keys is not None
-                        else zip(repeat(None), values)
-                    )
-            for key, value in pairs:
-                try:
-                    produce(topic, value, key, headers=headers)
-                except BufferError:
-                    self.wait_for_room(epoch)
-                    produce(topic, value, key, headers=headers)
-        except KafkaException as e:
-            row = first_row + start + next((i for i, v in enumerate(values) if v is value), 0)
-            raise self.produce_error(e, epoch, row, key, value) from e
+    def refused(self, refused: Refused, epoch: int, first_row: int) -> LaminarError:
+        """The error for a record the core's producer could not hand over: a queue that stayed
+        full (the brokers do not acknowledge), or librdkafka's refusal of that row."""
+        error, offset, key, size = refused
+        if error.code() == KafkaError._QUEUE_FULL:
+            return self.queue_full(epoch)
+        cause = KafkaException(error)
+        err = self.produce_error(cause, epoch, first_row + offset, key, size)
+        err.__cause__ = cause
+        return err
 
     def wait_for_room(self, epoch: int) -> None:
         """The local queue is full: serve callbacks until the broker acknowledged some."""
@@ -149,7 +197,11 @@ class Producing:
             self.rt.producer.poll(0.005)
             if len(self.rt.producer) < queued:
                 return
-        raise AbortableError(
+        raise self.queue_full(epoch)
+
+    def queue_full(self, epoch: int) -> AbortableError:
+        """The error for a local queue that stayed full for ``flush_timeout_s``."""
+        return AbortableError(
             f"the producer's queue stayed full for {self.cfg._flush_timeout_s:g} s: the brokers at "
             f"{self.cfg._bootstrap_servers} do not acknowledge records (see flush_timeout_s)",
             sink_id=self.cfg.sink_id,
@@ -162,17 +214,18 @@ class Producing:
         epoch: int,
         row: int,
         key: bytes | None,
-        value: bytes | None,
+        value_size: int,
         *,
         header_bytes: int | None = None,
         topic: str | None = None,
     ) -> LaminarError:
-        """``e`` for row ``row`` as a `LaminarError`; ``topic``: a routed row's own topic."""
+        """``e`` for row ``row`` (its key, the size of its value) as a `LaminarError`;
+        ``topic``: a routed row's own topic."""
         kafka_error = as_kafka_error(e)
         if kafka_error is not None and kafka_error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
             if header_bytes is None:  # Laminar's own headers only
                 header_bytes = shape.headers_size(self.rt.headers)
-            size = len(value or b"") + len(key or b"") + header_bytes
+            size = value_size + len(key or b"") + header_bytes
             limit = self.cfg._producer_config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES)
             return RecordTooLargeError(
                 f"row {row} (key {_show_key(key)}) is a record of {size:,} bytes (key, value "
@@ -187,9 +240,7 @@ class Producing:
 
     def finish_writes(self, epoch: int) -> None:
         """Epoch marker, then flush: after this every record is acknowledged by the brokers."""
-        offsets = [
-            TopicPartition(t, 0, epoch) for t in [self.cfg._topic, *sorted(self.rt.epoch_topics)]
-        ]
+        offsets = [(t, 0, epoch) for t in [self.cfg._topic, *sorted(self.rt.epoch_topics)]]
         self.clients.retrying(
             "send_offsets_to_transaction", epoch, self.cfg._commit_timeout_s, offsets
         )

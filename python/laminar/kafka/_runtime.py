@@ -27,7 +27,6 @@ class _Runtime:
     def __init__(self) -> None:
         self.producer: Any = None
         self.consumer: Any = None
-        self.group_metadata: Any = None
         self.fenced: FencedError | None = None
         #: Whether the cluster answered this process (metadata): a time-out after that is a
         #: failover to wait out, not an address to fix (`map_kafka_error`'s ``reached``).
@@ -51,7 +50,6 @@ class _Runtime:
         self.last_epoch: int | None = None
         self.attempt = 0
         self.failed_operation: str | None = None
-        self.positional_produce = True
         # the last committed epoch found without a marker: (answer, whether a writer found it)
         self.without_marker: tuple[int | None, bool] | None = None
 

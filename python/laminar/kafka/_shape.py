@@ -126,9 +126,9 @@ def check_chunk(
     if missing_topics(records, counts):
         counts.clear()
         counts.update(
-            (name, len(t.partitions))
-            for name, t in metadata().topics.items()
-            if t.error is None and t.partitions
+            (name, partitions)
+            for name, (partitions, error) in metadata().items()
+            if error is None and partitions
         )
     check_partitions(records, counts, first_row, sink_id=sink_id, epoch=epoch, servers=servers)
 

@@ -39,6 +39,7 @@ through their arguments.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from typing import Any, ClassVar
@@ -48,7 +49,6 @@ from confluent_kafka import KafkaException
 from laminar._core import (
     PreparedTxnState,
     check_kafka_schema,
-    encode_kafka,
 )
 from laminar._faults import crash_point
 from laminar._input import check_epoch, materialize
@@ -63,11 +63,11 @@ from laminar.errors import (
     LaminarError,
 )
 from laminar.kafka import _shape as shape
-from laminar.kafka._avro import AvroPlan, encode_avro, plan_avro, resolve_registry
+from laminar.kafka._avro import AvroPlan, plan_avro, resolve_registry
 from laminar.kafka._base import WITNESS_MAX_RECORDS_ENV, _SinkBase
 from laminar.kafka._clients import Clients
 from laminar.kafka._in_doubt import resolve_in_doubt
-from laminar.kafka._produce import Producing, _arrow_chunks
+from laminar.kafka._produce import Producing
 from laminar.kafka._runtime import _Runtime
 from laminar.kafka._witness import _IDENTIFIED, StartupRead, Witness
 
@@ -243,35 +243,11 @@ class KafkaSink(_SinkBase):
                     key=self._key,
                     value_column=self._value_column,
                 )
-            first = True
-            row = 0
-            for chunk in _arrow_chunks(data):
-                records = (
-                    encode_avro(chunk, avro, self._key)
-                    if avro is not None
-                    else encode_kafka(
-                        chunk,
-                        value_format=fmt,  # type: ignore[arg-type]
-                        key=self._key,
-                        value_column=self._value_column,
-                        topic=self._topic,
-                        headers=rt.headers,
-                        first_row=row,
-                    )
-                )
-                count = records.num_rows
-                if count == 0:
-                    continue
-                routed = records if records.topics is not None else None
-                if routed is not None:
-                    self._route(rt, routed, epoch, row, records_out is not None)
-                self._producing(rt).produce(records.values, records.keys, epoch, row, first, routed)
-                if records_out is not None:
-                    records_out.append(records)
-                first = False
-                row += count
+            producing = self._producing(rt)
+            route = functools.partial(self._route, rt)
+            for count, size in producing.write(data, fmt, avro, epoch, records_out, route):
                 rt.records += count
-                self._machine.wrote(count, records.total_bytes)
+                self._machine.wrote(count, size)
         except (ConfigError, DataError) as err:
             # The batch cannot be written: abort the epoch so the sink stays usable.
             err.sink_id, err.epoch = err.sink_id or self.sink_id, epoch
@@ -467,7 +443,7 @@ class KafkaSink(_SinkBase):
 
         def metadata() -> Any:
             try:
-                return rt.producer.list_topics(timeout=self._init_timeout_s)
+                return rt.producer.list_topics(self._init_timeout_s)
             except KafkaException as e:
                 raise self._error(e, "metadata", epoch, rt) from e
 

@@ -11,6 +11,7 @@ pub mod kafka;
 pub mod kafka_wire;
 pub mod metrics;
 pub mod prepared;
+pub mod producer;
 pub mod protocol;
 pub mod redo;
 pub mod serialize;
@@ -31,6 +32,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     redo::register(m)?;
     kafka::register(m)?;
     kafka_wire::register(m)?;
+    producer::register(m)?;
     protocol::register(m)?;
     Ok(())
 }

@@ -321,7 +321,7 @@ impl PyKafkaRecords {
 
 /// The Kafka encoding plan for `data` and its record batches, every batch checked (with the GIL
 /// released): what `encode_kafka` and `iter_kafka` share.
-fn plan_kafka_input(
+pub(super) fn plan_kafka_input(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
     value_format: &str,
