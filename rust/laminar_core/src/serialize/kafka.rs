@@ -438,6 +438,15 @@ impl KafkaEncoder {
         Ok((value, key))
     }
 
+    /// Whether every row has been encoded (the next [`Self::next_chunk`] returns `false`).
+    pub fn is_done(&self) -> bool {
+        let mut rest = self.batches.iter().skip(self.batch);
+        match rest.next() {
+            None => true,
+            Some(current) => self.row >= current.num_rows() && rest.all(|b| b.num_rows() == 0),
+        }
+    }
+
     /// Clears `chunk` and fills it with the next rows, up to about [`CHUNK_BYTES`] of values
     /// (see [`Self::with_chunk_bytes`]).
     /// Returns `false` (and leaves `chunk` empty) when every row has been encoded.

@@ -19,7 +19,7 @@ use proptest::prelude::*;
 
 use super::check_batch;
 use super::json::{JsonRowEncoder, check_json_schema, encode_values};
-use super::kafka::{KafkaOptions, ValueFormat, encode_kafka, plan_kafka};
+use super::kafka::{KafkaEncoder, KafkaOptions, ValueFormat, encode_kafka, plan_kafka};
 use super::pgcopy::{COPY_HEADER, PgColumn, encode_pg_copy, plan_pg_copy};
 use crate::error::CoreError;
 
@@ -358,6 +358,36 @@ fn kafka_chunks_cover_every_row_in_order() {
             Some(strings[i % n].as_bytes())
         );
     }
+}
+
+#[test]
+fn a_kafka_encoder_is_done_once_its_last_row_is_encoded() {
+    let strings: Vec<String> = (0..40_000).map(|i| format!("{i:060}")).collect();
+    let b = batch(vec![(
+        "s",
+        Arc::new(StringArray::from(strings)) as ArrayRef,
+    )]);
+    let empty = b.slice(0, 0);
+    let options = KafkaOptions {
+        value_format: ValueFormat::Raw,
+        value_column: None,
+        key_column: None,
+    };
+    let plan = plan_kafka(&b.schema(), &options).unwrap_or_else(|e| panic!("{e}"));
+    let mut encoder = KafkaEncoder::new(plan, vec![b, empty]);
+    let mut chunk = encoder.new_chunk();
+    let mut rows = 0;
+    assert!(!encoder.is_done());
+    while encoder
+        .next_chunk(&mut chunk)
+        .unwrap_or_else(|e| panic!("{e}"))
+    {
+        rows += chunk.values.len();
+        // done exactly when every row was handed out (a trailing empty batch has none)
+        assert_eq!(encoder.is_done(), rows == 40_000);
+    }
+    assert_eq!(rows, 40_000);
+    assert!(encoder.is_done());
 }
 
 // --- COPY BINARY ---------------------------------------------------------------------------

@@ -187,15 +187,15 @@ impl rd_kafka_vu_t {
         }
     }
 
-    pub fn header(name: *const c_char, value: &[u8]) -> Self {
+    /// A header; a `None` value is a null one (NULL, size 0), not an empty one.
+    pub fn header(name: *const c_char, value: Option<&[u8]>) -> Self {
+        let (val, size) = value.map_or((std::ptr::null(), 0), |v| {
+            (v.as_ptr().cast(), v.len() as isize)
+        });
         Self {
             vtype: VTYPE_HEADER,
             u: VuValue {
-                header: VuHeader {
-                    name,
-                    val: value.as_ptr().cast(),
-                    size: value.len() as isize,
-                },
+                header: VuHeader { name, val, size },
             },
         }
     }

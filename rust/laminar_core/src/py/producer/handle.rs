@@ -13,6 +13,9 @@ use pyo3::types::{PyDict, PyTuple};
 
 use super::ffi::{self, Api, rd_kafka_t, rd_kafka_vu_t, text};
 
+/// A record header: its name and value (None: a null value, not an empty one).
+pub type Header = (CString, Option<Vec<u8>>);
+
 /// One delivery report (failures only, unless the user asked for every report).
 pub struct Delivery {
     pub code: ffi::rd_kafka_resp_err_t,
@@ -254,7 +257,7 @@ impl Handle {
         partition: i32,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
-        headers: &[(CString, Vec<u8>)],
+        headers: &[Header],
     ) -> Result<(), CallError> {
         args.clear();
         args.push(rd_kafka_vu_t::cstr(ffi::VTYPE_TOPIC, topic.as_ptr()));
@@ -265,7 +268,7 @@ impl Handle {
             args.push(rd_kafka_vu_t::mem(ffi::VTYPE_KEY, key));
         }
         for (name, value) in headers {
-            args.push(rd_kafka_vu_t::header(name.as_ptr(), value));
+            args.push(rd_kafka_vu_t::header(name.as_ptr(), value.as_deref()));
         }
         // SAFETY: every pointer in `args` borrows from this call's arguments, which outlive it;
         // RD_KAFKA_MSG_F_COPY makes librdkafka copy the payloads, and headers are always copied.
@@ -283,7 +286,7 @@ impl Handle {
         partition: i32,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
-        headers: &[(CString, Vec<u8>)],
+        headers: &[Header],
         deadline: Instant,
     ) -> Result<(), CallError> {
         loop {

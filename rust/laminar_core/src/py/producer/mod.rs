@@ -20,8 +20,10 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use super::serialize::plan_kafka_input;
-use crate::serialize::kafka::KafkaEncoder;
-use handle::{CallError, Handle, Reports};
+use std::sync::mpsc;
+
+use crate::serialize::kafka::{KafkaEncoder, RecordChunk};
+use handle::{CallError, Handle, Header, Reports};
 
 static KAFKA_ERROR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 static KAFKA_EXCEPTION: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -89,7 +91,7 @@ fn payload(value: &Bound<'_, PyAny>) -> PyResult<Option<Vec<u8>>> {
 }
 
 /// Headers as a list of `(name, value)` (value bytes, str or None), or a dict.
-fn header_list(headers: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(CString, Vec<u8>)>> {
+fn header_list(headers: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<Header>> {
     let Some(headers) = headers.filter(|h| !h.is_none()) else {
         return Ok(Vec::new());
     };
@@ -101,10 +103,7 @@ fn header_list(headers: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(CString, Vec
         .iter()
         .map(|item| {
             let (name, value): (String, Bound<'_, PyAny>) = item.extract()?;
-            Ok((
-                cstring("a header name", name)?,
-                payload(&value)?.unwrap_or_default(),
-            ))
+            Ok((cstring("a header name", name)?, payload(&value)?))
         })
         .collect()
 }
@@ -138,46 +137,105 @@ struct Refused {
     value_size: usize,
 }
 
-/// Encodes every row of `encoder` chunk by chunk (about 1 MiB each, the buffers reused) and
-/// hands each record to librdkafka: the hot path of `produce_arrow`, run without the GIL.
+/// Encodes every row of `encoder` chunk by chunk (about 1 MiB each, two buffers reused) and
+/// hands each record to librdkafka: the hot path of `produce_arrow`, run without the GIL. A slice
+/// of more than one chunk is encoded on a second thread while this one hands the previous chunk
+/// over (encoding is about a third of the work: docs/serialization.md, "Performance").
 fn produce_encoded(
     handle: &Handle,
     mut encoder: KafkaEncoder,
     topic: &CString,
-    headers: &[(CString, Vec<u8>)],
+    headers: &[Header],
     deadline: Instant,
 ) -> crate::error::CoreResult<Produced> {
-    let mut chunk = encoder.new_chunk();
-    let mut args = Vec::with_capacity(5 + headers.len());
-    let (mut rows, mut bytes) = (0usize, 0usize);
-    while encoder.next_chunk(&mut chunk)? {
-        for i in 0..chunk.values.len() {
-            let value = chunk.values.get(i);
-            let key = chunk.keys.as_ref().and_then(|k| k.get(i));
-            if let Err(error) =
-                handle.produce_waiting(&mut args, topic, -1, key, value, headers, deadline)
-            {
-                let refused = Refused {
-                    error,
-                    row: rows,
-                    key: key.map(<[u8]>::to_vec),
-                    value_size: value.map_or(0, <[u8]>::len),
-                };
-                return Ok(Produced {
-                    rows,
-                    bytes,
-                    refused: Some(refused),
-                });
-            }
-            rows += 1;
-            bytes += value.map_or(0, <[u8]>::len) + key.map_or(0, <[u8]>::len);
-        }
-    }
-    Ok(Produced {
-        rows,
-        bytes,
+    let mut produced = Produced {
+        rows: 0,
+        bytes: 0,
         refused: None,
+    };
+    let mut args = Vec::with_capacity(5 + headers.len());
+    let mut first = encoder.new_chunk();
+    if !encoder.next_chunk(&mut first)? {
+        return Ok(produced);
+    }
+    if encoder.is_done() {
+        hand_over(
+            handle,
+            &first,
+            &mut args,
+            topic,
+            headers,
+            deadline,
+            &mut produced,
+        );
+        return Ok(produced);
+    }
+    std::thread::scope(|scope| {
+        let (full_tx, full_rx) = mpsc::sync_channel::<crate::error::CoreResult<RecordChunk>>(1);
+        let (empty_tx, empty_rx) = mpsc::sync_channel::<RecordChunk>(1);
+        let _ = empty_tx.send(encoder.new_chunk());
+        scope.spawn(move || {
+            while let Ok(mut chunk) = empty_rx.recv() {
+                let next = match encoder.next_chunk(&mut chunk) {
+                    Ok(true) => Ok(chunk),
+                    Ok(false) => break,
+                    Err(e) => Err(e),
+                };
+                let failed = next.is_err();
+                if full_tx.send(next).is_err() || failed {
+                    break;
+                }
+            }
+        });
+        let mut chunk = first;
+        loop {
+            hand_over(
+                handle,
+                &chunk,
+                &mut args,
+                topic,
+                headers,
+                deadline,
+                &mut produced,
+            );
+            if produced.refused.is_some() {
+                return Ok(produced); // dropping the channels ends the encoder
+            }
+            let _ = empty_tx.send(chunk);
+            match full_rx.recv() {
+                Ok(next) => chunk = next?,
+                Err(_) => return Ok(produced), // the encoder is done
+            }
+        }
     })
+}
+
+/// Hands one chunk's records to librdkafka, counting them into `produced`; stops at the first
+/// one refused (recorded in `produced.refused`).
+fn hand_over(
+    handle: &Handle,
+    chunk: &RecordChunk,
+    args: &mut Vec<ffi::rd_kafka_vu_t>,
+    topic: &CString,
+    headers: &[Header],
+    deadline: Instant,
+    produced: &mut Produced,
+) {
+    for i in 0..chunk.values.len() {
+        let value = chunk.values.get(i);
+        let key = chunk.keys.as_ref().and_then(|k| k.get(i));
+        if let Err(error) = handle.produce_waiting(args, topic, -1, key, value, headers, deadline) {
+            produced.refused = Some(Refused {
+                error,
+                row: produced.rows,
+                key: key.map(<[u8]>::to_vec),
+                value_size: value.map_or(0, <[u8]>::len),
+            });
+            return;
+        }
+        produced.rows += 1;
+        produced.bytes += value.map_or(0, <[u8]>::len) + key.map_or(0, <[u8]>::len);
+    }
 }
 
 /// What confluent-kafka takes besides librdkafka's properties, read out of the configuration.
