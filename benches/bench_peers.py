@@ -7,7 +7,7 @@ Kafka (write + flush inside a transaction; begin, Laminar's epoch marker and the
 timed: the marker is the commit protocol's, gated by bench_budgets.py's commit overhead):
 
 - raw confluent-kafka producing the records Laminar encoded, encoded beforehand, with the same
-  key and headers and the same call form: Laminar >= 0.9x;
+  key and headers and the same call form: Laminar >= 1.0x (and >= 2x producing alone, the goal);
 - the naive loop ``to_pylist()`` + ``json.dumps`` + ``produce``: Laminar >= 5x.
 
 PostgreSQL (one transaction each, committed; the table is truncated before each turn, untimed):
@@ -60,8 +60,10 @@ SLOW_PEER_ROUNDS = 3
 #: 0.656-0.762, COPY pre-encoded 0.849-0.985, pgpq 0.984-1.10 and the naive loop 4.72-6.93 (3
 #: capped rounds): below the goal in some runs with no change to the code, while a quiet run of
 #: the benchmarks alone meets it (docs/benchmarks.md). Each floor sits below the lowest of those
-#: and above half of it, so a write path made 2x slower fails.
-KAFKA_GATES = {"raw produce": (0.9, 0.5), "naive loop": (5.0, 3.5)}
+#: and above half of it, so a write path made 2x slower fails. Kafka's since its records are
+#: produced by the core (docs/kafka.md, "Producing"): 1.05-1.19x raw produce, write + flush, at
+#: load 4-6 on the 2-core machine — the flush is the broker's own pace, the same for both.
+KAFKA_GATES = {"raw produce": (1.0, 0.7), "naive loop": (5.0, 3.5)}
 PG_GATES = {
     "COPY pre-encoded": (0.9, 0.6),
     "adbc_ingest": (1.3, 1.3),
@@ -69,9 +71,11 @@ PG_GATES = {
     "write_row": (5.0, 5.0),
 }
 #: Laminar's write (encode + produce, the flush untimed) over raw produce of the records encoded
-#: beforehand: at least. Laminar encodes too (about 14 ms per 50 K records), so this sits below 1;
-#: the floor is below what full CI runs measure and above half of it (docs/benchmarks.md).
-PRODUCING_FLOOR = 0.6
+#: beforehand: at least (the floor), and the goal shown beside it. Laminar encodes too (about
+#: 14 ms per 50 K records), on a second thread while the core hands the previous chunk to
+#: librdkafka without the GIL: 1.6-1.9x at load ~4, 1.02x at load 5.6 (docs/benchmarks.md).
+PRODUCING_FLOOR = 0.8
+PRODUCING_GOAL = 2.0
 #: The librdkafka settings of Laminar's producer that bear on throughput
 #: (laminar.kafka._config.build_producer_config), given to the raw peers too: the same
 #: acknowledgements, idempotence and delivery reports (failures only).
@@ -292,6 +296,7 @@ def bench_kafka_write_vs_peers(
             PRODUCING_FLOOR,
             not busy,
             note=f"; load average {load:.1f}{' (busy: not enforced)' if busy else ''}",
+            goal=PRODUCING_GOAL,
         )
     finally:
         ratio_gates(gate, "kafka", seconds, KAFKA_GATES, KAFKA_ROWS)
