@@ -16,6 +16,15 @@ use super::ffi::{self, Api, rd_kafka_t, rd_kafka_vu_t, text};
 /// A record header: its name and value (None: a null value, not an empty one).
 pub type Header = (CString, Option<Vec<u8>>);
 
+/// One record as `Handle::produce` hands it over (-1: the partitioner chooses).
+pub struct Record<'a> {
+    pub topic: &'a CStr,
+    pub partition: i32,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub headers: &'a [Header],
+}
+
 /// One delivery report (failures only, unless the user asked for every report).
 pub struct Delivery {
     pub code: ffi::rd_kafka_resp_err_t,
@@ -246,52 +255,38 @@ impl Handle {
         }
     }
 
-    /// Hands one record to librdkafka (copied: nothing here must outlive the call). `args` is
-    /// the caller's scratch space, reused between records.
+    /// Hands one record to librdkafka (copied: nothing here must outlive the call). While
+    /// librdkafka's queue is full it serves delivery reports and tries again, up to `deadline`
+    /// (None: not at all); then the queue-full error. `args` is the caller's scratch space,
+    /// reused between records.
     #[inline]
-    #[allow(clippy::too_many_arguments)]
     pub fn produce(
         &self,
         args: &mut Vec<rd_kafka_vu_t>,
-        topic: &CStr,
-        partition: i32,
-        key: Option<&[u8]>,
-        value: Option<&[u8]>,
-        headers: &[Header],
+        record: &Record<'_>,
+        deadline: Option<Instant>,
     ) -> Result<(), CallError> {
         args.clear();
-        args.push(rd_kafka_vu_t::cstr(ffi::VTYPE_TOPIC, topic.as_ptr()));
-        args.push(rd_kafka_vu_t::int(ffi::VTYPE_PARTITION, partition));
+        args.push(rd_kafka_vu_t::cstr(ffi::VTYPE_TOPIC, record.topic.as_ptr()));
+        args.push(rd_kafka_vu_t::int(ffi::VTYPE_PARTITION, record.partition));
         args.push(rd_kafka_vu_t::int(ffi::VTYPE_MSGFLAGS, ffi::MSG_F_COPY));
-        args.push(rd_kafka_vu_t::mem(ffi::VTYPE_VALUE, value));
-        if key.is_some() {
-            args.push(rd_kafka_vu_t::mem(ffi::VTYPE_KEY, key));
+        args.push(rd_kafka_vu_t::mem(ffi::VTYPE_VALUE, record.value));
+        if record.key.is_some() {
+            args.push(rd_kafka_vu_t::mem(ffi::VTYPE_KEY, record.key));
         }
-        for (name, value) in headers {
+        for (name, value) in record.headers {
             args.push(rd_kafka_vu_t::header(name.as_ptr(), value.as_deref()));
         }
-        // SAFETY: every pointer in `args` borrows from this call's arguments, which outlive it;
-        // RD_KAFKA_MSG_F_COPY makes librdkafka copy the payloads, and headers are always copied.
-        self.result(unsafe { (self.api.rd_kafka_produceva)(self.rk, args.as_ptr(), args.len()) })
-    }
-
-    /// Like [`Handle::produce`], serving delivery reports while librdkafka's queue is full, up to
-    /// `deadline`; then the queue-full error.
-    #[inline]
-    #[allow(clippy::too_many_arguments)]
-    pub fn produce_waiting(
-        &self,
-        args: &mut Vec<rd_kafka_vu_t>,
-        topic: &CStr,
-        partition: i32,
-        key: Option<&[u8]>,
-        value: Option<&[u8]>,
-        headers: &[Header],
-        deadline: Instant,
-    ) -> Result<(), CallError> {
         loop {
-            match self.produce(args, topic, partition, key, value, headers) {
-                Err(e) if e.code == ffi::ERR_QUEUE_FULL && Instant::now() < deadline => {
+            // SAFETY: every pointer in `args` borrows from `record`, which outlives the call;
+            // RD_KAFKA_MSG_F_COPY makes librdkafka copy the payloads, and headers are copied.
+            let error =
+                unsafe { (self.api.rd_kafka_produceva)(self.rk, args.as_ptr(), args.len()) };
+            match self.result(error) {
+                Err(e)
+                    if e.code == ffi::ERR_QUEUE_FULL
+                        && deadline.is_some_and(|d| Instant::now() < d) =>
+                {
                     self.poll(5);
                 }
                 other => return other,

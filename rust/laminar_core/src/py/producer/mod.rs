@@ -23,7 +23,7 @@ use super::serialize::plan_kafka_input;
 use std::sync::mpsc;
 
 use crate::serialize::kafka::{KafkaEncoder, RecordChunk};
-use handle::{CallError, Handle, Header, Reports};
+use handle::{CallError, Handle, Header, Record, Reports};
 
 static KAFKA_ERROR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 static KAFKA_EXCEPTION: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -224,7 +224,14 @@ fn hand_over(
     for i in 0..chunk.values.len() {
         let value = chunk.values.get(i);
         let key = chunk.keys.as_ref().and_then(|k| k.get(i));
-        if let Err(error) = handle.produce_waiting(args, topic, -1, key, value, headers, deadline) {
+        let record = Record {
+            topic,
+            partition: -1,
+            key,
+            value,
+            headers,
+        };
+        if let Err(error) = handle.produce(args, &record, Some(deadline)) {
             produced.refused = Some(Refused {
                 error,
                 row: produced.rows,
@@ -559,15 +566,15 @@ impl PyProducer {
         let key = key.map(payload).transpose()?.flatten();
         let headers = header_list(headers)?;
         let mut args = Vec::with_capacity(8);
+        let record = Record {
+            topic: &topic,
+            partition,
+            key: key.as_deref(),
+            value: value.as_deref(),
+            headers: &headers,
+        };
         self.handle
-            .produce(
-                &mut args,
-                &topic,
-                partition,
-                key.as_deref(),
-                value.as_deref(),
-                &headers,
-            )
+            .produce(&mut args, &record, None)
             .map_err(|e| raise(py, &e))
     }
 
@@ -658,10 +665,14 @@ impl PyProducer {
                 value.as_ref().map(|b| b.as_bytes()),
                 key.as_ref().map(|b| b.as_bytes()),
             );
-            if let Err(e) = self
-                .handle
-                .produce_waiting(&mut args, &topic, -1, k, v, &headers, deadline)
-            {
+            let record = Record {
+                topic: &topic,
+                partition: -1,
+                key: k,
+                value: v,
+                headers: &headers,
+            };
+            if let Err(e) = self.handle.produce(&mut args, &record, Some(deadline)) {
                 refused = Some((
                     kafka_error(py, &e)?.unbind(),
                     rows,
