@@ -1,6 +1,7 @@
 """The Spark Connect server the ``format("laminar")`` benchmarks share (``benches/conftest.py``'s
 ``spark_bench_server``: one start per run): ``local[4]``, the PostgreSQL JDBC driver on its class
-path (Spark's JDBC writer is a peer), the test database's DSN in its environment, and
+path (Spark's JDBC writer is a peer), Spark's Kafka connector (its ``format("kafka")`` sink is a
+peer: `benches.bench_spark_kafka_peer`), the test database's DSN in its environment, and
 ``LAMINAR_TRACE`` passed on when set (docs/benchmarks.md, "The trace")."""
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def bench_server(log_dir: Path, pg_dsn: str) -> Any:
     return SparkConnectServer(
         master="local[4]",
         jars=[JDBC_JAR],
+        kafka_connector=True,
         driver_memory="2g",
         env={DSN_VAR: pg_dsn, **trace},
         log_path=log_dir / "spark-connect-datasource-bench.log",
