@@ -56,6 +56,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, Writ
 
 import laminar
 import laminar.spark
+from laminar import _trace
 from tests.integration.kafka_fill import settled_committed
 
 try:  # the no-op source and function travel by value to the server's Python workers
@@ -200,7 +201,9 @@ def bench_format_laminar_at_streaming_cadence(
             turn: dict[str, list[dict[str, float]]] = {}
             for way in ways:
                 timeout = 60 + 5 * SEGMENT_BATCHES
+                _trace.mark("bench way", way=way, rows=ROWS)  # benches.spark_trace reads these
                 turn[way] = run_segment(lambda w=way: start(w), SEGMENT_BATCHES, timeout)
+                _trace.mark("bench way done", way=way)
             rounds.append(turn)
     finally:
         spark.stop()
