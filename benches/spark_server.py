@@ -31,6 +31,10 @@ def bench_server(log_dir: Path, pg_dsn: str) -> Any:
         jars=[JDBC_JAR],
         kafka_connector=True,
         driver_memory="2g",
-        env={DSN_VAR: pg_dsn, **trace},
+        # Python writes bytecode caches for laminar's modules as an installed wheel has them: this
+        # machine's environment sets PYTHONDONTWRITEBYTECODE=1, under which each of the three
+        # fresh driver-side Python processes of every batch compiled laminar from source
+        # (docs/benchmarks.md, "format('laminar'): where a batch's time goes")
+        env={DSN_VAR: pg_dsn, "PYTHONDONTWRITEBYTECODE": "", **trace},
         log_path=log_dir / "spark-connect-datasource-bench.log",
     )
