@@ -267,6 +267,7 @@ def write_task(
     `resolve_stopped` resolved then writes nothing, and so does one that arrives after the next
     run's writer reserved the fence, ``writer`` being that of the task's writer: its token)."""
     from laminar.protocol.scaleout import ScaleOutTask  # lazy: see top
+    from laminar.spark._conn_cache import KeptControl  # lazy: see top
 
     kafka, postgres, group_id = _sinks(options)
     dsn = options.resolved_state_dsn()
@@ -276,7 +277,7 @@ def write_task(
     _trace.mark("epoch base read", part=part)
     task = ScaleOutTask(group_id, epoch, postgres, kafka, state_dsn=dsn)
     results = task.write_partition(
-        part, batches, attempt=attempt, create_record=True, writer=writer
+        part, batches, attempt=attempt, create_record=True, writer=writer, control=KeptControl(dsn)
     )
     _trace.mark("task done", part=part, rows=sum(r.records for r in results))
     return LaminarCommitMessage(epoch, part, owner, results, run)
