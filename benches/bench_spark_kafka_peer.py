@@ -14,10 +14,10 @@ files with ``trigger(availableNow=True)``, in place — one partition per file �
 on the benchmarks' Spark Connect server (`benches.spark_server`: ``local[4]`` with Spark's Kafka
 connector). Each query writes a fresh topic from a fresh checkpoint; the ways run in rounds, the
 order rotated each round (a burst of load hits all of them alike), after one warm-up query each,
-once per run (Spark's Python workers start and import laminar once: no way's figure). Measured per query:
-seconds from ``start()`` to the query's end, and the CPU seconds of every process involved — the
-server's tree (its JVM, Python workers, driver-side Python processes), the broker's and
-PostgreSQL's (the data source's decision database) — `benches.proc_stats.CpuClock`.
+once per run (Spark's Python workers start and import laminar once: no way's figure). Measured
+per query: seconds from ``start()`` to the query's end, and the CPU seconds of every process
+involved — the server's tree (its JVM, Python workers, driver-side Python processes), the
+broker's and PostgreSQL's (the data source's decision database) — `benches.proc_stats.CpuClock`.
 
 Every way's records are checked in Kafka afterwards, by the committed records with their
 transactions' control batches replayed (`tests.integration.kafka_fill.settled_committed`, not a
