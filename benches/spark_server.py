@@ -1,6 +1,7 @@
 """The Spark Connect server the ``format("laminar")`` benchmarks share (``benches/conftest.py``'s
 ``spark_bench_server``: one start per run): ``local[4]``, the PostgreSQL JDBC driver on its class
-path (Spark's JDBC writer is a peer), the test database's DSN in its environment, and
+path (Spark's JDBC writer is a peer), Spark's Kafka connector (its ``format("kafka")`` sink is a
+peer: `benches.bench_spark_kafka_peer`), the test database's DSN in its environment, and
 ``LAMINAR_TRACE`` passed on when set (docs/benchmarks.md, "The trace")."""
 
 from __future__ import annotations
@@ -28,7 +29,12 @@ def bench_server(log_dir: Path, pg_dsn: str) -> Any:
     return SparkConnectServer(
         master="local[4]",
         jars=[JDBC_JAR],
+        kafka_connector=True,
         driver_memory="2g",
-        env={DSN_VAR: pg_dsn, **trace},
+        # Python writes bytecode caches for laminar's modules as an installed wheel has them: this
+        # machine's environment sets PYTHONDONTWRITEBYTECODE=1, under which each of the three
+        # fresh driver-side Python processes of every batch compiled laminar from source
+        # (docs/benchmarks.md, "format('laminar'): where a batch's time goes")
+        env={DSN_VAR: pg_dsn, "PYTHONDONTWRITEBYTECODE": "", **trace},
         log_path=log_dir / "spark-connect-datasource-bench.log",
     )

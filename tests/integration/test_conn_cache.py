@@ -145,3 +145,53 @@ def test_a_dead_kept_connection_is_replaced_on_the_next_read(pg_dsn: str) -> Non
     assert now.info.parameter_status("application_name") == "laminar worker"
     assert now is not kept
     assert not now.closed
+
+
+def names(dsn: str, pid: int) -> str | None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT application_name FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def test_a_kept_control_connection_gives_its_lock_back(pg_dsn: str) -> None:
+    """A task's control connection kept for the worker's next task (`KeptControl`): handed out
+    as ``laminar task`` with autocommit off; given back with its session lock released and its
+    transaction ended (as closing it did), named ``laminar worker``; the next task gets the
+    same session."""
+    control = _conn_cache.KeptControl(pg_dsn)
+    conn = control.open()
+    pid = backend_pid(conn)
+    assert not conn.autocommit
+    assert names(pg_dsn, pid) == "laminar task"
+    conn.execute("SELECT pg_advisory_lock(hashtextextended('t kept control', 0))")
+    conn.commit()  # a session lock: it outlives the transaction, as the partition's does
+    conn.execute("SELECT 1")  # and a transaction left open
+    with psycopg.connect(pg_dsn, autocommit=True) as other:
+        locked = "SELECT pg_try_advisory_lock(hashtextextended('t kept control', 0))"
+        assert other.execute(locked).fetchone() == (False,)
+        control.release(conn)
+        assert not conn.closed
+        assert names(pg_dsn, pid) == "laminar worker"
+        assert other.execute(locked).fetchone() == (True,)
+    again = control.open()
+    assert again is conn
+    assert names(pg_dsn, pid) == "laminar task"
+    control.release(again)
+
+
+def test_a_control_connection_that_died_is_replaced(pg_dsn: str) -> None:
+    control = _conn_cache.KeptControl(pg_dsn)
+    conn = control.open()
+    pid = backend_pid(conn)
+    with psycopg.connect(pg_dsn, autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(psycopg.OperationalError):
+        conn.execute("SELECT 1")
+    control.release(conn)  # cannot be reset: closed, not kept
+    assert conn.closed
+    fresh = control.open()
+    assert fresh is not conn
+    assert backend_pid(fresh) != pid
+    control.release(fresh)

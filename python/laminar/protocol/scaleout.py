@@ -26,7 +26,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -59,6 +59,7 @@ from laminar.protocol.distributed import (
 
 __all__ = [
     "RESULT_SCHEMA",
+    "ControlConnections",
     "ParticipantResult",
     "ScaleOutCoordinator",
     "ScaleOutTask",
@@ -159,6 +160,21 @@ def results_batch(results: Sequence[ParticipantResult]) -> pa.RecordBatch:
 # -- the task side -------------------------------------------------------------------------------
 
 
+class ControlConnections(Protocol):
+    """Where a task attempt's control connection (its partition's session lock, its claims)
+    comes from and goes back to, when not a new connection per attempt closed at its end: the
+    data source's tasks keep one per Spark Python worker (`laminar.spark._conn_cache`)."""
+
+    def open(self) -> psycopg.Connection[Any]:
+        """An idle connection with autocommit off that holds no lock."""
+        ...
+
+    def release(self, conn: psycopg.Connection[Any]) -> None:
+        """The attempt is over: what it held (its transaction, its session lock) must be
+        released here, as closing the connection would."""
+        ...
+
+
 class ScaleOutTask:
     """What one Spark task runs (``df.mapInArrow(task, RESULT_DDL)``): picklable configuration
     of the group's sinks and the epoch. `write_partition` is the Spark-free form."""
@@ -200,13 +216,15 @@ class ScaleOutTask:
         attempt: str | None = None,
         create_record: bool = False,
         writer: str | None = None,
+        control: ControlConnections | None = None,
     ) -> list[ParticipantResult]:
         """Write partition ``part`` of the epoch as prepared participants: the core's
         `ScaleOutTaskMachine`, driven on a control connection of its own (module docstring).
         ``create_record``: the task first creates the epoch's ``dt_state`` row if it is missing
         (the data source's tasks run before any coordinator step: docs/spark.md); ``writer``:
         the token of the data source's writer whose task this is (a stop fence reserved for
-        another writer makes the attempt write nothing, docs/protocol.md §4)."""
+        another writer makes the attempt write nothing, docs/protocol.md §4); ``control``: where
+        its control connection comes from (default: a new one, closed at the end)."""
         attempt = attempt or f"0-{uuid.uuid4().hex[:12]}"
         pgs = [postgres_participant(p, part) for p in self.postgres]
         kas = [kafka_participant(k, part) for k in self.kafka]
@@ -220,7 +238,7 @@ class ScaleOutTask:
             group_id=self.group_id if create_record else None,
             writer=writer,
         )
-        driver = _TaskDriver(self, part, batches, pgs, kas)
+        driver = _TaskDriver(self, part, batches, pgs, kas, control)
         try:
             with _telemetry.epoch("task", self.group_id, self.epoch):
                 drive(machine, driver.perform)
@@ -240,8 +258,10 @@ class _TaskDriver(DistributedDriver):
         batches: Iterable[pa.RecordBatch | pa.Table],
         pgs: list[PostgresSink],
         kas: list[KafkaSink],
+        control: ControlConnections | None = None,
     ) -> None:
         super().__init__({}, self._connect, log)
+        self.control = control
         self.task = task
         self.part = part
         self.batches = iter(batches)
@@ -265,7 +285,10 @@ class _TaskDriver(DistributedDriver):
         if self.conn is None:
             dsn = self.task.state_dsn or self.task.postgres[0].resolved_dsn
             try:
-                self.conn = psycopg.connect(dsn, application_name="laminar task")
+                if self.control is not None:
+                    self.conn = self.control.open()
+                else:
+                    self.conn = psycopg.connect(dsn, application_name="laminar task")
             except psycopg.Error as e:
                 raise map_pg_error(e, f"scale-out task {self.part}: connecting") from e
         return self.conn
@@ -321,7 +344,8 @@ class _TaskDriver(DistributedDriver):
                     sink.close()
 
     def close(self) -> None:
-        """Close the control connection (which releases the partition's lock). An attempt
+        """Close the control connection (which releases the partition's lock), or give it back
+        to ``control`` (which releases it there). An attempt
         interrupted by what `drive` does not hand to the machine (a ``BaseException``: an
         interrupt, ``SystemExit`` from a signal handler) never reached its release: its sinks
         are closed here, which aborts an open Kafka transaction instead of leaving it open
@@ -332,7 +356,9 @@ class _TaskDriver(DistributedDriver):
                 with contextlib.suppress(Exception):
                     sink.close()
         conn, self.conn = self.conn, None
-        if conn is not None:
+        if conn is not None and self.control is not None:
+            self.control.release(conn)
+        elif conn is not None:
             with contextlib.suppress(psycopg.Error):
                 conn.close()
 

@@ -3,13 +3,14 @@
 task's time goes"; Spark reuses its Python workers between tasks, ``spark.python.worker.reuse``)
 or the next micro-batch's writer in a driver-side Python process Spark reuses.
 
-Two uses, each with a connection of its own: the task's read of the group's epoch base
+Three uses, each with a connection of its own: the task's read of the group's epoch base
 (`laminar.spark.source.write_task`, whose schema check, `laminar.metadata.ensure_schema`, is
-then done once per process) and the writer's lift of the stop fence (``use="lift"``: no schema
-check, the lift never migrates). Both are autocommit statements that hold no lock and no
-transaction between uses. The task's control connection (its partition's session lock) and the
-participants' connections are never cached: they belong to one attempt and the protocol's
-machines (docs/protocol.md §4).
+then done once per process), the writer's lift of the stop fence (``use="lift"``: no schema
+check, the lift never migrates) — both autocommit statements that hold no lock and no
+transaction between uses — and the task's control connection (``use="control"``,
+`KeptControl`: its partition's session lock and its claims, given back with the lock released
+and its transaction ended, as closing it would). The participants' connections are never
+cached: they belong to one attempt and the protocol's machines (docs/protocol.md §4).
 
 - A connection is handed out again only if it is open, not broken and idle; otherwise it is
   closed and a new one made.
@@ -36,7 +37,7 @@ from typing import Any
 
 import psycopg
 
-__all__ = ["cached_connection", "clear", "discard"]
+__all__ = ["KeptControl", "cached_connection", "clear", "discard"]
 
 #: Connections of this process by DSN, use and thread (`threading.get_ident`).
 _cache: dict[tuple[str, str, int], psycopg.Connection[Any]] = {}
@@ -85,6 +86,50 @@ def cached_connection(
     with _lock:
         _cache[key] = conn
     return conn
+
+
+#: A task's control connection while its attempt runs (what shows a task still writing in
+#: ``pg_stat_activity``: docs/spark.md), and while the worker keeps it between tasks.
+TASK_NAME, KEPT_NAME = "laminar task", "laminar worker"
+
+
+class KeptControl:
+    """The control connection of the data source's task attempts
+    (`laminar.protocol.scaleout.ControlConnections`), kept by the Spark Python worker for its
+    next task as the epoch base's is: a connect per task saved (~35 ms on loopback, measured in
+    docs/benchmarks.md). Handed out named ``laminar task``, autocommit off; given back with its
+    transaction rolled back, every session advisory lock released (``pg_advisory_unlock_all``:
+    the partition's lock, which closing the connection used to release) and named ``laminar
+    worker`` — an idle kept connection is not a task still writing. A connection that cannot be
+    reset so is closed (which releases the lock too) and the next task makes a new one."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    def open(self) -> psycopg.Connection[Any]:
+        conn = cached_connection(self.dsn, application_name=TASK_NAME, use="control")
+        try:
+            if conn.info.parameter_status("application_name") != TASK_NAME:
+                conn.execute("SELECT set_config('application_name', %s, false)", (TASK_NAME,))
+            conn.autocommit = False
+        except psycopg.Error:
+            discard(self.dsn, use="control")
+            raise
+        return conn
+
+    def release(self, conn: psycopg.Connection[Any]) -> None:
+        try:
+            if conn.closed or conn.broken:
+                raise psycopg.InterfaceError("the control connection is closed")
+            conn.rollback()
+            conn.autocommit = True
+            conn.execute(
+                "SELECT pg_advisory_unlock_all(), set_config('application_name', %s, false)",
+                (KEPT_NAME,),
+            )
+        except psycopg.Error:
+            discard(self.dsn, use="control")
+            _close(conn)
 
 
 def discard(dsn: str, *, use: str = "") -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -72,6 +73,18 @@ _trace.mark("imported laminar.spark.source")
 
 #: Processes (Spark Python workers) that checked the servers of a configuration already.
 _checked: set[str] = set()
+
+#: The module Spark runs a streaming sink's ``commit`` and ``abort`` under, in a Python process
+#: of its own per call: it creates the writer only to call one of them (pyspark's
+#: ``python_streaming_sink_runner``), never to ship it to tasks.
+_COMMIT_RUNNER = "pyspark.sql.worker.python_streaming_sink_runner"
+
+
+def _in_commit_runner() -> bool:
+    """Whether this process is Spark's commit runner (`_COMMIT_RUNNER`): a forked worker of its
+    daemon imported the module before calling it; without a daemon it is ``__main__``."""
+    main = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return _COMMIT_RUNNER in sys.modules or getattr(main, "name", None) == _COMMIT_RUNNER
 
 
 @dataclass
@@ -123,6 +136,13 @@ class LaminarStreamWriter(DataSourceStreamArrowWriter):
         #: This writer's token, pickled with it to its tasks: the stop fence it lifts is
         #: reserved for them (a worker of an earlier writer stays fenced, docs/protocol.md §4).
         self.token = uuid.uuid4().hex
+        if _in_commit_runner():
+            # Spark's commit runner creates the writer to call commit or abort only: no task
+            # carries this token, so there is no fence to reserve for it, and the commit reaches
+            # (and checks) the servers it uses itself. The writer that Spark ships to the batch's
+            # tasks was created, checked and its fence lifted in another process before them.
+            _trace.mark("stream writer created", commit_runner=True)
+            return
         # the sinks are built once here: their own checks, then the servers, then the fence
         kafka, postgres, group_id = _sinks(options)
         _check_servers_once(options, [*postgres, *kafka], where="the Spark driver's Python")
@@ -247,6 +267,7 @@ def write_task(
     `resolve_stopped` resolved then writes nothing, and so does one that arrives after the next
     run's writer reserved the fence, ``writer`` being that of the task's writer: its token)."""
     from laminar.protocol.scaleout import ScaleOutTask  # lazy: see top
+    from laminar.spark._conn_cache import KeptControl  # lazy: see top
 
     kafka, postgres, group_id = _sinks(options)
     dsn = options.resolved_state_dsn()
@@ -256,7 +277,7 @@ def write_task(
     _trace.mark("epoch base read", part=part)
     task = ScaleOutTask(group_id, epoch, postgres, kafka, state_dsn=dsn)
     results = task.write_partition(
-        part, batches, attempt=attempt, create_record=True, writer=writer
+        part, batches, attempt=attempt, create_record=True, writer=writer, control=KeptControl(dsn)
     )
     _trace.mark("task done", part=part, rows=sum(r.records for r in results))
     return LaminarCommitMessage(epoch, part, owner, results, run)
