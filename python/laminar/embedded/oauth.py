@@ -48,6 +48,8 @@ class OAuthIssuer:
         self._lock = threading.Lock()
         #: Tokens issued by ``POST /token``, per client id.
         self.issued: dict[str, int] = {}
+        #: Every token minted (tests check that none shows in a log, an error or a repr).
+        self.tokens: list[str] = []
 
     # -- addresses ------------------------------------------------------------------------
 
@@ -108,7 +110,10 @@ class OAuthIssuer:
         signature = (key or self._key).sign(
             signing_input.encode(), padding.PKCS1v15(), hashes.SHA256()
         )
-        return f"{signing_input}.{_b64(signature)}", float(claims["exp"])
+        token = f"{signing_input}.{_b64(signature)}"
+        with self._lock:
+            self.tokens.append(token)
+        return token, float(claims["exp"])
 
     def jwks(self) -> dict[str, Any]:
         numbers = self._key.public_key().public_numbers()

@@ -57,7 +57,10 @@ class OAuthSettings:
     token cache."""
 
     method: str = "default"
-    oauth_cb: Callable[[str | None], Any] | None = field(default=None, repr=False)
+    #: The user's callable: compared and hashed by identity (`callback_id`), as a user's
+    #: provider object may be unhashable or compare by value.
+    oauth_cb: Callable[[str | None], Any] | None = field(default=None, repr=False, compare=False)
+    callback_id: int = field(default=0, repr=False)
     #: ``sasl.oauthbearer.config``: handed to ``oauth_cb``; the unsecured JWT's claims.
     config: str | None = field(default=None, repr=False)
     unsecure_jwt: bool = False
@@ -102,6 +105,7 @@ class OAuthSettings:
         return cls(
             method=method,
             oauth_cb=callback,
+            callback_id=0 if callback is None else id(callback),
             config=text("sasl.oauthbearer.config"),
             unsecure_jwt=unsecure in ("true", "1", "yes"),
             token_endpoint_url=text("sasl.oauthbearer.token.endpoint.url"),

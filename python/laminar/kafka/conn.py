@@ -169,9 +169,10 @@ def authorization_error(
         if kind == "cluster"
         else f"{operation} on {kind} {resource!r}"
     )
+    implied = {"DESCRIBE": " (or an ACL that includes it: READ, WRITE)", "READ": "", "WRITE": ""}
     return KafkaAuthorizationError(
-        f"{what} refused: {error_name(code)}. Grant the client's principal {acl} "
-        '(docs/operations.md, "Least privilege")',
+        f"{what} refused: {error_name(code)}. Grant the client's principal {acl}"
+        f'{implied.get(operation, "")} (docs/operations.md, "Least privilege")',
         code=code,
         acl=acl,
     )
