@@ -147,6 +147,9 @@ class World:
                 self.client_id(who), self.secrets[who], subject=self.principal(who)
             )
         self.kafka.create_topic(self.topic, 2)
+        if self.listener == "SCRAM":
+            for who in ("writer", "reader"):
+                self.kafka.create_scram_user(self.principal(who), self.secrets[who])
         # a database of its own: `laminar recover` and status look at every group in one
         self.admin_dsn = self.postgres.create_database(f"db_{self.tag}")
         with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
@@ -209,12 +212,23 @@ class World:
         ``bootstrap.servers``: OAUTH with an ``oauth_cb`` (a `TokenProvider`), or librdkafka's
         OIDC method (``oidc``); MTLS with a certificate whose CN is the principal (its key
         encrypted with the secret)."""
-        if self.listener == "MTLS":
+        if self.listener in ("MTLS", "MTLS_PEM"):
             if who not in self.certificates:
                 self.certificates[who] = self.kafka.ca.client(
                     self.principal(who), password=self.secrets[who]
                 )
             config = self.kafka.mtls_config(self.certificates[who])
+            if self.listener == "MTLS_PEM":  # librdkafka's PEM-string forms, no files
+                issued = self.certificates[who]
+                for kind, pem in (
+                    ("ca", self.kafka.ca.pem),
+                    ("certificate", issued.certificate_pem),
+                    ("key", issued.key_pem),
+                ):
+                    config.pop(f"ssl.{kind}.location")
+                    config[f"ssl.{kind}.pem"] = pem
+        elif self.listener == "SCRAM":
+            config = self.kafka.scram_config(self.principal(who), self.secrets[who])
         elif oidc:
             config = self.kafka.oauth_config(
                 **{
@@ -234,7 +248,7 @@ class World:
 
     @property
     def bootstrap(self) -> str:
-        return self.kafka.bootstrap(self.listener)
+        return self.kafka.bootstrap(self.listener.removesuffix("_PEM"))
 
     def cli_config(self, who: str) -> dict[str, str]:
         """``who``'s settings as the CLI takes them (strings: an ``oauth_cb`` as
