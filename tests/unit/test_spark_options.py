@@ -66,6 +66,24 @@ def test_the_options_pickle_without_a_secret() -> None:
     assert pickle.loads(pickle.dumps(opts)) == opts
 
 
+def test_an_oidc_cluster_takes_its_client_secret_from_the_server_environment() -> None:
+    """OAUTHBEARER's OIDC method as options: the endpoint is an address, shown like any option;
+    the client secret only through ``….env`` (docs/kafka.md, "Secured clusters")."""
+    oidc = {
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "OAUTHBEARER",
+        "kafka.sasl.oauthbearer.method": "oidc",
+        "kafka.sasl.oauthbearer.token.endpoint.url": "https://idp.example/token",
+        "kafka.sasl.oauthbearer.client.id": "orders",
+    }
+    with pytest.raises(ConfigError, match="kafka.sasl.oauthbearer.client.secret.env"):
+        parse_options({**PG, **KAFKA, **oidc, "kafka.sasl.oauthbearer.client.secret": "pw"})
+    opts = parse_options(
+        {**PG, **KAFKA, **oidc, "kafka.sasl.oauthbearer.client.secret.env": "IDP_SECRET"}
+    )
+    assert b"https://idp.example/token" in pickle.dumps(opts)
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

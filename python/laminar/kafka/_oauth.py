@@ -330,7 +330,11 @@ class OAuthSettings:
         return Token(value, now + life * 1000, now, principal, extensions)
 
     def _secrets(self) -> tuple[str, ...]:
-        return tuple(s for s in (self.client_secret, self.config) if s)
+        """The values to scrub from a message: the client secret, ``sasl.oauthbearer.config``
+        and each of its values."""
+        values = [self.client_secret, self.config]
+        values += [item.partition("=")[2] for item in (self.config or "").split()]
+        return tuple(v for v in values if v)
 
 
 def jwt_claims(token: str) -> dict[str, Any]:
