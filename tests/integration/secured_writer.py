@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import laminar
-from tests.integration.atomic_helpers import epoch_table
+from tests.integration.atomic_helpers import epoch_table, write_like_spark
 from tests.integration.secured_helpers import TokenProvider
 
 
@@ -45,15 +45,7 @@ def main() -> None:
         kafka, laminar.PostgresSink(spec["dsn"], spec["table"]), redo="log", retry_backoff_s=0.1
     )
     print(f"writer {writer!r}", file=sys.stderr, flush=True)
-    done = Path(spec["checkpoint"])
-    finished = [int(x) for x in done.read_text().split()] if done.exists() else []
-    for epoch in range(max(finished, default=-1) + 1, int(spec["epochs"])):
-        result = writer.write_epoch(epoch, epoch_table(epoch))
-        with done.open("a") as f:
-            f.write(f"{epoch}\n")
-        print(f"epoch {epoch}: {'committed' if result.committed else 'skipped'}", flush=True)
-    writer.close()
-    print("done", flush=True)
+    write_like_spark(writer, spec["checkpoint"], int(spec["epochs"]), epoch_table)
 
 
 if __name__ == "__main__":

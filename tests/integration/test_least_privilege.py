@@ -88,11 +88,14 @@ def laminar_cli(
 
 
 def scrape(world: World, monkeypatch: pytest.MonkeyPatch) -> LaminarCollector:
-    """One scrape of the exporter as the reader."""
+    """One scrape of the exporter as the reader (its Kafka clients closed after it)."""
     for key, value in world.oauth_env("reader").items():
         monkeypatch.setenv(key, value)
     collector = LaminarCollector(world.dsns["reader"], kafka_extra=world.cli_config("reader"))
-    collector.read()
+    try:
+        collector.read()
+    finally:
+        collector.close()
     return collector
 
 
@@ -135,6 +138,7 @@ def test_the_documented_rights_suffice_through_a_crash_completed_by_endtxn(
     collector = scrape(world, monkeypatch)
     assert dict(collector.errors) == {"postgres": 0, "kafka": 0}, collector.last_error
     assert [t for t, _, _ in collector.read()[0].kafka_behind] == [world.tid]
+    collector.close()
 
     if recovered_by == "laminar recover":
         # the writer's rights complete it at the protocol level: EndTxn, not the redo log
