@@ -23,6 +23,7 @@ from laminar.kafka._security import (
     UnsupportedSecurityError,
 )
 from laminar.kafka.conn import authorization_error
+from laminar.protocol.driver import end_txn
 from laminar.protocol.kafka_sinks import _callable
 
 SECRET = "Very-S3cret-value"
@@ -110,6 +111,14 @@ def test_gssapi_is_not_spoken_and_callers_fall_back() -> None:
     ):
         with pytest.raises(UnsupportedSecurityError, match="GSSAPI"):
             ClientSecurity.from_config(config).check()
+
+
+def test_recovery_without_the_wire_client_falls_back_to_the_redo_log_or_the_replay() -> None:
+    """On a GSSAPI cluster, EndTxn is not tried: recovery is told why and goes on (the redo
+    log, Spark's replay: docs/kafka.md, "Secured clusters"), it does not fail."""
+    why = end_txn("127.0.0.1:9", {"security.protocol": "SASL_SSL"}, "tid", 1, 0, timeout_s=1)
+    assert why is not None
+    assert "GSSAPI" in why
 
 
 def _jwt(claims: dict[str, Any]) -> str:
