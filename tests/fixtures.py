@@ -11,6 +11,10 @@
   (``@on_both_brokers``), with that broker's capabilities.
 - ``spark_remote`` / ``spark_server`` / ``spark``: a Spark Connect server with Spark's Kafka
   connector (or ``$LAMINAR_SPARK_REMOTE``) and a client session on it.
+- ``secured_kafka`` / ``secured_postgres``: servers secured as production ones are
+  (`SecuredKafkaBroker`: SASL_SSL SCRAM-SHA-512, SSL with client certificates, SASL_SSL
+  OAUTHBEARER against a local JWKS, ACLs enforced; `SecuredPostgres`: TLS and SCRAM only), their
+  certificates signed by one local CA per run (``local_ca``); each started on first use.
 - ``spark_cluster``: a Spark standalone cluster (`SparkCluster`: a master, two workers, their
   executors and a Spark Connect server on it, each its own JVM), one per run, with the test
   database's DSN given to the executors the ways `CLUSTER_ENV` says.
@@ -51,6 +55,10 @@ from laminar.embedded import (
     probe_broker,
 )
 from laminar.embedded._server import create_topic
+from laminar.embedded._tls import LocalCA
+from laminar.embedded.kafka_secure import SecuredKafkaBroker
+from laminar.embedded.oauth import OAuthIssuer
+from laminar.embedded.postgres_secure import SecuredPostgres
 from laminar.embedded.registry import SchemaRegistry
 
 IN_CI = os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
@@ -133,6 +141,9 @@ class Servers:
     _spark_remote: str | None = None
     _registry: SchemaRegistry | None = None
     _spark_cluster: SparkCluster | None = None
+    _ca: LocalCA | None = None
+    _secured_kafka: SecuredKafkaBroker | None = None
+    _secured_postgres: SecuredPostgres | None = None
     _errors: dict[str, str] = field(default_factory=dict)
     startup_seconds: dict[str, float] = field(default_factory=dict)
     _owned: list[Any] = field(default_factory=list)
@@ -273,6 +284,37 @@ class Servers:
             self._spark_cluster = self._start(CLUSTER_KIND, cluster.start)
         return self._spark_cluster
 
+    def local_ca(self) -> LocalCA:
+        """The run's certificate authority (the secured servers' and their clients')."""
+        if self._ca is None:
+            folder = self.config._tmp_path_factory.mktemp("local-ca")  # type: ignore[attr-defined]
+            self._ca = LocalCA(folder)
+        return self._ca
+
+    def secured_kafka(self) -> SecuredKafkaBroker:
+        """The run's secured Apache Kafka broker (and the OAuth issuer its OAUTHBEARER listener
+        validates tokens against), started on first use; never an external one."""
+        if self._secured_kafka is None:
+            issuer = OAuthIssuer()
+            broker = SecuredKafkaBroker(
+                self.local_ca(), issuer, log_path=self.log_dir / "kafka-secured.log"
+            )
+            self._owned += [issuer, broker]
+            self._secured_kafka = self._start(SECURED_KAFKA_KIND, broker.start)
+        return self._secured_kafka
+
+    def secured_postgres(self) -> SecuredPostgres:
+        """The run's PostgreSQL that takes TLS + SCRAM connections only, started on first use."""
+        if self._secured_postgres is None:
+            server = SecuredPostgres(
+                self.local_ca(),
+                password=SECURED_PG_PASSWORD,
+                log_path=self.log_dir / "postgres-secured.log",
+            )
+            self._owned.append(server)
+            self._secured_postgres = self._start(SECURED_PG_KIND, server.start)
+        return self._secured_postgres
+
     def close(self) -> None:
         for server in reversed(self._owned):
             try:
@@ -285,6 +327,9 @@ class Servers:
 KAFKA_KIND, TANSU_KIND = "Apache Kafka broker", "Tansu broker"
 KAFKA_CLUSTER_KIND = "Apache Kafka cluster (3 nodes)"
 CLUSTER_KIND = "Spark standalone cluster"
+SECURED_KAFKA_KIND, SECURED_PG_KIND = "secured Apache Kafka broker", "secured PostgreSQL"
+#: The secured PostgreSQL's superuser password (a test server's: never a real secret).
+SECURED_PG_PASSWORD = "Admin-S3cret-pw"
 
 
 @dataclass(frozen=True)
@@ -575,6 +620,26 @@ def spark_cluster(laminar_servers: Servers) -> SparkCluster:
     (``spark_cluster.remote_url``); the test database reaches the executors as `CLUSTER_ENV`
     says."""
     return laminar_servers.spark_cluster()
+
+
+@pytest.fixture(scope="session")
+def local_ca(laminar_servers: Servers) -> LocalCA:
+    """The run's certificate authority: the secured servers' certificates and the clients'."""
+    return laminar_servers.local_ca()
+
+
+@pytest.fixture(scope="session")
+def secured_kafka(laminar_servers: Servers) -> SecuredKafkaBroker:
+    """The run's secured Apache Kafka broker (`SecuredKafkaBroker`; ``.issuer`` is its OAuth
+    issuer, ``.ca`` the CA): principals can do only what a test grants them."""
+    return laminar_servers.secured_kafka()
+
+
+@pytest.fixture(scope="session")
+def secured_postgres(laminar_servers: Servers) -> SecuredPostgres:
+    """The run's PostgreSQL that takes TLS (verified) + SCRAM connections only
+    (`SecuredPostgres`); ``.dsn`` is its superuser's."""
+    return laminar_servers.secured_postgres()
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Type stubs for the private Rust extension `laminar._core`."""
 
 from collections.abc import Sequence
-from typing import Any, Literal, TypeAlias, TypedDict, final
+from typing import Any, Final, Literal, TypeAlias, TypedDict, final
 
 from typing_extensions import Self, Unpack
 
@@ -1019,6 +1019,7 @@ def decode_redo_records(
 # --- the Kafka wire protocol (core: kafka/, on the kafka-protocol crate) --------------------------
 
 __all__ += [
+    "OAUTHBEARER_FAILURE_ACK",
     "LogRecord",
     "PartitionScan",
     "decode_api_versions",
@@ -1043,7 +1044,11 @@ __all__ += [
     "encode_sasl_authenticate",
     "encode_sasl_handshake",
     "kafka_api_version",
+    "oauth_token_refresh_due",
+    "oauthbearer_initial_response",
+    "oauthbearer_refusal",
     "replay_batches",
+    "sasl_session_step",
 ]
 
 @final
@@ -1263,8 +1268,30 @@ def encode_sasl_authenticate(
 
 def decode_sasl_authenticate(
     data: bytes, version: int, correlation_id: int
-) -> tuple[int, str | None, bytes]:
-    """``(error code, error message, the broker's next message)``."""
+) -> tuple[int, str | None, bytes, int]:
+    """``(error code, error message, the broker's next message, session lifetime in ms)``: the
+    lifetime (v1+, KIP-368; 0: no limit) bounds how long the connection may be used before it
+    authenticates again (`sasl_session_step`)."""
+
+OAUTHBEARER_FAILURE_ACK: Final[bytes]
+"""What the client sends after an OAUTHBEARER error challenge (RFC 7628 §3.2.3: ``b"\\x01"``)."""
+
+def oauthbearer_initial_response(token: str, extensions: list[tuple[str, str]]) -> bytes:
+    """The OAUTHBEARER initial client response (``n,,``, ``auth=Bearer <token>``, the SASL
+    extensions); ``ValueError`` naming the part RFC 7628 forbids (never quoting the token)."""
+
+def oauthbearer_refusal(answer: bytes) -> str | None:
+    """The broker's answer to the initial response: None when it accepted the token, else the
+    error challenge's status (the client then sends `OAUTHBEARER_FAILURE_ACK`)."""
+
+def oauth_token_refresh_due(now_ms: int, obtained_ms: int, expiry_ms: int) -> bool:
+    """Whether a token is due for a refresh: at 80 % of its lifetime (librdkafka's rule)."""
+
+def sasl_session_step(
+    now_ms: int, authenticated_ms: int, session_lifetime_ms: int
+) -> Literal["send", "reauthenticate", "reconnect"]:
+    """What a connection does before its next request: send it, re-authenticate first (past
+    85 % of the session's lifetime) or connect again (expired: the broker would close it)."""
 
 # --- protocol engine (core: protocol/; docs/engine.md) -------------------------------------------
 

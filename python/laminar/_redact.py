@@ -14,9 +14,12 @@ __all__ = ["SECRET", "is_secret_key", "parse_dsn", "redact_config", "redact_dsn"
 #: What a redacted value is replaced with.
 SECRET = "***"  # noqa: S105 (the mask, not a password)
 
+# `token` but not `sasl.oauthbearer.token.endpoint.url` (an address, which `laminar status` needs
+# back from the registry to reach an OAUTHBEARER cluster)
 _SECRET_KEY = re.compile(
-    r"(password|passwd|secret|token|credential|sasl\.jaas|sasl\.oauthbearer\.config|"
-    r"ssl\.key\.pem|ssl\.keystore\.password|ssl\.keystore\.key|private)",
+    r"(password|passwd|passphrase|secret|token(?!\.endpoint\.url)|credential|sasl\.jaas|"
+    r"sasl\.oauthbearer\.config|ssl\.key\.pem|ssl\.keystore\.password|ssl\.keystore\.key|"
+    r"private)",
     re.IGNORECASE,
 )
 # postgresql://user:password@host/db  (password up to the last '@' before the host part)

@@ -2,9 +2,10 @@
 4): the writer counts each epoch's outcome after it, ``laminar exporter`` reads them as counters
 and a latency histogram (docs/operations.md, "Metrics and alerts").
 
-Counting is best effort and never fails a write: it runs after the epoch's outcome is settled
-(a committed epoch: after step 8; an aborted one: after its roll-back), as one statement in its
-own transaction on the group's decision connection. A process killed between the two loses that
+Counting is best effort and never fails a write (a role without the grant is warned about
+once): it runs after the epoch's outcome is settled (a committed epoch: after step 8; an aborted
+one: after its roll-back), as one statement in its own transaction on the group's decision
+connection. A process killed between the two loses that
 one count; an epoch completed later by recovery (``laminar recover``, the next start) is not
 counted as a commit. The counters are for rates and alerts, not for exactly-once proofs — those
 read the stores.
@@ -85,6 +86,21 @@ def count(
         )
         conn.commit()
     except psycopg.Error as e:
-        log.debug("laminar.commit_stats: not counted for group %r: %s", group_id, e)
+        if e.sqlstate == "42501" and group_id not in _UNPRIVILEGED:
+            # the one grant a writer can lack and still write: say it once (docs/operations.md)
+            _UNPRIVILEGED.add(group_id)
+            log.warning(
+                "laminar.commit_stats: the writer's role may not count group %r's commits (%s): "
+                "laminar exporter's commit metrics stay empty; GRANT SELECT, INSERT, UPDATE ON "
+                'laminar.commit_stats TO the role (docs/operations.md, "Least privilege")',
+                group_id,
+                e.diag.message_primary or e,
+            )
+        else:
+            log.debug("laminar.commit_stats: not counted for group %r: %s", group_id, e)
         with contextlib.suppress(psycopg.Error):
             conn.rollback()
+
+
+#: Groups whose writer was refused ``laminar.commit_stats`` (warned once per process).
+_UNPRIVILEGED: set[str] = set()

@@ -40,6 +40,7 @@ from laminar._core import participant_base
 from laminar._redact import redact_dsn, redact_text
 from laminar._stats import BUCKETS_S
 from laminar.metadata import applied_version
+from laminar.postgres._errors import map_pg_error
 
 if TYPE_CHECKING:
     from laminar.protocol.kafka_sinks import RegisteredKafkaSinks
@@ -374,6 +375,9 @@ class LaminarCollector(Collector):
     def _fail(self, source: str, error: BaseException) -> None:
         self.errors[source] += 1
         password = str(psycopg.conninfo.conninfo_to_dict(self._dsn).get("password") or "")
+        if isinstance(error, psycopg.Error):
+            # one mapping of PostgreSQL's errors: a missing grant says which to give
+            error = map_pg_error(error, f"reading {source}", secrets=(password,))
         self.last_error = redact_text(f"{type(error).__name__}: {error}", (password,))
         log.warning("laminar exporter: cannot read %s: %s", source, self.last_error)
 

@@ -63,6 +63,7 @@ __all__ = [
     "MIGRATIONS",
     "SCHEMA",
     "SCHEMA_VERSION",
+    "WRITER_PRIVILEGES",
     "Migration",
     "applied_version",
     "ensure_schema",
@@ -265,6 +266,23 @@ MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5)
 
 #: The schema version this laminar writes.
 SCHEMA_VERSION = MIGRATIONS[-1].version
+
+#: What a writing role needs on each table, besides USAGE on the schema (docs/operations.md,
+#: "Least privilege", lists and proves them): the schema's owner creates and migrates it, so a
+#: writer needs no CREATE. ``laminar status`` and ``laminar exporter`` need SELECT only.
+#: ``redo``: ``redo="log"``; ``commit_stats``: the exporter's commit metrics (best effort: a
+#: writer without it warns once); ``dt_*``: scale-out; ``stop_fence``: ``format("laminar")``.
+WRITER_PRIVILEGES: dict[str, tuple[str, ...]] = {
+    "schema_version": ("SELECT",),
+    "sinks": ("SELECT", "INSERT", "UPDATE"),
+    "sink_epochs": ("SELECT", "INSERT", "UPDATE"),
+    "txn_state": ("SELECT", "INSERT", "UPDATE"),
+    "redo": ("SELECT", "INSERT", "DELETE"),
+    "commit_stats": ("SELECT", "INSERT", "UPDATE"),
+    "dt_state": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+    "dt_participant": ("SELECT", "INSERT", "UPDATE"),
+    "stop_fence": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+}
 
 _CREATE_SCHEMA_VERSION = sql.SQL(
     "CREATE TABLE IF NOT EXISTS {} ("

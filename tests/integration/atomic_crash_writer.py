@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -27,22 +26,18 @@ from tests.integration.atomic_helpers import make_group
 def main() -> None:
     bootstrap, topic, dsn, table, tid, epochs, checkpoint, redo = sys.argv[1:9]
     routed = sys.argv[9:] == ["routed"]
-    done = Path(checkpoint)
-    finished = [int(x) for x in done.read_text().split()] if done.exists() else []
     writer = make_group(bootstrap, topic, dsn, table, tid, redo=redo, routed=routed)
-    from tests.integration.atomic_helpers import epoch_table
+    from tests.integration.atomic_helpers import epoch_table, write_like_spark
     from tests.integration.atomic_routed_helpers import routed_table
 
     pause = float(os.environ.get("LAMINAR_TEST_EPOCH_PAUSE_S", "0"))
-    for epoch in range(max(finished, default=-1) + 1, int(epochs)):
-        time.sleep(pause)
-        batch = routed_table(epoch, topic) if routed else epoch_table(epoch)
-        result = writer.write_epoch(epoch, batch)
-        with done.open("a") as f:
-            f.write(f"{epoch}\n")
-        print(f"epoch {epoch}: {'committed' if result.committed else 'skipped'}", flush=True)
-    writer.close()
-    print("done", flush=True)
+    write_like_spark(
+        writer,
+        checkpoint,
+        int(epochs),
+        (lambda epoch: routed_table(epoch, topic)) if routed else epoch_table,
+        pause_s=pause,
+    )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,29 @@ def epoch_table(epoch: int, rows: int = ROWS_PER_EPOCH) -> pa.Table:
     """Rows with ids unique across epochs: epoch * 1000 + i."""
     ids = [epoch * 1000 + i for i in range(rows)]
     return pa.table({"id": ids, "name": [f"row-{i}" for i in ids], "epoch": [epoch] * rows})
+
+
+def write_like_spark(
+    writer: laminar.ExactlyOnceWriter,
+    checkpoint: str | Path,
+    epochs: int,
+    batch: Callable[[int], pa.Table],
+    *,
+    pause_s: float = 0.0,
+) -> None:
+    """What a crash-test writer process does, as Spark would: ``checkpoint`` lists the epochs
+    whose ``foreachBatch`` returned, and the writer resumes at the first one not listed (Spark
+    replays the batch that did not return); each epoch's outcome is printed, then ``done``."""
+    done = Path(checkpoint)
+    finished = [int(x) for x in done.read_text().split()] if done.exists() else []
+    for epoch in range(max(finished, default=-1) + 1, epochs):
+        time.sleep(pause_s)
+        result = writer.write_epoch(epoch, batch(epoch))
+        with done.open("a") as f:
+            f.write(f"{epoch}\n")
+        print(f"epoch {epoch}: {'committed' if result.committed else 'skipped'}", flush=True)
+    writer.close()
+    print("done", flush=True)
 
 
 def create_table(dsn: str, table: str) -> None:

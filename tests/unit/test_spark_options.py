@@ -4,6 +4,7 @@ environment variable name, a `ConfigError` naming the option and the fix for any
 from __future__ import annotations
 
 import pickle
+import re
 
 import pytest
 
@@ -64,6 +65,24 @@ def test_the_options_pickle_without_a_secret() -> None:
     opts = parse_options({**PG, **KAFKA, "kafka.ssl.key.password.env": "KEY_PW"})
     assert b"KEY_PW" in pickle.dumps(opts)
     assert pickle.loads(pickle.dumps(opts)) == opts
+
+
+def test_an_oidc_cluster_takes_its_client_secret_from_the_server_environment() -> None:
+    """OAUTHBEARER's OIDC method as options: the endpoint is an address, shown like any option;
+    the client secret only through ``….env`` (docs/kafka.md, "Secured clusters")."""
+    oidc = {
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "OAUTHBEARER",
+        "kafka.sasl.oauthbearer.method": "oidc",
+        "kafka.sasl.oauthbearer.token.endpoint.url": "https://idp.example/token",
+        "kafka.sasl.oauthbearer.client.id": "orders",
+    }
+    with pytest.raises(ConfigError, match=re.escape("kafka.sasl.oauthbearer.client.secret.env")):
+        parse_options({**PG, **KAFKA, **oidc, "kafka.sasl.oauthbearer.client.secret": "pw"})
+    opts = parse_options(
+        {**PG, **KAFKA, **oidc, "kafka.sasl.oauthbearer.client.secret.env": "IDP_SECRET"}
+    )
+    assert b"https://idp.example/token" in pickle.dumps(opts)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,8 @@ import psycopg
 from laminar._redact import redact_dsn, redact_text
 from laminar.cli import outcomes as _outcomes
 from laminar.cli import status as _status
-from laminar.errors import LaminarError
+from laminar.errors import AuthorizationError, LaminarError
+from laminar.postgres._errors import map_pg_error
 from laminar.protocol import admin as _admin
 from laminar.protocol.kafka_sinks import RegisteredKafkaSinks
 
@@ -45,30 +46,44 @@ def run(args: argparse.Namespace, kafka_extra: dict[str, str]) -> int:
             redact_text(f"cannot connect to {redact_dsn(args.dsn)}: {e}", (password,))
         ) from e
     with conn:
-        if not _admin.has_metadata(conn):
-            if args.command == "status":
-                _status.print_empty(redact_dsn(args.dsn), as_json=args.json)
-                return 0
-            raise CommandError(
-                f"{redact_dsn(args.dsn)} has no laminar metadata (schema laminar): no sink has "
-                "written to this database yet"
-            )
-        factory = RegisteredKafkaSinks(conn, kafka_extra)
         try:
-            if args.command == "status":
-                return _run_status(conn, args, factory)
-            if args.command == "resolve":
-                return _run_resolve(conn, args, factory)
-            if args.command == "recover":
-                return _run_recover(args, factory)
-            if args.command == "reset":
-                return _run_reset(conn, args)
+            return _run_on(conn, args, kafka_extra)
         except LaminarError as e:
-            raise CommandError(redact_text(str(e), (password,))) from e
+            raise CommandError(redact_text(f"{_kind(e)}{e}", (password,))) from e
         except psycopg.Error as e:
-            raise CommandError(redact_text(f"PostgreSQL: {e}", (password,))) from e
-        finally:
-            factory.close()
+            # one mapping of PostgreSQL's errors: a missing grant says which to give
+            mapped = map_pg_error(e, f"laminar {args.command}", secrets=(password,))
+            raise CommandError(f"PostgreSQL: {_kind(mapped)}{mapped}") from e
+
+
+def _kind(error: LaminarError) -> str:
+    """``AuthorizationError: `` before a refusal's message: what to grant, not a bug."""
+    return "AuthorizationError: " if isinstance(error, AuthorizationError) else ""
+
+
+def _run_on(
+    conn: psycopg.Connection[Any], args: argparse.Namespace, kafka_extra: dict[str, str]
+) -> int:
+    if not _admin.has_metadata(conn):
+        if args.command == "status":
+            _status.print_empty(redact_dsn(args.dsn), as_json=args.json)
+            return 0
+        raise CommandError(
+            f"{redact_dsn(args.dsn)} has no laminar metadata (schema laminar): no sink has "
+            "written to this database yet"
+        )
+    factory = RegisteredKafkaSinks(conn, kafka_extra)
+    try:
+        if args.command == "status":
+            return _run_status(conn, args, factory)
+        if args.command == "resolve":
+            return _run_resolve(conn, args, factory)
+        if args.command == "recover":
+            return _run_recover(args, factory)
+        if args.command == "reset":
+            return _run_reset(conn, args)
+    finally:
+        factory.close()
     raise CommandError(f"unknown command {args.command}", 2)
 
 

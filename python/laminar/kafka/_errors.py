@@ -351,11 +351,15 @@ def _auth_message(code: int, operation: str, what: str, ctx: ErrorContext) -> st
     if code in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
         return (
             f"the brokers at {ctx.bootstrap_servers} refused the credentials ({operation}: "
-            f"{what}); check sasl.mechanisms, sasl.username and sasl.password (or the ssl.* "
-            "settings) in producer_config"
+            f"{what}); check sasl.mechanisms, sasl.username and sasl.password, the OAUTHBEARER "
+            "token source (oauth_cb or sasl.oauthbearer.*), or the ssl.* settings in "
+            "producer_config"
         )
+    # TxnOffsetCommit (the epoch marker) needs READ on the topic, Produce and
+    # AddPartitionsToTxn WRITE; librdkafka's text says which request it was
+    topic_operation = "READ" if "commit offsets" in what.lower() else "WRITE"
     resource = {
-        KafkaError.TOPIC_AUTHORIZATION_FAILED: f"WRITE on topic {ctx.topic!r}",
+        KafkaError.TOPIC_AUTHORIZATION_FAILED: f"{topic_operation} on topic {ctx.topic!r}",
         KafkaError.GROUP_AUTHORIZATION_FAILED: (
             f"READ on groups {marker_group(ctx.sink_id)!r} and {identity_group(ctx.sink_id)!r}"
         ),
@@ -364,7 +368,10 @@ def _auth_message(code: int, operation: str, what: str, ctx: ErrorContext) -> st
         ),
         KafkaError.CLUSTER_AUTHORIZATION_FAILED: "IDEMPOTENT_WRITE on the cluster",
     }.get(code, "the operation")
-    return f"the brokers refused {operation} ({what}); grant the sink's principal {resource} (ACLs)"
+    return (
+        f"the brokers refused {operation} ({what}); grant the sink's principal {resource} "
+        '(ACLs: docs/operations.md, "Least privilege")'
+    )
 
 
 def _join(message: str, hint: str | None) -> str:

@@ -20,6 +20,7 @@ from laminar._core import (
 from laminar._faults import fail_point
 from laminar.errors import (
     AbortableError,
+    AuthorizationError,
     FatalError,
     LaminarError,
 )
@@ -150,9 +151,13 @@ class Witness:
     def wire_failure(self, what: str, error: KafkaLogError) -> LaminarError:
         """A failed read or write of the marker, the identity or the witness: retriable when
         no broker answered in time or a role was moving (a failover: the wire client retried
-        for ``init_timeout_s`` already), fatal when the cluster refused or sent what the client
-        cannot read."""
+        for ``init_timeout_s`` already), an `AuthorizationError` naming the ACL when the cluster
+        refused the credentials or the operation, fatal when it refused otherwise or sent what
+        the client cannot read."""
         text = f"could not {what} of topic {self.cfg._topic!r}: {self.cfg._scrub(str(error))}"
+        if isinstance(error, AuthorizationError):
+            # refused credentials or a missing ACL (the error names it): fix the grant, restart
+            return AuthorizationError(text, sink_id=self.cfg.sink_id)
         if isinstance(error, BrokerUnavailableError):
             return AbortableError(
                 f"{text}. The cluster did not answer within init_timeout_s="

@@ -2,10 +2,15 @@
 request frame is encoded, and every answer decoded, by the core (``laminar._core``, module
 ``kafka``, on the ``kafka-protocol`` crate).
 
-On connect: TCP, TLS (``security.protocol=ssl``/``sasl_ssl``), ApiVersions (the version of each
-request is the highest both sides speak), then SASL PLAIN or SCRAM-SHA-256/512 (RFC 5802, over
-SaslHandshake v1 + SaslAuthenticate) for ``sasl_plaintext``/``sasl_ssl``. Other SASL mechanisms
-raise `UnsupportedSecurityError` and callers fall back (docs/protocol.md §8).
+On connect: TCP, TLS (``security.protocol=ssl``/``sasl_ssl``: the CA, the client certificate and
+key as files or PEM strings, hostname verification), ApiVersions (the version of each request is
+the highest both sides speak), then SASL over SaslHandshake v1 + SaslAuthenticate for
+``sasl_plaintext``/``sasl_ssl``: PLAIN, SCRAM-SHA-256/512 (RFC 5802) or OAUTHBEARER (RFC 7628,
+the token from `laminar.kafka._oauth`, the initial response encoded by the core). A session the
+broker limits (KIP-368's ``session_lifetime_ms``) is re-authenticated on the same connection
+before it ends, or connected again once it has. GSSAPI raises `UnsupportedSecurityError` and the
+callers fall back (docs/kafka.md, "Secured clusters"). Refused credentials and missing ACLs
+raise `KafkaAuthorizationError` (an `AuthorizationError`) naming what to grant.
 """
 
 from __future__ import annotations
@@ -17,21 +22,33 @@ import os
 import socket
 import ssl
 import struct
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable
 from typing import Any
 
 from laminar import _core
 from laminar._faults import fail_point
-from laminar.errors import LaminarError
+from laminar.errors import AuthorizationError, ConfigError
+from laminar.kafka._oauth import OAuthSettings, TokenEndpointUnavailable
+from laminar.kafka._security import (
+    ClientSecurity,
+    KafkaAuthorizationError,
+    KafkaLogError,
+    SecurityConfigError,
+    UnsupportedSecurityError,
+    credentials_hint,
+)
 
 __all__ = [
     "BrokerUnavailableError",
     "ClientSecurity",
     "Connection",
     "EndTxnError",
+    "KafkaAuthorizationError",
     "KafkaLogError",
+    "SecurityConfigError",
     "UnsupportedSecurityError",
+    "authorization_error",
     "error_name",
     "parse_bootstrap",
     "scram_exchange",
@@ -52,11 +69,6 @@ _FAILABLE = {
 }
 
 
-class KafkaLogError(LaminarError):
-    """The log could not be read: unreachable broker, a broker error, or data this reader does
-    not decode (an unsupported message format, a corrupt batch)."""
-
-
 class BrokerUnavailableError(KafkaLogError):
     """A broker did not answer — the connection was refused, reset or timed out — or no longer
     holds the role it was asked for (the leader of a partition, the coordinator of a group or a
@@ -74,11 +86,6 @@ class BrokerUnavailableError(KafkaLogError):
         #: The broker accepted (or black-holed) the connection but did not answer its set-up
         #: within the deadline (`laminar.kafka._stalls`): tried after the others next time.
         self.stalled = stalled
-
-
-class UnsupportedSecurityError(KafkaLogError):
-    """The connection needs a security setting this client does not speak (a SASL mechanism
-    other than PLAIN and SCRAM-SHA-256/512): the caller falls back to another way."""
 
 
 class EndTxnError(KafkaLogError):
@@ -128,7 +135,10 @@ _ERRORS = {
     75: "UNKNOWN_LEADER_EPOCH",
     78: "OFFSET_NOT_AVAILABLE",
     90: "PRODUCER_FENCED",
+    31: "CLUSTER_AUTHORIZATION_FAILED",
 }
+#: Authorization failures (Kafka protocol numbering) → the kind of resource the ACL is on.
+AUTHORIZATION_CODES = {29: "topic", 30: "group", 31: "cluster", 53: "transactional id"}
 #: EndTxn/FindCoordinator errors worth retrying (the coordinator moves, loads, or is busy).
 RETRIABLE_TXN_CODES = frozenset({7, 13, 14, 15, 16, 51})
 #: Group coordinator errors worth retrying (OffsetFetch/OffsetCommit).
@@ -145,84 +155,27 @@ def error_name(code: int) -> str:
     return _ERRORS.get(code, f"error code {code}")
 
 
-@dataclass(frozen=True)
-class ClientSecurity:
-    """How to connect: TLS and SASL settings, read from a librdkafka-style configuration."""
-
-    protocol: str = "plaintext"
-    sasl_mechanism: str | None = None
-    sasl_username: str | None = None
-    sasl_password: str | None = field(default=None, repr=False)
-    ca_location: str | None = None
-    certificate_location: str | None = None
-    key_location: str | None = None
-    key_password: str | None = field(default=None, repr=False)
-    verify_certificate: bool = True
-    check_hostname: bool = True
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any] | None) -> ClientSecurity:
-        """The settings of a producer/consumer configuration (``security.protocol``,
-        ``sasl.mechanism(s)``, ``sasl.username``/``password``, ``ssl.ca.location``,
-        ``ssl.certificate.location``, ``ssl.key.location``, ``ssl.key.password``,
-        ``enable.ssl.certificate.verification``, ``ssl.endpoint.identification.algorithm``)."""
-        config = dict(config or {})
-
-        def text(key: str) -> str | None:
-            value = config.get(key)
-            return None if value is None else str(value)
-
-        protocol = (text("security.protocol") or "plaintext").lower()
-        if protocol not in ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl"):
-            raise UnsupportedSecurityError(f"security.protocol={protocol!r} is not supported here")
-        mechanism = text("sasl.mechanism") or text("sasl.mechanisms")
-        verify = str(config.get("enable.ssl.certificate.verification", "true")).lower()
-        algorithm = (text("ssl.endpoint.identification.algorithm") or "https").lower()
-        return cls(
-            protocol=protocol,
-            sasl_mechanism=mechanism.upper() if mechanism else None,
-            sasl_username=text("sasl.username"),
-            sasl_password=text("sasl.password"),
-            ca_location=text("ssl.ca.location"),
-            certificate_location=text("ssl.certificate.location"),
-            key_location=text("ssl.key.location"),
-            key_password=text("ssl.key.password"),
-            verify_certificate=verify not in ("false", "0", "no"),
-            check_hostname=algorithm == "https",
-        )
-
-    @property
-    def uses_tls(self) -> bool:
-        """Whether connections are wrapped in TLS."""
-        return self.protocol in ("ssl", "sasl_ssl")
-
-    @property
-    def uses_sasl(self) -> bool:
-        """Whether connections authenticate with SASL."""
-        return self.protocol in ("sasl_plaintext", "sasl_ssl")
-
-    def check(self) -> None:
-        """Raise `UnsupportedSecurityError` if this client cannot connect with these settings."""
-        mechanism = self.sasl_mechanism or "GSSAPI"
-        if self.uses_sasl and mechanism != "PLAIN" and mechanism not in _SCRAM:
-            raise UnsupportedSecurityError(
-                f"SASL mechanism {mechanism} is not supported by laminar's wire client (PLAIN, "
-                "SCRAM-SHA-256 and SCRAM-SHA-512 are)"
-            )
-
-    def ssl_context(self) -> ssl.SSLContext:
-        """A TLS client context from the ``ssl.*`` settings."""
-        context = ssl.create_default_context(cafile=self.ca_location)
-        if not self.verify_certificate:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        else:
-            context.check_hostname = self.check_hostname
-        if self.certificate_location:
-            context.load_cert_chain(
-                self.certificate_location, self.key_location, password=self.key_password
-            )
-        return context
+def authorization_error(
+    what: str, code: int, operation: str, resource: str
+) -> KafkaAuthorizationError | None:
+    """The error for a request the broker refused with an authorization code: names the ACL to
+    grant (``operation`` on the ``code``'s kind of resource called ``resource``; a group's or
+    transactional id's READ/WRITE include DESCRIBE). None for any other code."""
+    kind = AUTHORIZATION_CODES.get(code)
+    if kind is None:
+        return None
+    acl = (
+        "IDEMPOTENT_WRITE on the cluster"
+        if kind == "cluster"
+        else f"{operation} on {kind} {resource!r}"
+    )
+    implied = {"DESCRIBE": " (or an ACL that includes it: READ, WRITE)", "READ": "", "WRITE": ""}
+    return KafkaAuthorizationError(
+        f"{what} refused: {error_name(code)}. Grant the client's principal {acl}"
+        f'{implied.get(operation, "")} (docs/operations.md, "Least privilege")',
+        code=code,
+        acl=acl,
+    )
 
 
 class Connection:
@@ -251,14 +204,28 @@ class Connection:
         self.timeout = timeout
         self.client_id = client_id
         self.requests = 0
+        #: Re-authentications of this connection (KIP-368) and reconnections after a session
+        #: expired.
+        self.reauthentications = 0
+        self.reconnections = 0
         self._correlation = 0
         self._versions: dict[int, tuple[int, int]] = {}
-        security = security or ClientSecurity()
-        setup = timeout if setup_timeout is None else setup_timeout
+        self._host, self._port = host, port
+        self._security = security or ClientSecurity()
+        self._setup = timeout if setup_timeout is None else setup_timeout
+        #: When the SASL session began (monotonic ms) and how long the broker lets it last
+        #: (0: no limit).
+        self._session_start_ms = 0
+        self._session_lifetime_ms = 0
+        self._sock = self._connect()
+
+    def _connect(self) -> socket.socket:
+        """TCP, TLS, ApiVersions and SASL: the connection's set-up (module docstring)."""
+        host, setup, security = self._host, self._setup, self._security
         try:
             if fail_point("wire.connect"):
                 raise ConnectionRefusedError("injected (LAMINAR_FAIL_AT)")
-            sock = socket.create_connection((host, port), timeout=setup)
+            sock = socket.create_connection((host, self._port), timeout=setup)
         except OSError as e:
             raise self._setup_failed("could not connect to the broker", e, setup) from e
         if security.uses_tls:
@@ -270,6 +237,9 @@ class Connection:
             except (OSError, ssl.SSLError) as e:
                 sock.close()
                 raise KafkaLogError(f"TLS handshake with {self.address} failed: {e}") from e
+            except BaseException:
+                sock.close()
+                raise
         self._sock = sock
         try:
             try:
@@ -280,10 +250,11 @@ class Connection:
                 if isinstance(e.__cause__, TimeoutError):
                     raise self._setup_failed("no answer from the broker", e.__cause__, setup) from e
                 raise
-            sock.settimeout(timeout)
+            sock.settimeout(self.timeout)
         except BaseException:
             sock.close()
             raise
+        return sock
 
     def _setup_failed(self, what: str, error: OSError, setup: float) -> BrokerUnavailableError:
         """The error for a set-up step that failed; a time-out says the deadline it passed."""
@@ -324,6 +295,8 @@ class Connection:
         version: int | None = None,
     ) -> Any:
         """One request and its answer, decoded."""
+        if self._session_lifetime_ms and api_key not in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+            self._keep_session()
         chosen = self.version(api_key) if version is None else version
         self._correlation += 1
         correlation = self._correlation
@@ -339,6 +312,18 @@ class Connection:
             self._sock.sendall(frame)
             (size,) = struct.unpack(">i", self._recv(4))
             answer = self._recv(size)
+        except ssl.SSLError as e:
+            self.close()
+            if "CERTIFICATE" not in str(e.reason or ""):
+                raise BrokerUnavailableError(
+                    f"broker {self.address} ended the TLS session: {e}", address=self.address
+                ) from e
+            # TLS 1.3 sends the server's verdict on the client certificate after the handshake
+            raise KafkaAuthorizationError(
+                f"broker {self.address} refused the client certificate ({e.reason}); check "
+                "ssl.certificate.location/.pem and ssl.key.location/.pem (a certificate its "
+                "truststore trusts)"
+            ) from None
         except OSError as e:
             self.close()
             # a time-out: the broker took the request and never answered (a hung broker)
@@ -378,6 +363,24 @@ class Connection:
             raise KafkaLogError(f"broker {self.address} refused ApiVersions: {error_name(code)}")
         self._versions = {key: (low, high) for key, low, high in ranges}
 
+    def _keep_session(self) -> None:
+        """Before a request on a session the broker limits (KIP-368): re-authenticate past 85 %
+        of its lifetime, connect again once it expired (the broker would close the connection
+        on any request) — the core's ``sasl_session_step``."""
+        step = _core.sasl_session_step(
+            _monotonic_ms(), self._session_start_ms, self._session_lifetime_ms
+        )
+        if step == "reauthenticate":
+            self.reauthentications += 1
+            self._sock.settimeout(self._setup)
+            self._authenticate(self._security)
+            self._sock.settimeout(self.timeout)
+        elif step == "reconnect":
+            self.reconnections += 1
+            self._sock.close()
+            self._session_lifetime_ms = 0
+            self._sock = self._connect()
+
     def _authenticate(self, security: ClientSecurity) -> None:
         security.check()
         mechanism = security.sasl_mechanism or "PLAIN"
@@ -392,27 +395,64 @@ class Connection:
                 f"broker {self.address} refused SASL mechanism {mechanism} "
                 f"({error_name(code)}; it enables {', '.join(enabled) or 'none'})"
             )
+        started = _monotonic_ms()
         user = security.sasl_username or ""
         password = security.sasl_password or ""
         if mechanism == "PLAIN":
             self._sasl_step(b"\0" + user.encode() + b"\0" + password.encode(), mechanism)
-            return
-        self._scram(mechanism, user, password)
+        elif mechanism == "OAUTHBEARER":
+            assert security.oauth is not None
+            self._oauthbearer(security.oauth)
+        else:
+            self._scram(mechanism, user, password)
+        self._session_start_ms = started
 
     def _sasl_step(self, message: bytes, mechanism: str) -> bytes:
+        """One SaslAuthenticate; records the session lifetime the broker answers (KIP-368)."""
         cid = self.client_id
-        code, detail, answer = self.call(
+        code, detail, answer, lifetime = self.call(
             SASL_AUTHENTICATE,
             lambda v, c: _core.encode_sasl_authenticate(message, v, c, cid),
             _core.decode_sasl_authenticate,
         )
         if code != 0:
-            raise KafkaLogError(
+            hint = credentials_hint(mechanism)
+            raise KafkaAuthorizationError(
                 f"SASL {mechanism} authentication with {self.address} failed "
-                f"({error_name(code)}: {detail or 'no detail'}); check sasl.username and "
-                "sasl.password"
+                f"({error_name(code)}: {detail or 'no detail'}); check {hint}",
+                code=code,
             )
+        self._session_lifetime_ms = max(int(lifetime), 0)
         return bytes(answer)
+
+    def _oauthbearer(self, oauth: OAuthSettings) -> None:
+        """RFC 7628's exchange: the initial response with the token (the core encodes it); an
+        error challenge is acknowledged and the broker's reason raised. A refused token is
+        dropped from the cache, so the next connection asks for a new one."""
+        try:
+            token = oauth.token(timeout_s=self._setup)
+        except TokenEndpointUnavailable as e:
+            raise BrokerUnavailableError(f"no OAUTHBEARER token: {e}") from None
+        except AuthorizationError as e:
+            raise KafkaAuthorizationError(e.message) from None
+        except ConfigError as e:
+            raise SecurityConfigError(e.message) from None
+        try:
+            message = _core.oauthbearer_initial_response(token.value, list(token.extensions))
+        except ValueError as e:
+            raise SecurityConfigError(f"the token from {oauth.source()}: {e}") from None
+        refusal = _core.oauthbearer_refusal(self._sasl_step(message, "OAUTHBEARER"))
+        if refusal is None:
+            return
+        oauth.forget()
+        try:
+            self._sasl_step(_core.OAUTHBEARER_FAILURE_ACK, "OAUTHBEARER")
+        except KafkaAuthorizationError as e:
+            raise KafkaAuthorizationError(f"{e.message} ({refusal})", code=e.code) from None
+        raise KafkaAuthorizationError(
+            f"SASL OAUTHBEARER authentication with {self.address} failed ({refusal}); check "
+            f"{credentials_hint('OAUTHBEARER')}"
+        )
 
     def _scram(self, mechanism: str, user: str, password: str) -> None:
         nonce = base64.b64encode(os.urandom(24)).decode()
@@ -422,6 +462,10 @@ class Connection:
             )
         except ValueError as e:
             raise KafkaLogError(f"SASL {mechanism} with {self.address}: {e}") from e
+
+
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
 
 
 def scram_exchange(

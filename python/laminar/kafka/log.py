@@ -5,9 +5,9 @@ A small Kafka client whose wire protocol lives in the Rust core (``laminar._core
 answer and every fetched record batch (message format v2, codecs none, gzip, snappy, lz4 and
 zstd, mixed freely), and replays the **control batches** (transaction commit and abort markers)
 to keep only the records of committed transactions, plus non-transactional records; Python
-opens the sockets (`laminar.kafka.conn`: plaintext, TLS, SASL PLAIN and SCRAM) and moves the
-bytes. Decoding runs with the GIL released. Every record comes back with its partition, offset,
-headers and producer id/epoch.
+opens the sockets (`laminar.kafka.conn`: plaintext, TLS and mTLS, SASL PLAIN, SCRAM and
+OAUTHBEARER) and moves the bytes. Decoding runs with the GIL released. Every record comes back
+with its partition, offset, headers and producer id/epoch.
 
 Why: a broker's ``read_committed`` isolation is the thing under test. Tansu 0.6.0, for one, writes
 the commit/abort markers into the log but does not filter aborted records for ``read_committed``
@@ -34,10 +34,11 @@ producer id, producer epoch, commit) — what KIP-939's ``completeTransaction`` 
 recovery can commit a flushed transaction whose producer died, before any new producer's
 ``init_transactions`` aborts it.
 
-Connections use the same configuration dict as the producer (`ClientSecurity.from_config`).
-SASL mechanisms other than PLAIN and SCRAM-SHA-256/512 raise `UnsupportedSecurityError`, and
-callers fall back (docs/protocol.md §8). Record headers come back as an ordered map: a name given
-twice keeps its last value (`LogRecord.header` returns the last one either way).
+Connections use the same configuration dict as the producer (`ClientSecurity.from_config`);
+GSSAPI raises `UnsupportedSecurityError`, and callers fall back (docs/kafka.md, "Secured
+clusters"). A request refused for want of an ACL raises `KafkaAuthorizationError` naming it.
+Record headers come back as an ordered map: a name given twice keeps its last value
+(`LogRecord.header` returns the last one either way).
 
 (Past 500 lines: one client class — metadata, reads, the witness, group offsets, EndTxn — whose
 requests share one connection and retry handling; the records side is `laminar.kafka.records`.)
@@ -67,8 +68,10 @@ from laminar.kafka.conn import (
     ClientSecurity,
     Connection,
     EndTxnError,
+    KafkaAuthorizationError,
     KafkaLogError,
     UnsupportedSecurityError,
+    authorization_error,
     error_name,
     parse_bootstrap,
 )
@@ -90,6 +93,7 @@ __all__ = [
     "Compression",
     "ControlType",
     "EndTxnError",
+    "KafkaAuthorizationError",
     "KafkaLogClient",
     "KafkaLogError",
     "LogRecord",
@@ -330,6 +334,9 @@ class KafkaLogClient:
             self._brokers[node_id] = (host, port)
         if error == 3:
             raise KafkaLogError(f"topic {topic!r} does not exist on {self.bootstrap_servers}")
+        denied = authorization_error(f"Metadata of topic {topic!r}", error, "DESCRIBE", topic)
+        if denied is not None:
+            raise denied
         if error in RETRIABLE_LEADER_CODES:
             raise BrokerUnavailableError(f"topic {topic!r}: {error_name(error)}", code=error)
         if error != 0:
@@ -386,6 +393,9 @@ class KafkaLogClient:
                     raise BrokerUnavailableError(
                         f"{topic}[{index}]: ListOffsets: {error_name(error)}", code=error
                     )
+                denied = authorization_error(f"ListOffsets of {topic}", error, "DESCRIBE", topic)
+                if denied is not None:
+                    raise denied
                 if error != 0:
                     raise KafkaLogError(
                         f"{topic}[{index}]: ListOffsets failed: {error_name(error)}"
@@ -454,6 +464,9 @@ class KafkaLogClient:
             raise BrokerUnavailableError(
                 f"{topic}[{partition}] offset {offset}: Fetch: {error_name(error)}", code=error
             )
+        denied = authorization_error(f"Fetch of {topic}[{partition}]", error, "READ", topic)
+        if denied is not None:
+            raise denied
         if error != 0:
             raise KafkaLogError(
                 f"{topic}[{partition}] offset {offset}: Fetch failed: {error_name(error)}"
@@ -610,6 +623,9 @@ class KafkaLogClient:
             )
             if error in RETRIABLE_GROUP_CODES:
                 raise BrokerUnavailableError(text, code=error)
+            denied = authorization_error(f"FindCoordinator({key!r})", error, "DESCRIBE", key)
+            if denied is not None:
+                raise denied
             raise EndTxnError(text, code=error, name=error_name(error))
         return node_id, host, port
 
@@ -646,10 +662,14 @@ class KafkaLogClient:
         encode: Callable[[int, int], bytes],
         decode: Callable[[bytes, int, int], Any],
         *,
+        topic: str,
         version: Callable[[Connection], int | None] | None = None,
     ) -> Any:
-        """A request to ``group``'s coordinator, found again whenever it moves (class
-        docstring); a refusal that is not a move is a `KafkaLogError` naming ``what``."""
+        """A request to ``group``'s coordinator on ``topic``'s offsets, found again whenever it
+        moves (class docstring); a refusal that is not a move is a `KafkaLogError` naming
+        ``what`` (a `KafkaAuthorizationError` naming the ACL: an OffsetCommit needs READ on the
+        group and the topic, an OffsetFetch DESCRIBE)."""
+        operation = "READ" if api_key == OFFSET_COMMIT else "DESCRIBE"
 
         def attempt() -> Any:
             try:
@@ -666,6 +686,10 @@ class KafkaLogClient:
                     address=conn.address,
                     code=code,
                 )
+            resource = topic if code == 29 else group
+            denied = authorization_error(f"{what} of group {group!r}", code, operation, resource)
+            if denied is not None:
+                raise denied
             if code != 0:
                 raise KafkaLogError(f"{what} of group {group!r} failed: {error_name(code)}")
             return answer
@@ -684,6 +708,7 @@ class KafkaLogClient:
             OFFSET_FETCH,
             lambda v, c: _core.encode_offset_fetch(group, topic, partition, v, c, cid),
             lambda d, v, c: _core.decode_offset_fetch(d, v, c, topic, partition),
+            topic=topic,
         )
         return None if offset < 0 else (offset, metadata)
 
@@ -709,6 +734,7 @@ class KafkaLogClient:
                 group, topic, partition, offset, metadata, retention_ms, v, c, cid
             ),
             lambda d, v, c: _core.decode_offset_commit(d, v, c, topic, partition),
+            topic=topic,
             version=version,
         )
         return retained[0] is not None
@@ -754,6 +780,11 @@ class KafkaLogClient:
             )
             if error in RETRIABLE_TXN_CODES:
                 raise BrokerUnavailableError(text, address=conn.address, code=error)
+            denied = authorization_error(
+                f"EndTxn({transactional_id!r})", error, "WRITE", transactional_id
+            )
+            if denied is not None:
+                raise denied
             raise EndTxnError(text, code=error, name=error_name(error))
 
         saved, self.retry_for_s = self.retry_for_s, bound

@@ -40,6 +40,7 @@ from laminar.errors import (
     FatalError,
     LaminarError,
 )
+from laminar.metadata import SCHEMA, WRITER_PRIVILEGES
 
 __all__ = ["PgFailure", "classify", "map_pg_error", "sqlstate_of"]
 
@@ -117,9 +118,30 @@ _HINTS: dict[str, str] = {
     "57014": "the statement was cancelled (statement_timeout or pg_cancel_backend)",
     "57P01": "the server is shutting down or the session was terminated: reconnecting",
     "25006": "the server is read-only (a standby?): point the DSN at the primary",
-    "42501": "grant the role the privilege named above (e.g. INSERT on the table, USAGE and "
-    "CREATE on schema laminar)",
 }
+
+_DENIED = re.compile(r"permission denied for (?P<kind>table|schema|relation) (?P<name>\S+)")
+
+
+def _privilege_hint(err: BaseException) -> str:
+    """What to grant for a 42501: the privileges docs/operations.md ("Least privilege") lists
+    for the object PostgreSQL names (it names the object, not the privilege)."""
+    found = _DENIED.search(str(err))
+    name = found["name"].strip('"') if found else ""
+    where = '(docs/operations.md, "Least privilege")'
+    if found and found["kind"] == "schema" and name == SCHEMA:
+        return (
+            f"GRANT USAGE ON SCHEMA {SCHEMA} TO the role; the schema's owner creates and "
+            f"migrates it (CREATE on the database, or run laminar once as the owner) {where}"
+        )
+    needed = WRITER_PRIVILEGES.get(name.removeprefix(f"{SCHEMA}."))
+    if needed is not None:
+        table = f"{SCHEMA}.{name.removeprefix(f'{SCHEMA}.')}"
+        return (
+            f"a writer's role needs {', '.join(needed)} on {table} (GRANT {', '.join(needed)} "
+            f"ON {table} TO the role), laminar status and the exporter SELECT {where}"
+        )
+    return f"grant the role the privilege on the object named above {where}"
 
 
 def map_pg_error(
@@ -141,7 +163,7 @@ def map_pg_error(
     message = f"{what}: {detail}"
     if state is not None:
         message += f" [SQLSTATE {state}]"
-        hint = _HINTS.get(state)
+        hint = _privilege_hint(err) if state == "42501" else _HINTS.get(state)
         if hint:
             message += f"; {hint}"
     elif cls is AbortableError:

@@ -497,11 +497,14 @@ _DECISION_COMMANDS: dict[str, _Handler] = {
 
 
 def _kafka_registry_config(sink: KafkaSink) -> dict[str, Any]:
-    """What `laminar status`/`recover` need to reach the sink again: no secrets (masked)."""
+    """What `laminar status`/`recover` need to reach the sink again: no secrets (masked), no
+    callables (an ``oauth_cb`` is given to those tools again: ``--kafka-config
+    oauth_cb=module:function``)."""
+    stored = {k: v for k, v in redact_config(sink.producer_config).items() if not callable(v)}
     return {
         "bootstrap_servers": sink.client_settings().bootstrap_servers,
         "topic": sink.topic,
         "key": sink.key,
         "value_format": sink.value_format,
-        "producer_config": json.loads(json.dumps(redact_config(sink.producer_config), default=str)),
+        "producer_config": json.loads(json.dumps(stored, default=str)),
     }

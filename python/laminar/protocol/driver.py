@@ -21,7 +21,12 @@ from laminar.engine.loop import now_ms, perform_driver_side
 from laminar.errors import FatalError, LaminarError
 from laminar.kafka._redo import produce_blob
 from laminar.kafka._stalls import request_timeout_s, setup_timeout_s
-from laminar.kafka.log import ClientSecurity, KafkaLogClient, KafkaLogError
+from laminar.kafka.log import (
+    ClientSecurity,
+    KafkaAuthorizationError,
+    KafkaLogClient,
+    KafkaLogError,
+)
 from laminar.postgres._errors import map_pg_error
 
 __all__ = ["KafkaDriver", "end_txn"]
@@ -42,7 +47,8 @@ def end_txn(
     is found again within ``timeout_s`` (the sink's ``commit_timeout_s``: docs/kafka.md,
     "Failover"). ``clients``: wire clients kept by the caller for its next ``EndTxn`` (one per
     cluster and security: a commit completing several participants connects once), which it
-    closes; without it the client is closed here."""
+    closes; without it the client is closed here. Refused credentials or a missing ACL raise
+    `KafkaAuthorizationError` (an `AuthorizationError`) instead."""
     try:
         security = ClientSecurity.from_config(producer_config)
         key = (bootstrap_servers, security, timeout_s)
@@ -64,6 +70,10 @@ def end_txn(
         finally:
             if clients is None:
                 client.close()
+    except KafkaAuthorizationError:
+        # refused credentials or a missing ACL: init_transactions would be refused the same
+        # way, and recovery stops here, naming what to grant
+        raise
     except KafkaLogError as e:
         return str(e)
     return None

@@ -5,14 +5,16 @@ the exporter (`laminar.exporter`) — read markers and complete transactions."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+import importlib
+from collections.abc import Callable
+from typing import Any, cast
 
 import psycopg
 
 from laminar._core import participant_base
 from laminar._redact import SECRET
 from laminar.engine import records as _records
-from laminar.errors import FatalError, LaminarError
+from laminar.errors import ConfigError, FatalError, LaminarError
 from laminar.kafka.log import ClientSecurity, KafkaLogClient, UnsupportedSecurityError
 from laminar.kafka.sink import KafkaSink
 from laminar.protocol.distributed import kafka_participant
@@ -57,6 +59,8 @@ class RegisteredKafkaSinks:
             k: v for k, v in dict(config.get("producer_config") or {}).items() if v != SECRET
         }
         producer.update(self.extra)
+        if isinstance(producer.get("oauth_cb"), str):
+            producer["oauth_cb"] = _callable(str(producer["oauth_cb"]))
         self._check_reachable(str(config["bootstrap_servers"]), producer)
         sink = KafkaSink(
             config["bootstrap_servers"],
@@ -96,3 +100,22 @@ class RegisteredKafkaSinks:
         for sink in self.sinks.values():
             with contextlib.suppress(LaminarError):
                 sink.close()
+
+
+def _callable(reference: str) -> Callable[..., Any]:
+    """The callable a ``module:attribute`` reference names (``--kafka-config
+    oauth_cb=my_tokens:msk_token``: a token provider given to the CLI and the exporter, which
+    take strings); a `ConfigError` naming it otherwise."""
+    module, _, attribute = reference.partition(":")
+    try:
+        found: Any = importlib.import_module(module.strip())
+        for part in attribute.strip().split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ConfigError(
+            f"oauth_cb={reference!r}: not a 'module:function' reference to an importable "
+            f"callable ({type(e).__name__}: {e})"
+        ) from None
+    if not attribute.strip() or not callable(found):
+        raise ConfigError(f"oauth_cb={reference!r} does not name a callable ('module:function')")
+    return cast("Callable[..., Any]", found)

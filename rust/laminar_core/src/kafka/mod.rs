@@ -10,6 +10,8 @@
 //! - [`batch`]: record batches → [`batch::Batch`] (framing, CRC, codecs, control records)
 //! - [`codec`]: the decompressors, pure Rust
 //! - [`replay`]: commit/abort markers replayed per partition → committed / aborted / open
+//! - [`sasl`]: the OAUTHBEARER initial response, the broker's answer to it, when a token is
+//!   refreshed and a session re-authenticated (KIP-368)
 //! - [`scan`]: one partition read fetch by fetch (what to fetch next, what to keep)
 //! - [`witness`]: the highest `laminar.epoch` among a sink's committed records
 //! - [`wire`]: request frames and response decoding (Metadata, ListOffsets, Fetch, FindCoordinator,
@@ -18,6 +20,7 @@
 pub mod batch;
 pub mod codec;
 pub mod replay;
+pub mod sasl;
 pub mod scan;
 pub mod wire;
 pub mod witness;

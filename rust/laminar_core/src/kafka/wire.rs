@@ -408,12 +408,15 @@ pub fn sasl_authenticate(auth_bytes: &[u8]) -> SaslAuthenticateRequest {
     SaslAuthenticateRequest::default().with_auth_bytes(Bytes::copy_from_slice(auth_bytes))
 }
 
-/// `(error code, error message, the broker's next message)`.
-pub fn authenticated(response: &SaslAuthenticateResponse) -> (i16, Option<String>, Bytes) {
+/// `(error code, error message, the broker's next message, session lifetime in ms)`: the
+/// lifetime (v1+, KIP-368; 0 in v0 or when the broker sets no limit) is how long the
+/// connection may be used before it must authenticate again (`sasl::session_step`).
+pub fn authenticated(response: &SaslAuthenticateResponse) -> (i16, Option<String>, Bytes, i64) {
     (
         response.error_code,
         response.error_message.as_ref().map(ToString::to_string),
         response.auth_bytes.clone(),
+        response.session_lifetime_ms,
     )
 }
 

@@ -7,12 +7,13 @@ use kafka_protocol::messages::{
     SaslHandshakeRequest,
 };
 use kafka_protocol::protocol::Request;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyBytes;
 
 use super::kafka::{shared, to_py_err};
-use crate::kafka::wire;
+use crate::kafka::{sasl, wire};
 
 fn encode<'py, R: Request>(
     py: Python<'py>,
@@ -362,17 +363,56 @@ fn encode_sasl_authenticate<'py>(
     )
 }
 
-/// `(error code, error message, the broker's next message)`.
+/// `(error code, error message, the broker's next message, session lifetime in ms)`.
 #[pyfunction]
 fn decode_sasl_authenticate<'py>(
     py: Python<'py>,
     data: PyBackedBytes,
     version: i16,
     correlation_id: i32,
-) -> PyResult<(i16, Option<String>, Bound<'py, PyBytes>)> {
+) -> PyResult<(i16, Option<String>, Bound<'py, PyBytes>, i64)> {
     let answer = decode::<SaslAuthenticateRequest>(py, data, version, correlation_id)?;
-    let (code, message, bytes) = wire::authenticated(&answer);
-    Ok((code, message, PyBytes::new(py, &bytes)))
+    let (code, message, bytes, lifetime) = wire::authenticated(&answer);
+    Ok((code, message, PyBytes::new(py, &bytes), lifetime))
+}
+
+/// The OAUTHBEARER initial client response for `token` and the SASL `extensions`.
+#[pyfunction]
+fn oauthbearer_initial_response<'py>(
+    py: Python<'py>,
+    token: &str,
+    extensions: Vec<(String, String)>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let bytes = sasl::oauthbearer_initial_response(token, &extensions)
+        .map_err(|e| PyValueError::new_err(e.0))?;
+    Ok(PyBytes::new(py, &bytes))
+}
+
+/// The broker's answer to the OAUTHBEARER initial response: None when it accepted the token,
+/// else the error challenge's status (the client then sends `OAUTHBEARER_FAILURE_ACK`).
+#[pyfunction]
+fn oauthbearer_refusal(answer: &[u8]) -> Option<String> {
+    match sasl::oauthbearer_answer(answer) {
+        sasl::OAuthAnswer::Accepted => None,
+        sasl::OAuthAnswer::Refused { status } => Some(status),
+    }
+}
+
+/// Whether a token obtained at `obtained_ms` that expires at `expiry_ms` is due for a refresh.
+#[pyfunction]
+fn oauth_token_refresh_due(now_ms: i64, obtained_ms: i64, expiry_ms: i64) -> bool {
+    sasl::token_refresh_due(now_ms, obtained_ms, expiry_ms)
+}
+
+/// What a connection must do before its next request: `"send"`, `"reauthenticate"` or
+/// `"reconnect"` (KIP-368's session lifetime; 0: no limit).
+#[pyfunction]
+fn sasl_session_step(now_ms: i64, authenticated_ms: i64, session_lifetime_ms: i64) -> &'static str {
+    match sasl::session_step(now_ms, authenticated_ms, session_lifetime_ms) {
+        sasl::SessionStep::Send => "send",
+        sasl::SessionStep::Reauthenticate => "reauthenticate",
+        sasl::SessionStep::Reconnect => "reconnect",
+    }
 }
 
 /// Registers the wire functions.
@@ -398,5 +438,13 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_sasl_handshake, m)?)?;
     m.add_function(wrap_pyfunction!(encode_sasl_authenticate, m)?)?;
     m.add_function(wrap_pyfunction!(decode_sasl_authenticate, m)?)?;
+    m.add_function(wrap_pyfunction!(oauthbearer_initial_response, m)?)?;
+    m.add_function(wrap_pyfunction!(oauthbearer_refusal, m)?)?;
+    m.add_function(wrap_pyfunction!(oauth_token_refresh_due, m)?)?;
+    m.add_function(wrap_pyfunction!(sasl_session_step, m)?)?;
+    m.add(
+        "OAUTHBEARER_FAILURE_ACK",
+        PyBytes::new(m.py(), sasl::OAUTHBEARER_FAILURE_ACK),
+    )?;
     Ok(())
 }

@@ -68,6 +68,19 @@ fn an_answer_out_of_order_is_refused() {
 }
 
 #[test]
+fn sasl_authenticate_answers_the_session_lifetime_from_v1() {
+    let body = SaslAuthenticateResponse::default()
+        .with_auth_bytes(Bytes::from_static(b"challenge"))
+        .with_session_lifetime_ms(6_000);
+    for (version, lifetime) in [(0, 0), (1, 6_000)] {
+        let data = answer::<SaslAuthenticateRequest>(&body, version, 3);
+        let decoded = response::<SaslAuthenticateRequest>(data, version, 3).expect("decodes");
+        let (code, _message, bytes, got) = authenticated(&decoded);
+        assert_eq!((code, &bytes[..], got), (0, &b"challenge"[..], lifetime));
+    }
+}
+
+#[test]
 fn find_coordinator_speaks_both_shapes() {
     let old = find_coordinator("tid", 1, 3);
     assert_eq!((old.key.as_str(), old.coordinator_keys.len()), ("tid", 0));
