@@ -242,3 +242,27 @@ def test_the_sinks_errors_are_unchanged_for_an_unknown_topic(
     sink = make_sink(kafka_bootstrap, topic_name, topic_name)
     with pytest.raises((ConfigError, FatalError, AbortableError), match=topic_name):
         sink.init_transactions()
+
+
+def test_records_dropped_before_the_prepare_fail_it_and_nothing_is_committed(
+    kafka_broker: Any, kafka_bootstrap: str, topic_name: str
+) -> None:
+    # librdkafka drops an epoch's queued records when its transaction fails after the marker
+    # went in (an AddPartitionsToTxn refused: test_least_privilege's WRITE case); here they are
+    # dropped by a purge while they wait out linger.ms. The prepare must fail, not pass with the
+    # marker alone (which a decision would then commit without the records).
+    kafka_broker.create_topic(topic_name, partitions=1)
+    sink = make_sink(kafka_bootstrap, topic_name, topic_name, producer_config={"linger.ms": 5000})
+    sink.init_transactions()
+    assert sink.begin_transaction(0)
+    sink.write(rows(100))
+    sink._live().producer.purge(in_queue=True, in_flight=False, blocking=True)
+    with pytest.raises(AbortableError, match="100 record"):
+        sink.prepare_transaction()
+    sink.abort_transaction(0)
+    # the epoch can be written again, whole
+    assert laminar.exactly_once(sink).write_epoch(0, rows(100)).committed
+    sink.close()
+    assert sorted(
+        int(r.key or b"0") for r in settled_committed(kafka_bootstrap, topic_name)
+    ) == list(range(100))

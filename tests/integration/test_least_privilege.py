@@ -178,28 +178,8 @@ def test_the_documented_rights_suffice_through_a_crash_completed_by_endtxn(
     assert world.leaked("\n".join(outputs)) == []
 
 
-#: Removing WRITE on the topic loses data today (the lead's report, issue 36): the purged records'
-#: delivery reports (_PURGE_QUEUE) are ignored by the producing side, so the prepare passes, the
-#: decision commits PostgreSQL, and recovery's EndTxn commits a transaction holding only the
-#: epoch marker. Strict: the case fails loudly once the producer refuses such a prepare.
-_LOSES_DATA = pytest.mark.xfail(
-    strict=True,
-    reason="data loss: records purged by librdkafka (AddPartitionsToTxn refused) pass the "
-    "prepare (kafka/_runtime._IGNORED_DELIVERY_CODES); the decided epoch is completed by EndTxn "
-    "with its marker only",
-)
-
-
 def _cases() -> list[Any]:
-    return [
-        pytest.param(
-            r,
-            id=r.id,
-            marks=[_LOSES_DATA] if (r.kind, r.operation) == ("TOPIC", "WRITE") else [],
-        )
-        for r in RIGHTS
-        if not r.best_effort
-    ]
+    return [pytest.param(r, id=r.id) for r in RIGHTS if not r.best_effort]
 
 
 @pytest.mark.parametrize("right", _cases())

@@ -259,6 +259,21 @@ class Producing:
             raise self.cfg._error(
                 KafkaException(error), "delivery", epoch, self.rt, hint=hint, topic=topic
             )
+        if self.rt.purged:
+            # librdkafka dropped records of this epoch: its transaction failed after the marker
+            # went in (an AddPartitionsToTxn refused, say). The transaction's own error says why:
+            # the next transactional call returns it; the epoch fails either way, never prepared
+            # without its records.
+            self.clients.retrying(
+                "send_offsets_to_transaction", epoch, self.cfg._commit_timeout_s, offsets
+            )
+            raise AbortableError(
+                f"{self.rt.purged} record(s) of epoch {epoch} were dropped by the producer before "
+                f"the brokers at {self.cfg._bootstrap_servers} acknowledged them: the transaction "
+                "failed; the epoch is aborted and can be written again",
+                sink_id=self.cfg.sink_id,
+                epoch=epoch,
+            )
         if remaining:
             raise AbortableError(
                 f"{remaining} record(s) were not acknowledged within flush_timeout_s="

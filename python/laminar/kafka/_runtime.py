@@ -14,7 +14,10 @@ from laminar.errors import (
     FencedError,
 )
 
-_IGNORED_DELIVERY_CODES = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+#: Records librdkafka dropped before the brokers acknowledged them: by an abort or a close of
+#: ours, or because the transaction failed (an AddPartitionsToTxn refused, say) — which is why a
+#: prepare that finds any fails (`Producing.finish_writes`), never passes as if they were written.
+_PURGED_CODES = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
 #: librdkafka's broker states between an accepted TCP connection and its first answers.
 _SETUP_WAIT_STATES = frozenset(
     {"SSL_HANDSHAKE", "APIVERSION_QUERY", "AUTH_LEGACY", "AUTH_HANDSHAKE", "AUTH_REQ"}
@@ -42,6 +45,8 @@ class _Runtime:
         self.identity_warned = False
         # the open epoch
         self.headers: list[tuple[str, bytes]] = []
+        #: Records of the open epoch librdkafka purged instead of delivering.
+        self.purged = 0
         #: Topics other than the home topic that the open epoch wrote (its markers go there too).
         self.epoch_topics: set[str] = set()
         #: Partition counts of the topics rows named (Spark's shape), from metadata.
@@ -62,7 +67,10 @@ class _Runtime:
         self.client_errors.append(error)
 
     def on_delivery(self, error: KafkaError | None, message: Any) -> None:
-        if error is None or error.code() in _IGNORED_DELIVERY_CODES:
+        if error is None:
+            return
+        if error.code() in _PURGED_CODES:
+            self.purged += 1
             return
         self.delivery_failures += 1
         if len(self.delivery_errors) < 8:

@@ -209,6 +209,7 @@ class KafkaSink(_SinkBase):
         rt.epoch_topics = set()
         rt.delivery_errors.clear()
         rt.delivery_failures = 0
+        rt.purged = 0
         rt.headers = [
             (HEADER_SINK, self.sink_id.encode()),
             (HEADER_EPOCH, str(epoch).encode()),
