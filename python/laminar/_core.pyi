@@ -1807,7 +1807,7 @@ def parse_gid(text: str) -> tuple[str, str | None, int, int] | None:
 
 # --- client time-outs derived from a sink's budgets (core: protocol/budget.rs) -------------------
 
-__all__ += ["KafkaTimeouts", "kafka_timeouts", "postgres_answer_timeout"]
+__all__ += ["KafkaTimeouts", "attempt_next", "kafka_timeouts", "postgres_answer_timeout"]
 
 @final
 class KafkaTimeouts:
@@ -1853,3 +1853,18 @@ def kafka_timeouts(
 def postgres_answer_timeout(statement_timeout_s: float) -> float:
     """The PostgreSQL performer's deadline on one wait for the server's answer, in seconds, for
     a sink whose budget for one answer is ``statement_timeout_s``."""
+
+def attempt_next(
+    *,
+    retriable: bool,
+    silent: bool,
+    ran_out: bool,
+    attempt: int,
+    retries: int,
+    time_left: bool,
+) -> Literal["retry", "replace", "give_up"]:
+    """What follows a failed attempt (from 1) of a librdkafka transactional call: ``"replace"``
+    the producer when the attempt ran out its whole time-out on silence (no broker answered:
+    librdkafka keeps asking the role's holder it cached, a new producer looks every role up
+    afresh); ``"retry"`` on the same producer a ``retriable`` error the cluster answered while
+    retries and time are left; else ``"give_up"``."""

@@ -79,10 +79,19 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def bounded_call(producer: Any, method: str, args: tuple[Any, ...], timeout_s: float) -> None:
-    """``producer.<method>(*args)`` on a helper thread, waited for at most ``timeout_s`` plus a
-    grace period. Raises what the call raised, or `StuckCallError`. (The failover tests fail the
-    call here with librdkafka's own retriable error: `laminar._faults.fail_point`.)"""
+def bounded_call(
+    producer: Any,
+    method: str,
+    args: tuple[Any, ...],
+    timeout_s: float,
+    *,
+    grace_s: float | None = None,
+) -> None:
+    """``producer.<method>(*args)`` on a helper thread, waited for at most ``timeout_s`` plus
+    ``grace_s`` (the sink's, from the core's budget rule: docs/kafka.md "Budgets"; without it
+    half the time-out, 2 to 10 s). Raises what the call raised, or `StuckCallError`. (The
+    failover tests fail the call here with librdkafka's own retriable error:
+    `laminar._faults.fail_point`.)"""
     if fail_point(f"kafka.{method}"):
         code = _INJECTED.get(method, KafkaError._TIMED_OUT)
         raise KafkaException(KafkaError(code, "injected (LAMINAR_FAIL_AT)", retriable=True))
@@ -94,7 +103,8 @@ def bounded_call(producer: Any, method: str, args: tuple[Any, ...], timeout_s: f
     if worker is None:
         worker = _Worker()
     worker.jobs.put(job)
-    if not job.done.wait(timeout_s + min(10.0, max(2.0, timeout_s / 2))):
+    grace = min(10.0, max(2.0, timeout_s / 2)) if grace_s is None else grace_s
+    if not job.done.wait(timeout_s + grace):
         ABANDONED.add(producer)
         if job.done.is_set():  # finished in between
             ABANDONED.discard(producer)

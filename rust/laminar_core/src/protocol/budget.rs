@@ -31,6 +31,9 @@ pub const SETUP_MIN_MS: u64 = 1_000;
 pub const SETUP_MAX_MS: u64 = 2_000;
 /// How far librdkafka's `socket.timeout.ms` must stay below `transaction.timeout.ms`.
 pub const TRANSACTION_MARGIN_MS: u64 = 100;
+/// How far a librdkafka transactional call may overrun the time-out it was given: librdkafka
+/// returns at its time-out, so anything past a scheduling slack is a call that will not return.
+pub const GRACE_MS: u64 = 1_000;
 
 /// A Kafka sink's budgets (`KafkaSink(init_timeout_s=…, commit_timeout_s=…, flush_timeout_s=…,
 /// transaction_timeout_ms=…)`), in milliseconds.
@@ -112,7 +115,7 @@ impl KafkaBudgets {
             setup_ms,
             reconnect_backoff_max_ms: setup_ms,
             ack_timeout_ms: (request_ms * 4 / 5).max(1),
-            grace_ms: (request_ms / 2).max(SETUP_MIN_MS),
+            grace_ms: GRACE_MS,
             transaction_ms,
         })
     }
@@ -137,6 +140,43 @@ impl KafkaTimeouts {
             ("reconnect.backoff.max.ms", self.reconnect_backoff_max_ms),
             ("request.timeout.ms", self.ack_timeout_ms),
         ]
+    }
+}
+
+/// What follows a failed attempt of a librdkafka transactional call ([`after_attempt`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptNext {
+    /// Call again on the same producer (librdkafka's transactional calls are resumable).
+    Retry,
+    /// Give the producer up and open a new one (the call is then lost: abortable before the
+    /// commit, in doubt during it).
+    Replace,
+    /// Raise the error.
+    GiveUp,
+}
+
+/// After attempt `attempt` (from 1) of a transactional call failed: when it ran out its whole
+/// time-out (`ran_out`) on silence (`silent`: a request time-out, a connection lost or never set
+/// up — no broker answered), the producer is replaced, since librdkafka keeps asking the role's
+/// holder it has cached (it retries a coordinator look-up on the hung broker itself, and waits on
+/// a cached group coordinator past its time-out) where a new producer looks every role up
+/// afresh; a `retriable` error the cluster answered (a coordinator moving or loading, the last
+/// transaction's markers still being written) is retried on the same producer while retries and
+/// time are left (`time_left`); anything else is given up.
+pub fn after_attempt(
+    retriable: bool,
+    silent: bool,
+    ran_out: bool,
+    attempt: u32,
+    retries: u32,
+    time_left: bool,
+) -> AttemptNext {
+    if silent && ran_out {
+        AttemptNext::Replace
+    } else if retriable && attempt <= retries && time_left {
+        AttemptNext::Retry
+    } else {
+        AttemptNext::GiveUp
     }
 }
 
@@ -171,7 +211,7 @@ mod tests {
         assert_eq!(t.setup_ms, 1_250);
         assert_eq!(t.reconnect_backoff_max_ms, 1_250);
         assert_eq!(t.ack_timeout_ms, 4_000);
-        assert_eq!(t.grace_ms, 2_500);
+        assert_eq!(t.grace_ms, GRACE_MS);
         assert_eq!(t.transaction_ms, 60_000);
         // two request time-outs per attempt of a call bounded by 30 s
         assert_eq!(t.attempt_ms(30_000), 10_000);
@@ -242,6 +282,22 @@ mod tests {
             Err(CoreError::Config(m)) => assert!(m.contains("socket.timeout.ms=9950"), "{m}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn an_attempt_that_ran_out_on_silence_replaces_the_producer() {
+        use AttemptNext::*;
+        // silence for the whole attempt: a new producer, whatever the retries left
+        assert_eq!(after_attempt(true, true, true, 1, 3, true), Replace);
+        assert_eq!(after_attempt(false, true, true, 9, 3, false), Replace);
+        // a lost connection answered at once (a broker down): the same producer finds the
+        // role's new holder itself
+        assert_eq!(after_attempt(true, true, false, 1, 3, true), Retry);
+        // an answer from the cluster (CONCURRENT_TRANSACTIONS, a coordinator loading)
+        assert_eq!(after_attempt(true, false, true, 3, 3, true), Retry);
+        assert_eq!(after_attempt(true, false, true, 4, 3, true), GiveUp);
+        assert_eq!(after_attempt(true, false, false, 1, 3, false), GiveUp);
+        assert_eq!(after_attempt(false, false, false, 1, 3, true), GiveUp);
     }
 
     #[test]

@@ -4,7 +4,9 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::protocol::budget::{KafkaBudgets, KafkaOverrides, KafkaTimeouts, postgres_answer_ms};
+use crate::protocol::budget::{
+    AttemptNext, KafkaBudgets, KafkaOverrides, KafkaTimeouts, after_attempt, postgres_answer_ms,
+};
 use crate::py::errors::IntoPyResult;
 
 /// Seconds as whole milliseconds (`ValueError` for a negative or non-finite value).
@@ -103,6 +105,25 @@ fn kafka_timeouts(
     Ok(PyKafkaTimeouts(budgets.timeouts(overrides).py_err(py)?))
 }
 
+/// What follows a failed attempt of a librdkafka transactional call (`protocol::budget`):
+/// `"retry"` on the same producer, `"replace"` the producer, or `"give_up"`.
+#[pyfunction]
+#[pyo3(signature = (*, retriable, silent, ran_out, attempt, retries, time_left))]
+fn attempt_next(
+    retriable: bool,
+    silent: bool,
+    ran_out: bool,
+    attempt: u32,
+    retries: u32,
+    time_left: bool,
+) -> &'static str {
+    match after_attempt(retriable, silent, ran_out, attempt, retries, time_left) {
+        AttemptNext::Retry => "retry",
+        AttemptNext::Replace => "replace",
+        AttemptNext::GiveUp => "give_up",
+    }
+}
+
 /// The PostgreSQL performer's deadline on one wait for the server's answer, in seconds, for a
 /// sink whose budget for one answer is `statement_timeout_s` (`protocol::budget`).
 #[pyfunction]
@@ -115,5 +136,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyKafkaTimeouts>()?;
     m.add_function(wrap_pyfunction!(kafka_timeouts, m)?)?;
     m.add_function(wrap_pyfunction!(postgres_answer_timeout, m)?)?;
+    m.add_function(wrap_pyfunction!(attempt_next, m)?)?;
     Ok(())
 }
