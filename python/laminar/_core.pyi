@@ -1856,6 +1856,7 @@ def postgres_answer_timeout(statement_timeout_s: float) -> float:
 
 def attempt_next(
     *,
+    initializing: bool,
     retriable: bool,
     silent: bool,
     ran_out: bool,
@@ -1866,5 +1867,7 @@ def attempt_next(
     """What follows a failed attempt (from 1) of a librdkafka transactional call: ``"replace"``
     the producer when the attempt ran out its whole time-out on silence (no broker answered:
     librdkafka keeps asking the role's holder it cached, a new producer looks every role up
-    afresh); ``"retry"`` on the same producer a ``retriable`` error the cluster answered while
-    retries and time are left; else ``"give_up"``."""
+    afresh) — unless ``initializing`` (``init_transactions``: a new producer caches nothing, and
+    one replaced then would go on sending its InitProducerId, fencing the next); ``"retry"`` on
+    the same producer a ``retriable`` error the cluster answered (or a silent one while
+    initializing) while retries and time are left; else ``"give_up"``."""

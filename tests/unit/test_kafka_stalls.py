@@ -25,8 +25,9 @@ SERVERS = [("a", 9092), ("b", 9092), ("c", 9092)]
 
 
 def test_the_set_up_deadline_is_a_quarter_of_the_request_time_out() -> None:
-    # the request time-out is a sixth of the bound, 2 to 30 s (protocol::budget)
-    assert (request_timeout_s(30.0), setup_timeout_s(30.0)) == (5.0, 1.25)
+    # the request time-out is an eighth of the bound, 2 to 30 s (protocol::budget)
+    assert (request_timeout_s(30.0), setup_timeout_s(30.0)) == (3.75, 1.0)
+    assert (request_timeout_s(60.0), setup_timeout_s(60.0)) == (7.5, 1.875)
     assert (request_timeout_s(600.0), setup_timeout_s(600.0)) == (30.0, 2.0)
     assert (request_timeout_s(4.0), setup_timeout_s(4.0)) == (2.0, 1.0)
     # never more than the bound
@@ -46,7 +47,7 @@ def test_the_users_settings_are_the_deadlines_within_the_bound() -> None:
 def test_a_setup_timeout_that_is_no_duration_is_refused_by_name(value: Any) -> None:
     config = {"socket.connection.setup.timeout.ms": value}
     if value is None:
-        assert setup_timeout_s(30.0, config) == 1.25  # not set
+        assert setup_timeout_s(30.0, config) == 1.0  # not set
         return
     with pytest.raises(ConfigError, match=r"socket\.connection\.setup\.timeout\.ms"):
         validate_producer_config(config, bootstrap_servers="a:9092", transactional_id="t")
@@ -95,7 +96,7 @@ def test_a_later_client_of_the_process_tries_the_stalled_server_last(
     servers = "s1:9092,b:9092,c:9092"
     first = KafkaLogClient(servers, timeout=10.0, retry_for_s=30.0, stalls=memory)
     first.connect()
-    assert opened == [("s1", 1.25), ("b", 1.25)]
+    assert opened == [("s1", 1.0), ("b", 1.0)]
     opened.clear()
     KafkaLogClient(servers, timeout=10.0, retry_for_s=30.0, stalls=memory).connect()
     assert [host for host, _ in opened] == ["b"]

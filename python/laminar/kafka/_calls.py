@@ -15,6 +15,7 @@ Python worker) starts with none, since the parent's threads do not exist there.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -38,7 +39,9 @@ class _Job:
     __slots__ = ("args", "call", "done", "error", "producer")
 
     def __init__(self, producer: Any, call: Callable[..., object], args: tuple[Any, ...]) -> None:
-        self.producer, self.call, self.args = producer, call, args
+        self.producer: Any = producer
+        self.call: Callable[..., object] | None = call
+        self.args = args
         self.done = threading.Event()
         self.error: BaseException | None = None
 
@@ -54,11 +57,13 @@ class _Worker:
         while True:
             job = self.jobs.get()
             try:
-                job.call(*job.args)
+                if job.call is not None:
+                    job.call(*job.args)
             except BaseException as e:  # handed to the caller's thread
                 job.error = e
             finally:
                 ABANDONED.discard(job.producer)
+                job.producer = job.call = None  # a finished job keeps no producer alive
                 with _LOCK:
                     _IDLE.append(self)
                 job.done.set()
@@ -110,5 +115,28 @@ def bounded_call(
             ABANDONED.discard(producer)
         else:
             raise StuckCallError(method)
-    if job.error is not None:
-        raise job.error
+    error = job.error
+    # The error's traceback holds this frame: it must not hold the producer too, or a producer
+    # given up could be destroyed wherever the error is dropped — with an exception in flight,
+    # its callbacks then fail (`retire`).
+    del job, producer
+    if error is not None:
+        raise error
+
+
+def retire(producer: Any) -> None:
+    """Destroy a producer given up on, on a daemon thread: its destruction may wait on a hung
+    broker (not the writer's time), and its callbacks must not run in a thread that has an
+    exception in flight (confluent-kafka then raises ``SystemError`` from the next one). A
+    producer whose call is still stuck is destroyed when that call returns (`ABANDONED`)."""
+    if producer is None or producer in ABANDONED:
+        return
+    threading.Thread(
+        target=_destroy, args=(producer,), name="laminar-kafka-retire", daemon=True
+    ).start()
+
+
+def _destroy(producer: Any) -> None:
+    with contextlib.suppress(KafkaException, RuntimeError, BufferError):
+        producer.purge(in_queue=True, in_flight=True, blocking=False)
+        producer.poll(0)

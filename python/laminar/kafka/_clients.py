@@ -24,6 +24,7 @@ from laminar.errors import (
 from laminar.kafka._base import _SinkBase
 from laminar.kafka._calls import StuckCallError as _StuckCallError
 from laminar.kafka._calls import bounded_call as _bounded_call
+from laminar.kafka._calls import retire as _retire
 from laminar.kafka._config import (
     build_producer_config,
     consumer_config,
@@ -105,6 +106,7 @@ class Clients:
                 kafka_error = as_kafka_error(e)
                 now = time.monotonic()
                 next_step = attempt_next(
+                    initializing=operation == "init_transactions",
                     retriable=classify(e, operation).retry,
                     silent=is_silence(e),
                     ran_out=now - started >= remaining - min(0.1, remaining / 10),
@@ -141,7 +143,8 @@ class Clients:
         is replaced too: it still asks the coordinator the stuck call waited on, which a new one
         looks up afresh (docs/kafka.md, "Budgets")."""
         producer, self.rt.producer = self.rt.producer, None
-        del producer  # referenced by _kafka_calls.ABANDONED until the stuck call returns
+        _retire(producer)  # or destroyed once its stuck call returns (_calls.ABANDONED)
+        del producer
         consumer, self.rt.consumer = self.rt.consumer, None
         if consumer is not None:  # closing may wait on that coordinator: not on this thread
             threading.Thread(target=_close_quietly, args=(consumer,), daemon=True).start()

@@ -16,10 +16,11 @@ use crate::error::{CoreError, CoreResult};
 
 /// librdkafka's `transaction.timeout.ms` when the sink sets none.
 pub const LIBRDKAFKA_TRANSACTION_TIMEOUT_MS: u64 = 60_000;
-/// A call's bound holds this many request time-outs: the request to the hung broker, the
-/// cluster fencing it (Kafka's `broker.session.timeout.ms`, about two), the retry on the new
-/// holder, and slack.
-pub const REQUEST_SHARE: u64 = 6;
+/// A call's bound holds this many request time-outs, so that it rides out a failover within
+/// it — the request to the hung broker, the cluster fencing it (Kafka's
+/// `broker.session.timeout.ms`, 9 s by default: two or three of them), the retry on the role's
+/// new holder — and a second one: 30 s bounds give 3.75 s.
+pub const REQUEST_SHARE: u64 = 8;
 /// The shortest request time-out derived: a healthy broker answers well within it, even loaded.
 pub const REQUEST_MIN_MS: u64 = 2_000;
 /// The longest request time-out derived (the Java client's default `request.timeout.ms`).
@@ -160,10 +161,13 @@ pub enum AttemptNext {
 /// up — no broker answered), the producer is replaced, since librdkafka keeps asking the role's
 /// holder it has cached (it retries a coordinator look-up on the hung broker itself, and waits on
 /// a cached group coordinator past its time-out) where a new producer looks every role up
-/// afresh; a `retriable` error the cluster answered (a coordinator moving or loading, the last
-/// transaction's markers still being written) is retried on the same producer while retries and
-/// time are left (`time_left`); anything else is given up.
+/// afresh — except while `initializing` (`init_transactions`: the producer is new and caches
+/// nothing, and one replaced then would go on sending its InitProducerId, which would fence the
+/// next); a `retriable` error the cluster answered (a coordinator moving or loading, the last
+/// transaction's markers still being written), or a silent one while initializing, is retried
+/// on the same producer while retries and time are left (`time_left`); anything else is given up.
 pub fn after_attempt(
+    initializing: bool,
     retriable: bool,
     silent: bool,
     ran_out: bool,
@@ -171,7 +175,7 @@ pub fn after_attempt(
     retries: u32,
     time_left: bool,
 ) -> AttemptNext {
-    if silent && ran_out {
+    if silent && ran_out && !initializing {
         AttemptNext::Replace
     } else if retriable && attempt <= retries && time_left {
         AttemptNext::Retry
@@ -207,22 +211,22 @@ mod tests {
     #[test]
     fn the_defaults_give_up_on_a_hung_broker_within_a_failover() {
         let t = budgets(30, 30).timeouts(KafkaOverrides::default()).unwrap();
-        assert_eq!(t.request_ms, 5_000);
-        assert_eq!(t.setup_ms, 1_250);
-        assert_eq!(t.reconnect_backoff_max_ms, 1_250);
-        assert_eq!(t.ack_timeout_ms, 4_000);
+        assert_eq!(t.request_ms, 3_750);
+        assert_eq!(t.setup_ms, SETUP_MIN_MS);
+        assert_eq!(t.reconnect_backoff_max_ms, SETUP_MIN_MS);
+        assert_eq!(t.ack_timeout_ms, 3_000);
         assert_eq!(t.grace_ms, GRACE_MS);
         assert_eq!(t.transaction_ms, 60_000);
         // two request time-outs per attempt of a call bounded by 30 s
-        assert_eq!(t.attempt_ms(30_000), 10_000);
+        assert_eq!(t.attempt_ms(30_000), 7_500);
         assert_eq!(t.attempt_ms(3_000), 3_000);
         assert_eq!(
             t.librdkafka_settings(),
             [
-                ("socket.timeout.ms", 5_000),
-                ("socket.connection.setup.timeout.ms", 1_250),
-                ("reconnect.backoff.max.ms", 1_250),
-                ("request.timeout.ms", 4_000),
+                ("socket.timeout.ms", 3_750),
+                ("socket.connection.setup.timeout.ms", 1_000),
+                ("reconnect.backoff.max.ms", 1_000),
+                ("request.timeout.ms", 3_000),
             ]
         );
     }
@@ -230,7 +234,8 @@ mod tests {
     #[test]
     fn the_request_time_out_follows_the_shortest_call_within_its_limits() {
         let none = KafkaOverrides::default();
-        assert_eq!(budgets(30, 15).timeouts(none).unwrap().request_ms, 2_500);
+        assert_eq!(budgets(30, 20).timeouts(none).unwrap().request_ms, 2_500);
+        assert_eq!(budgets(60, 60).timeouts(none).unwrap().setup_ms, 1_875);
         assert_eq!(
             budgets(5, 30).timeouts(none).unwrap().request_ms,
             REQUEST_MIN_MS
@@ -264,7 +269,7 @@ mod tests {
                 setup_ms: Some(7_000),
             })
             .unwrap();
-        assert_eq!((t.request_ms, t.setup_ms), (5_000, 7_000));
+        assert_eq!((t.request_ms, t.setup_ms), (3_750, 7_000));
         assert_eq!(t.reconnect_backoff_max_ms, 7_000);
     }
 
@@ -288,16 +293,28 @@ mod tests {
     fn an_attempt_that_ran_out_on_silence_replaces_the_producer() {
         use AttemptNext::*;
         // silence for the whole attempt: a new producer, whatever the retries left
-        assert_eq!(after_attempt(true, true, true, 1, 3, true), Replace);
-        assert_eq!(after_attempt(false, true, true, 9, 3, false), Replace);
+        assert_eq!(after_attempt(false, true, true, true, 1, 3, true), Replace);
+        assert_eq!(
+            after_attempt(false, false, true, true, 9, 3, false),
+            Replace
+        );
+        // ... but a new producer's init_transactions is resumed, never replaced
+        assert_eq!(after_attempt(true, true, true, true, 1, 3, true), Retry);
+        assert_eq!(after_attempt(true, true, true, true, 4, 3, true), GiveUp);
         // a lost connection answered at once (a broker down): the same producer finds the
         // role's new holder itself
-        assert_eq!(after_attempt(true, true, false, 1, 3, true), Retry);
+        assert_eq!(after_attempt(false, true, true, false, 1, 3, true), Retry);
         // an answer from the cluster (CONCURRENT_TRANSACTIONS, a coordinator loading)
-        assert_eq!(after_attempt(true, false, true, 3, 3, true), Retry);
-        assert_eq!(after_attempt(true, false, true, 4, 3, true), GiveUp);
-        assert_eq!(after_attempt(true, false, false, 1, 3, false), GiveUp);
-        assert_eq!(after_attempt(false, false, false, 1, 3, true), GiveUp);
+        assert_eq!(after_attempt(false, true, false, true, 3, 3, true), Retry);
+        assert_eq!(after_attempt(false, true, false, true, 4, 3, true), GiveUp);
+        assert_eq!(
+            after_attempt(false, true, false, false, 1, 3, false),
+            GiveUp
+        );
+        assert_eq!(
+            after_attempt(false, false, false, false, 1, 3, true),
+            GiveUp
+        );
     }
 
     #[test]

@@ -108,8 +108,9 @@ fn kafka_timeouts(
 /// What follows a failed attempt of a librdkafka transactional call (`protocol::budget`):
 /// `"retry"` on the same producer, `"replace"` the producer, or `"give_up"`.
 #[pyfunction]
-#[pyo3(signature = (*, retriable, silent, ran_out, attempt, retries, time_left))]
+#[pyo3(signature = (*, initializing, retriable, silent, ran_out, attempt, retries, time_left))]
 fn attempt_next(
+    initializing: bool,
     retriable: bool,
     silent: bool,
     ran_out: bool,
@@ -117,7 +118,15 @@ fn attempt_next(
     retries: u32,
     time_left: bool,
 ) -> &'static str {
-    match after_attempt(retriable, silent, ran_out, attempt, retries, time_left) {
+    match after_attempt(
+        initializing,
+        retriable,
+        silent,
+        ran_out,
+        attempt,
+        retries,
+        time_left,
+    ) {
         AttemptNext::Retry => "retry",
         AttemptNext::Replace => "replace",
         AttemptNext::GiveUp => "give_up",
