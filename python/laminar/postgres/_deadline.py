@@ -12,6 +12,15 @@ once as a lost connection — `psycopg.OperationalError`, which the sinks map to
 recovery reads it) — with a message that names the deadline. A COPY that streams for minutes is
 not cut: each chunk is its own wait.
 
+A backend given up on this way may still be alive — stopped, not dead — holding its transaction,
+its locks, and perhaps a COMMIT it has not read yet. Until it has ended, nothing read about its
+transaction is final (a read would find the epoch not committed, and the COMMIT could still land
+after it). So the process remembers each such backend (`Lingering`), and every new connection to
+the same server first settles them (`connect`): a backend that has ended is forgotten; one still
+there is asked to terminate (``pg_terminate_backend``: a stopped one dies when it goes on, before
+it reads what was sent) and the connection refused with a retriable error, so the caller retries
+later and reads an outcome that no longer moves.
+
 The watchdog polls (every quarter second while something is armed), so arming costs a lock and
 a dict entry, not a thread wake-up per statement.
 """
@@ -27,7 +36,7 @@ from typing import Any
 
 import psycopg
 
-__all__ = ["DeadlineConnection", "connect"]
+__all__ = ["LINGERING", "DeadlineConnection", "Lingering", "connect"]
 
 #: How often the watchdog looks at the armed waits while any is armed (its precision).
 _POLL_S = 0.25
@@ -116,12 +125,78 @@ _WATCHDOG = _Watchdog()
 os.register_at_fork(after_in_child=_WATCHDOG._forked)
 
 
+class Lingering:
+    """The backends of connections given up on past their deadline, per server (its DSN), with
+    when each connection was opened: until each has ended its transaction may still commit
+    (module docstring). Thread-safe; one per process (`LINGERING`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_server: dict[str, dict[int, float]] = {}
+
+    def add(self, server: str, pid: int, opened_at: float) -> None:
+        """The connection to ``server`` opened at ``opened_at`` (wall clock), served by backend
+        ``pid``, was given up on."""
+        with self._lock:
+            self._by_server.setdefault(server, {})[pid] = opened_at
+
+    def settle(self, conn: psycopg.Connection[Any], server: str) -> None:
+        """On a new connection to ``server``: forget the given-up backends that have ended; ask
+        those still there to terminate and raise `psycopg.OperationalError` (a lost connection
+        to the caller: retriable) naming them."""
+        with self._lock:
+            backends = dict(self._by_server.get(server, {}))
+        if not backends:
+            return
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT pid, extract(epoch FROM backend_start)::float8 FROM pg_stat_activity"
+                " WHERE pid = ANY(%s)",
+                (list(backends),),
+            )
+            # the same pid and started no later than the connection it served: still that one
+            alive = [int(p) for p, started in cur.fetchall() if started <= backends[p] + 1.0]
+            for pid in alive:
+                with contextlib.suppress(psycopg.Error):
+                    cur.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with contextlib.suppress(psycopg.Error):
+            conn.rollback()
+        with self._lock:
+            known = self._by_server.get(server, {})
+            for pid in backends:
+                if pid not in alive:
+                    known.pop(pid, None)
+            if not known:
+                self._by_server.pop(server, None)
+        if alive:
+            raise psycopg.OperationalError(
+                f"the backend of a connection given up on (pid {', '.join(map(str, alive))}) "
+                "still runs, stopped or hung: its transaction's outcome is unknown until it "
+                "ends (it was asked to terminate); try again"
+            )
+
+    def clear(self) -> None:
+        """Forget every backend (tests)."""
+        with self._lock:
+            self._by_server.clear()
+
+
+#: The process's given-up backends, shared by every `DeadlineConnection`.
+LINGERING = Lingering()
+os.register_at_fork(after_in_child=LINGERING.clear)
+
+
 class DeadlineConnection(psycopg.Connection[Any]):
     """A psycopg connection whose every wait for the server's answer ends within
     ``answer_timeout_s`` (None: no deadline), the connection given up past it (module
     docstring)."""
 
     answer_timeout_s: float | None = None
+    #: The server (its DSN), the backend and when the connection was opened (wall clock):
+    #: what `LINGERING` remembers when the deadline gives the connection up.
+    server: str = ""
+    backend_pid: int = 0
+    opened_at: float = 0.0
 
     def wait(self, gen: Any, *args: Any, **kwargs: Any) -> Any:
         """psycopg's wait on the server, armed with the answer deadline."""
@@ -137,6 +212,8 @@ class DeadlineConnection(psycopg.Connection[Any]):
             return super().wait(gen, *args, **kwargs)
         except psycopg.Error as e:
             if armed.fired:
+                if self.backend_pid:
+                    LINGERING.add(self.server, self.backend_pid, self.opened_at)
                 raise psycopg.OperationalError(
                     f"PostgreSQL did not answer within {seconds:g} s (statement_timeout_s): a "
                     "hung server or backend; the connection was given up"
@@ -147,7 +224,16 @@ class DeadlineConnection(psycopg.Connection[Any]):
 
 
 def connect(dsn: str, *, answer_timeout_s: float | None, **kwargs: Any) -> DeadlineConnection:
-    """``psycopg.connect(dsn, **kwargs)`` as a `DeadlineConnection` with ``answer_timeout_s``."""
+    """``psycopg.connect(dsn, **kwargs)`` as a `DeadlineConnection` with ``answer_timeout_s``,
+    once every backend this process gave up on at that server has ended (`Lingering.settle`:
+    else `psycopg.OperationalError`)."""
+    opened_at = time.time()
     conn = DeadlineConnection.connect(dsn, **kwargs)
-    conn.answer_timeout_s = answer_timeout_s
+    try:
+        conn.answer_timeout_s = answer_timeout_s
+        conn.server, conn.backend_pid, conn.opened_at = dsn, conn.info.backend_pid, opened_at
+        LINGERING.settle(conn, dsn)
+    except BaseException:
+        conn.close()
+        raise
     return conn
