@@ -1855,8 +1855,13 @@ def postgres_answer_timeout(statement_timeout_s: float) -> float:
     a sink whose budget for one answer is ``statement_timeout_s``."""
 
 def attempt_next(
+    call: Literal[
+        "init_transactions",
+        "send_offsets_to_transaction",
+        "commit_transaction",
+        "abort_transaction",
+    ],
     *,
-    initializing: bool,
     retriable: bool,
     silent: bool,
     ran_out: bool,
@@ -1864,10 +1869,10 @@ def attempt_next(
     retries: int,
     time_left: bool,
 ) -> Literal["retry", "replace", "give_up"]:
-    """What follows a failed attempt (from 1) of a librdkafka transactional call: ``"replace"``
-    the producer when the attempt ran out its whole time-out on silence (no broker answered:
-    librdkafka keeps asking the role's holder it cached, a new producer looks every role up
-    afresh) — unless ``initializing`` (``init_transactions``: a new producer caches nothing, and
-    one replaced then would go on sending its InitProducerId, fencing the next); ``"retry"`` on
-    the same producer a ``retriable`` error the cluster answered (or a silent one while
-    initializing) while retries and time are left; else ``"give_up"``."""
+    """What follows a failed attempt (from 1) of librdkafka transactional call ``call``:
+    ``"replace"`` the producer when a marker or an abort ran out its whole time-out on silence (no
+    broker answered: librdkafka keeps asking the role's holder it cached, a new producer looks
+    every role up afresh) — never an ``init_transactions`` (a new producer caches nothing, and
+    one replaced would go on sending its InitProducerId, fencing the next) nor a commit (in doubt:
+    recovery retries it on its producer first); ``"retry"`` on the same producer a ``retriable``
+    error while retries and time are left; else ``"give_up"``."""

@@ -120,22 +120,24 @@ def test_a_socket_time_out_beside_the_sinks_transaction_time_out_is_refused() ->
 
 
 @pytest.mark.parametrize(
-    ("initializing", "retriable", "silent", "ran_out", "attempt", "expected"),
+    ("call", "retriable", "silent", "ran_out", "attempt", "expected"),
     [
-        (False, True, True, True, 1, "replace"),  # no broker answered the whole attempt
-        (True, True, True, True, 1, "retry"),  # a new producer's init: resumed
-        (False, True, True, False, 1, "retry"),  # a connection refused at once
-        (False, True, False, True, 3, "retry"),  # CONCURRENT_TRANSACTIONS: the cluster answered
-        (False, True, False, True, 4, "give_up"),  # past the retries
-        (False, False, False, False, 1, "give_up"),  # not retriable
+        ("send_offsets_to_transaction", True, True, True, 1, "replace"),  # no broker answered
+        ("abort_transaction", True, True, True, 1, "replace"),
+        ("init_transactions", True, True, True, 1, "retry"),  # a new producer: resumed
+        ("commit_transaction", True, True, True, 1, "retry"),  # in doubt: stays on its producer
+        ("send_offsets_to_transaction", True, True, False, 1, "retry"),  # refused at once
+        ("send_offsets_to_transaction", True, False, True, 3, "retry"),  # the cluster answered
+        ("send_offsets_to_transaction", True, False, True, 4, "give_up"),  # past the retries
+        ("commit_transaction", False, False, False, 1, "give_up"),  # not retriable
     ],
 )
 def test_what_follows_a_failed_attempt(
-    initializing: bool, retriable: bool, silent: bool, ran_out: bool, attempt: int, expected: str
+    call: Any, retriable: bool, silent: bool, ran_out: bool, attempt: int, expected: str
 ) -> None:
     assert (
         attempt_next(
-            initializing=initializing,
+            call,
             retriable=retriable,
             silent=silent,
             ran_out=ran_out,

@@ -106,7 +106,7 @@ class Clients:
                 kafka_error = as_kafka_error(e)
                 now = time.monotonic()
                 next_step = attempt_next(
-                    initializing=operation == "init_transactions",
+                    operation,  # type: ignore[arg-type]  # one of _TXN_CALLS or send_offsets
                     retriable=classify(e, operation).retry,
                     silent=is_silence(e),
                     ran_out=now - started >= remaining - min(0.1, remaining / 10),

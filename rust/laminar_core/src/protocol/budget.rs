@@ -144,30 +144,60 @@ impl KafkaTimeouts {
     }
 }
 
+/// A librdkafka transactional call, as [`after_attempt`] tells them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnCall {
+    /// `init_transactions`.
+    Init,
+    /// `send_offsets_to_transaction` (the epoch's marker).
+    SendOffsets,
+    /// `commit_transaction`.
+    Commit,
+    /// `abort_transaction`.
+    Abort,
+}
+
+impl TxnCall {
+    /// The call named as confluent-kafka names it.
+    pub fn parse(name: &str) -> Option<TxnCall> {
+        Some(match name {
+            "init_transactions" => TxnCall::Init,
+            "send_offsets_to_transaction" => TxnCall::SendOffsets,
+            "commit_transaction" => TxnCall::Commit,
+            "abort_transaction" => TxnCall::Abort,
+            _ => return None,
+        })
+    }
+}
+
 /// What follows a failed attempt of a librdkafka transactional call ([`after_attempt`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttemptNext {
     /// Call again on the same producer (librdkafka's transactional calls are resumable).
     Retry,
     /// Give the producer up and open a new one (the call is then lost: abortable before the
-    /// commit, in doubt during it).
+    /// commit).
     Replace,
     /// Raise the error.
     GiveUp,
 }
 
-/// After attempt `attempt` (from 1) of a transactional call failed: when it ran out its whole
-/// time-out (`ran_out`) on silence (`silent`: a request time-out, a connection lost or never set
-/// up — no broker answered), the producer is replaced, since librdkafka keeps asking the role's
-/// holder it has cached (it retries a coordinator look-up on the hung broker itself, and waits on
-/// a cached group coordinator past its time-out) where a new producer looks every role up
-/// afresh — except while `initializing` (`init_transactions`: the producer is new and caches
-/// nothing, and one replaced then would go on sending its InitProducerId, which would fence the
-/// next); a `retriable` error the cluster answered (a coordinator moving or loading, the last
-/// transaction's markers still being written), or a silent one while initializing, is retried
-/// on the same producer while retries and time are left (`time_left`); anything else is given up.
+/// After attempt `attempt` (from 1) of transactional call `call` failed. When a marker or an
+/// abort ran out its whole time-out (`ran_out`) on silence (`silent`: a request time-out, a
+/// connection lost or never set up — no broker answered), the producer is replaced: librdkafka
+/// keeps asking the role's holder it cached (it retries a coordinator look-up on the hung broker
+/// itself, and waits on a cached group coordinator past its time-out) where a new producer looks
+/// every role up afresh, and nothing is lost but an epoch not yet committed. Never the others:
+/// `init_transactions` runs on a new producer, which caches nothing (and one replaced then
+/// would go on sending its InitProducerId, fencing the next); a commit that ran out is in doubt,
+/// and its producer is what recovery retries it on first — a broker that drops a fenced
+/// producer's requests (Tansu) is told from a hung one that way, where a new producer would
+/// fence the instance that took over. Otherwise a `retriable` error (one the cluster answered:
+/// a coordinator moving or loading, the last transaction's markers still being written) is
+/// retried on the same producer while retries and time are left (`time_left`), and anything
+/// else is given up.
 pub fn after_attempt(
-    initializing: bool,
+    call: TxnCall,
     retriable: bool,
     silent: bool,
     ran_out: bool,
@@ -175,7 +205,8 @@ pub fn after_attempt(
     retries: u32,
     time_left: bool,
 ) -> AttemptNext {
-    if silent && ran_out && !initializing {
+    let replaceable = matches!(call, TxnCall::SendOffsets | TxnCall::Abort);
+    if silent && ran_out && replaceable {
         AttemptNext::Replace
     } else if retriable && attempt <= retries && time_left {
         AttemptNext::Retry
@@ -292,29 +323,47 @@ mod tests {
     #[test]
     fn an_attempt_that_ran_out_on_silence_replaces_the_producer() {
         use AttemptNext::*;
-        // silence for the whole attempt: a new producer, whatever the retries left
-        assert_eq!(after_attempt(false, true, true, true, 1, 3, true), Replace);
+        use TxnCall::*;
+        // a marker or an abort no broker answered for the whole attempt: a new producer,
+        // whatever the retries left
         assert_eq!(
-            after_attempt(false, false, true, true, 9, 3, false),
+            after_attempt(SendOffsets, true, true, true, 1, 3, true),
             Replace
         );
-        // ... but a new producer's init_transactions is resumed, never replaced
-        assert_eq!(after_attempt(true, true, true, true, 1, 3, true), Retry);
-        assert_eq!(after_attempt(true, true, true, true, 4, 3, true), GiveUp);
+        assert_eq!(
+            after_attempt(Abort, false, true, true, 9, 3, false),
+            Replace
+        );
+        // a new producer's init is resumed; a commit that ran out stays on its producer
+        assert_eq!(after_attempt(Init, true, true, true, 1, 3, true), Retry);
+        assert_eq!(after_attempt(Init, true, true, true, 4, 3, true), GiveUp);
+        assert_eq!(after_attempt(Commit, true, true, true, 1, 3, true), Retry);
+        assert_eq!(after_attempt(Commit, true, true, true, 2, 1, true), GiveUp);
         // a lost connection answered at once (a broker down): the same producer finds the
         // role's new holder itself
-        assert_eq!(after_attempt(false, true, true, false, 1, 3, true), Retry);
+        assert_eq!(
+            after_attempt(SendOffsets, true, true, false, 1, 3, true),
+            Retry
+        );
         // an answer from the cluster (CONCURRENT_TRANSACTIONS, a coordinator loading)
-        assert_eq!(after_attempt(false, true, false, true, 3, 3, true), Retry);
-        assert_eq!(after_attempt(false, true, false, true, 4, 3, true), GiveUp);
         assert_eq!(
-            after_attempt(false, true, false, false, 1, 3, false),
+            after_attempt(SendOffsets, true, false, true, 3, 3, true),
+            Retry
+        );
+        assert_eq!(
+            after_attempt(SendOffsets, true, false, true, 4, 3, true),
             GiveUp
         );
         assert_eq!(
-            after_attempt(false, false, false, false, 1, 3, true),
+            after_attempt(SendOffsets, true, false, false, 1, 3, false),
             GiveUp
         );
+        assert_eq!(
+            after_attempt(SendOffsets, false, false, false, 1, 3, true),
+            GiveUp
+        );
+        assert_eq!(TxnCall::parse("commit_transaction"), Some(Commit));
+        assert_eq!(TxnCall::parse("produce"), None);
     }
 
     #[test]

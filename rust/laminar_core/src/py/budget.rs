@@ -5,7 +5,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::protocol::budget::{
-    AttemptNext, KafkaBudgets, KafkaOverrides, KafkaTimeouts, after_attempt, postgres_answer_ms,
+    AttemptNext, KafkaBudgets, KafkaOverrides, KafkaTimeouts, TxnCall, after_attempt,
+    postgres_answer_ms,
 };
 use crate::py::errors::IntoPyResult;
 
@@ -105,32 +106,35 @@ fn kafka_timeouts(
     Ok(PyKafkaTimeouts(budgets.timeouts(overrides).py_err(py)?))
 }
 
-/// What follows a failed attempt of a librdkafka transactional call (`protocol::budget`):
-/// `"retry"` on the same producer, `"replace"` the producer, or `"give_up"`.
+/// What follows a failed attempt of librdkafka transactional call `call` (its confluent-kafka
+/// name; `protocol::budget::after_attempt`): `"retry"` on the same producer, `"replace"` the
+/// producer, or `"give_up"`.
 #[pyfunction]
-#[pyo3(signature = (*, initializing, retriable, silent, ran_out, attempt, retries, time_left))]
+#[pyo3(signature = (call, *, retriable, silent, ran_out, attempt, retries, time_left))]
 fn attempt_next(
-    initializing: bool,
+    call: &str,
     retriable: bool,
     silent: bool,
     ran_out: bool,
     attempt: u32,
     retries: u32,
     time_left: bool,
-) -> &'static str {
-    match after_attempt(
-        initializing,
-        retriable,
-        silent,
-        ran_out,
-        attempt,
-        retries,
-        time_left,
-    ) {
-        AttemptNext::Retry => "retry",
-        AttemptNext::Replace => "replace",
-        AttemptNext::GiveUp => "give_up",
-    }
+) -> PyResult<&'static str> {
+    let Some(call) = TxnCall::parse(call) else {
+        return Err(PyValueError::new_err(format!(
+            "{call:?} is not a transactional call (init_transactions, \
+             send_offsets_to_transaction, commit_transaction, abort_transaction)"
+        )));
+    };
+    Ok(
+        match after_attempt(
+            call, retriable, silent, ran_out, attempt, retries, time_left,
+        ) {
+            AttemptNext::Retry => "retry",
+            AttemptNext::Replace => "replace",
+            AttemptNext::GiveUp => "give_up",
+        },
+    )
 }
 
 /// The PostgreSQL performer's deadline on one wait for the server's answer, in seconds, for a
