@@ -1930,3 +1930,75 @@ def gid_prefix(sink_id: str) -> str:
 def parse_gid(text: str) -> tuple[str, str | None, int, int] | None:
     """``(sink_part, sink_id, epoch, part)`` of a laminar gid (``sink_id`` None: hashed), or
     None if ``text`` is not one."""
+
+# --- client time-outs derived from a sink's budgets (core: protocol/budget.rs) -------------------
+
+__all__ += ["KafkaTimeouts", "attempt_next", "kafka_timeouts", "postgres_answer_timeout"]
+
+@final
+class KafkaTimeouts:
+    """Every client time-out of a Kafka sink, derived from its budgets (`kafka_timeouts`;
+    docs/kafka.md, "Budgets")."""
+
+    @property
+    def request_s(self) -> float:
+        """How long one request may wait for its answer: librdkafka's ``socket.timeout.ms`` and
+        the wire client's request time-out."""
+    @property
+    def setup_s(self) -> float:
+        """How long a new connection's set-up (TCP, TLS, ApiVersions, SASL) may take:
+        ``socket.connection.setup.timeout.ms`` and the wire client's set-up deadline."""
+    @property
+    def grace_s(self) -> float:
+        """How far a librdkafka transactional call may overrun its time-out before it is taken
+        as stuck and its producer replaced."""
+    @property
+    def transaction_ms(self) -> int:
+        """``transaction.timeout.ms`` in force (the sink's, else librdkafka's 60 s)."""
+    def attempt_s(self, bound_s: float) -> float:
+        """The time-out of one attempt of a transactional call bounded by ``bound_s``: two
+        request time-outs, never more than the bound."""
+    def librdkafka_settings(self) -> list[tuple[str, int]]:
+        """The librdkafka settings derived from the budgets (name, milliseconds), for the
+        producer and the marker consumer where the user set none."""
+
+def kafka_timeouts(
+    init_timeout_s: float,
+    commit_timeout_s: float,
+    flush_timeout_s: float,
+    transaction_timeout_ms: int | None = None,
+    *,
+    socket_timeout_ms: int | None = None,
+    setup_timeout_ms: int | None = None,
+) -> KafkaTimeouts:
+    """The client time-outs of a Kafka sink with these budgets (the core's one rule,
+    ``protocol::budget``); the producer's explicit ``socket.timeout.ms`` /
+    ``socket.connection.setup.timeout.ms`` win. ``ConfigError`` for a ``socket.timeout.ms``
+    librdkafka refuses beside the transaction time-out."""
+
+def postgres_answer_timeout(statement_timeout_s: float) -> float:
+    """The PostgreSQL performer's deadline on one wait for the server's answer, in seconds, for
+    a sink whose budget for one answer is ``statement_timeout_s``."""
+
+def attempt_next(
+    call: Literal[
+        "init_transactions",
+        "send_offsets_to_transaction",
+        "commit_transaction",
+        "abort_transaction",
+    ],
+    *,
+    retriable: bool,
+    silent: bool,
+    ran_out: bool,
+    attempt: int,
+    retries: int,
+    time_left: bool,
+) -> Literal["retry", "replace", "give_up"]:
+    """What follows a failed attempt (from 1) of librdkafka transactional call ``call``:
+    ``"replace"`` the producer when a marker or an abort ran out its whole time-out on silence (no
+    broker answered: librdkafka keeps asking the role's holder it cached, a new producer looks
+    every role up afresh) — never an ``init_transactions`` (a new producer caches nothing, and
+    one replaced would go on sending its InitProducerId, fencing the next) nor a commit (in doubt:
+    recovery retries it on its producer first); ``"retry"`` on the same producer a ``retriable``
+    error while retries and time are left; else ``"give_up"``."""

@@ -1,15 +1,16 @@
 """A bootstrap server that accepts connections and never answers (a hung broker, a black-holed
 load balancer), on a real Apache Kafka broker: listed first, it costs a sink's start-up a
-set-up deadline (`laminar.kafka._stalls`), not its whole ``init_timeout_s``, and the records are
-exact; listed alone, the start-up ends within the bound with a retriable error naming it
-(docs/kafka.md, "Failover")."""
+connection set-up deadline — at most 2 s (the core's budget rule: docs/kafka.md "Budgets"), not
+its whole ``init_timeout_s`` — and the records are exact; listed alone, the start-up ends within
+the bound with a retriable error naming it (docs/kafka.md, "Stalled servers")."""
 
 from __future__ import annotations
 
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -28,10 +29,12 @@ from tests.integration.kafka_helpers import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-#: The sink's bound, and what a start-up past a stalled server may take on a loaded machine
-#: (before the fix: the bound itself, plus the rest of the start-up).
+#: The sink's bound (its set-up deadline: 1 s, as its request time-out is 2 s).
 INIT_TIMEOUT_S = 20.0
-WITHIN_S = 10.0
+#: What a stalled server listed first may add to a start-up: one set-up deadline, which the
+#: core never derives above 2 s (SETUP_MAX_MS). Measured when written: 1.0-1.2 s; before the
+#: budgets, 2.2 s (a 2 s deadline), and before the set-up deadline, the whole bound.
+STALL_COSTS_AT_MOST_S = 2.0
 
 
 class Stall:
@@ -78,31 +81,41 @@ def expected_ids(epochs: range) -> set[int]:
     return {e * 1000 + i for e in epochs for i in range(ROWS_PER_EPOCH)}
 
 
-def test_a_stalled_server_listed_first_costs_the_start_up_seconds_not_its_bound(
+def timed(call: Callable[[], Any]) -> float:
+    started = time.monotonic()
+    call()
+    return time.monotonic() - started
+
+
+def test_a_stalled_server_listed_first_costs_the_start_up_one_set_up_deadline(
     kafka_bootstrap: str, topic: str, stall: Stall
 ) -> None:
-    servers = f"{stall.address},{kafka_bootstrap}"
-    tid = f"tid-{topic}"
-    writer = laminar.exactly_once(make_sink(servers, topic, tid, init_timeout_s=INIT_TIMEOUT_S))
-    started = time.monotonic()
-    writer.write_epoch(0, epoch_table(0))
-    first = time.monotonic() - started
-    writer.write_epoch(1, epoch_table(1))
-    writer.close()
-    assert first < WITHIN_S, f"the first epoch took {first:.1f} s past a stalled server"
-    # the wire client met the stall and tries the server last from now on
-    assert STALLS.order(parse_bootstrap(servers))[-1] == tuple(parse_bootstrap(stall.address)[0])
-
-    # a new process knows nothing of the stall: a reader's start-up pays the deadline once
-    STALLS.clear()
-    reader = make_sink(servers, topic, tid, init_timeout_s=INIT_TIMEOUT_S)
-    started = time.monotonic()
-    assert reader.last_committed_epoch() == 1
-    took = time.monotonic() - started
-    reader.close()
-    assert took < WITHIN_S, f"last_committed_epoch() took {took:.1f} s past a stalled server"
+    """Each start-up (a writer's first epoch, a reader's last committed epoch) is timed with and
+    without the stalled server listed first, in a new process's state (`STALLS` cleared): the
+    difference is what the stall costs."""
+    stalled_servers = f"{stall.address},{kafka_bootstrap}"
+    took: dict[str, float] = {}
+    for name, servers in (("plain", kafka_bootstrap), ("stalled", stalled_servers)):
+        tid = f"tid-{name}-{topic}"
+        STALLS.clear()
+        writer = laminar.exactly_once(make_sink(servers, topic, tid, init_timeout_s=INIT_TIMEOUT_S))
+        took[f"{name} first epoch"] = timed(partial(writer.write_epoch, 0, epoch_table(0)))
+        writer.write_epoch(1, epoch_table(1))
+        writer.close()
+        STALLS.clear()
+        reader = make_sink(servers, topic, tid, init_timeout_s=INIT_TIMEOUT_S)
+        took[f"{name} read"] = timed(reader.last_committed_epoch)
+        reader.close()
+        assert_exactly_once(committed(kafka_bootstrap, topic, tid), expected_ids(range(2)))
+    print("start-ups: " + ", ".join(f"{k} {v:.2f} s" for k, v in took.items()))
     assert stall.accepted, "the stalled server was never tried"
-    assert_exactly_once(committed(kafka_bootstrap, topic, tid), expected_ids(range(2)))
+    for what in ("first epoch", "read"):
+        cost = took[f"stalled {what}"] - took[f"plain {what}"]
+        assert cost <= STALL_COSTS_AT_MOST_S, f"the stalled server cost the {what} {cost:.1f} s"
+    # the wire client met the stall and tries the server last from now on
+    assert STALLS.order(parse_bootstrap(stalled_servers))[-1] == tuple(
+        parse_bootstrap(stall.address)[0]
+    )
 
 
 def test_only_stalled_servers_end_the_start_up_within_its_bound_with_a_retriable_error(

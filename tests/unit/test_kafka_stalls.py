@@ -1,5 +1,6 @@
-"""The wire client's rule for stalled servers (`laminar.kafka._stalls`, docs/kafka.md "Failover"):
-the set-up deadline of a new connection, the order bootstrap servers are tried in after one
+"""The wire client's rule for stalled servers (`laminar.kafka._stalls`, docs/kafka.md "Budgets" and
+"Stalled servers"): the set-up deadline of a new connection and the request time-out (the core's
+budget rule), the order bootstrap servers are tried in after one
 stalled, `Connection` giving up on a loopback socket that accepts and never answers, and the
 brokers librdkafka's statistics show waiting for their first answer. (The real thing, on Apache
 Kafka: tests/integration/test_kafka_stalled_server.py.)"""
@@ -16,32 +17,37 @@ import pytest
 from laminar.errors import ConfigError
 from laminar.kafka._config import validate_producer_config
 from laminar.kafka._runtime import _Runtime
-from laminar.kafka._stalls import StallMemory, setup_timeout_s
+from laminar.kafka._stalls import StallMemory, request_timeout_s, setup_timeout_s
 from laminar.kafka.conn import BrokerUnavailableError, Connection
 from laminar.kafka.log import KafkaLogClient
 
 SERVERS = [("a", 9092), ("b", 9092), ("c", 9092)]
 
 
-def test_the_set_up_deadline_is_a_share_of_the_bound_at_most_two_seconds() -> None:
-    assert setup_timeout_s(30.0) == 2.0
-    assert setup_timeout_s(4.0) == 1.0
-    assert setup_timeout_s(0.4) == pytest.approx(0.1)
+def test_the_set_up_deadline_is_a_quarter_of_the_request_time_out() -> None:
+    # the request time-out is an eighth of the bound, 2 to 30 s (protocol::budget)
+    assert (request_timeout_s(30.0), setup_timeout_s(30.0)) == (3.75, 1.0)
+    assert (request_timeout_s(60.0), setup_timeout_s(60.0)) == (7.5, 1.875)
+    assert (request_timeout_s(600.0), setup_timeout_s(600.0)) == (30.0, 2.0)
+    assert (request_timeout_s(4.0), setup_timeout_s(4.0)) == (2.0, 1.0)
+    # never more than the bound
+    assert (request_timeout_s(0.4), setup_timeout_s(0.4)) == (0.4, 0.4)
 
 
-def test_the_users_socket_connection_setup_timeout_is_the_set_up_deadline_within_the_bound() -> (
-    None
-):
+def test_the_users_settings_are_the_deadlines_within_the_bound() -> None:
     assert setup_timeout_s(30.0, {"socket.connection.setup.timeout.ms": 5000}) == 5.0
     assert setup_timeout_s(30.0, {"socket.connection.setup.timeout.ms": "1500"}) == 1.5
     assert setup_timeout_s(3.0, {"socket.connection.setup.timeout.ms": 10000}) == 3.0
+    assert request_timeout_s(30.0, {"socket.timeout.ms": 20000}) == 20.0
+    assert request_timeout_s(30.0, {"socket.timeout.ms": "7000"}) == 7.0
+    assert request_timeout_s(3.0, {"socket.timeout.ms": 20000}) == 3.0
 
 
 @pytest.mark.parametrize("value", ["soon", 0, -5, None])
 def test_a_setup_timeout_that_is_no_duration_is_refused_by_name(value: Any) -> None:
     config = {"socket.connection.setup.timeout.ms": value}
     if value is None:
-        assert setup_timeout_s(30.0, config) == 2.0  # not set
+        assert setup_timeout_s(30.0, config) == 1.0  # not set
         return
     with pytest.raises(ConfigError, match=r"socket\.connection\.setup\.timeout\.ms"):
         validate_producer_config(config, bootstrap_servers="a:9092", transactional_id="t")
@@ -90,7 +96,7 @@ def test_a_later_client_of_the_process_tries_the_stalled_server_last(
     servers = "s1:9092,b:9092,c:9092"
     first = KafkaLogClient(servers, timeout=10.0, retry_for_s=30.0, stalls=memory)
     first.connect()
-    assert opened == [("s1", 2.0), ("b", 2.0)]
+    assert opened == [("s1", 1.0), ("b", 1.0)]
     opened.clear()
     KafkaLogClient(servers, timeout=10.0, retry_for_s=30.0, stalls=memory).connect()
     assert [host for host, _ in opened] == ["b"]
@@ -100,19 +106,19 @@ def test_when_every_server_stalls_the_deadline_doubles_and_the_error_names_them(
     opened: list[tuple[str, float]],
 ) -> None:
     servers = "s1:9092,s2:9092,s3:9092"
-    client = KafkaLogClient(servers, timeout=10.0, retry_for_s=1.0, stalls=StallMemory())
+    client = KafkaLogClient(servers, timeout=10.0, retry_for_s=4.0, stalls=StallMemory())
     with pytest.raises(BrokerUnavailableError) as caught:
         client.connect()
     assert caught.value.stalled
     text = str(caught.value)
     assert all(f"s{n}:9092" in text for n in (1, 2, 3)), text
-    assert "retry_for_s=1 s" in text
-    # 0.25 s (a quarter of the 1 s bound), doubled after each pass where all stalled, never more
+    assert "retry_for_s=4 s" in text
+    # 1 s (the shortest set-up deadline), doubled after each pass where all stalled, never more
     # than what is left of the bound
     deadlines = [setup for host, setup in opened if host == "s1"]
-    assert deadlines[0] == pytest.approx(0.25, abs=0.02)
-    assert deadlines[1] == pytest.approx(0.5, abs=0.02)
-    assert all(d <= 1.0 for d in deadlines)
+    assert deadlines[0] == pytest.approx(1.0, abs=0.02)
+    assert deadlines[1] == pytest.approx(2.0, abs=0.02)
+    assert all(d <= 4.0 for d in deadlines)
 
 
 class Stall:

@@ -275,7 +275,7 @@ RUST_SRC = PACKAGE.parents[1] / "rust" / "laminar_core" / "src"
 #: The protocol engine's tiers, lowest first: a module uses only its own tier and those below.
 PROTOCOL_TIERS: tuple[tuple[str, ...], ...] = (
     ("state", "dt_state", "crash", "failure", "refusal"),
-    ("records", "transitions", "epoch", "names", "gid", "retry", "plan"),
+    ("records", "transitions", "epoch", "names", "gid", "retry", "budget", "plan"),
     ("command", "machine"),
     (
         "sink",

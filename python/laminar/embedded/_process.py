@@ -219,6 +219,7 @@ class ServerProcess:
         self.name = name
         self.log_path = log_path
         self._swept = False  # the group got its final SIGKILL; never signal its id again
+        self._paused = False
         self.argv = list(argv)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log: IO[bytes] = open(log_path, "ab")  # noqa: SIM115 - the child keeps writing to it
@@ -261,6 +262,23 @@ class ServerProcess:
             return None
         return f"{self.name} exited with code {code}"
 
+    @property
+    def paused(self) -> bool:
+        """Whether `pause` stopped the process group (and `resume` has not let it go on)."""
+        return self._paused
+
+    def pause(self) -> None:
+        """SIGSTOP the whole process group: a hung server — its sockets stay open and the kernel
+        still accepts and acknowledges connections, but nothing answers. `resume` (SIGCONT)
+        lets it go on where it stood."""
+        self.signal_group(signal.SIGSTOP)
+        self._paused = self.alive()
+
+    def resume(self) -> None:
+        """SIGCONT the process group after `pause` (harmless when it is not stopped)."""
+        self.signal_group(signal.SIGCONT)
+        self._paused = False
+
     def signal_group(self, sig: signal.Signals) -> None:
         """Send ``sig`` to the whole process group (ignoring a group that is already gone)."""
         if self._swept:
@@ -275,6 +293,8 @@ class ServerProcess:
         if self.alive():
             with contextlib.suppress(ProcessLookupError):
                 self._popen.send_signal(sig)
+            if self._paused:  # a stopped process handles the signal once it goes on
+                self.resume()
             try:
                 self._popen.wait(timeout=timeout)
             except subprocess.TimeoutExpired:

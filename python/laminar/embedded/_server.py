@@ -64,6 +64,23 @@ class EmbeddedServer:
         """Whether the server's process is running."""
         return self._process is not None and self._process.alive()
 
+    def pause(self) -> None:
+        """SIGSTOP the server's process group: a hung server (its sockets stay open, nothing
+        answers); `resume` lets it go on. Tests that pause resume in a ``finally``."""
+        if self._process is None or not self._process.alive():
+            raise EmbeddedServerError(f"{self._NAME} is not running")
+        self._process.pause()
+
+    def resume(self) -> None:
+        """SIGCONT the server's process group after `pause`."""
+        if self._process is not None:
+            self._process.resume()
+
+    @property
+    def paused(self) -> bool:
+        """Whether the server is paused (`pause`)."""
+        return self._process is not None and self._process.paused
+
     def kill(self) -> None:
         """SIGKILL the server's process group, as a crash would; `start` brings it back (what
         survives is the server's own: see its class)."""

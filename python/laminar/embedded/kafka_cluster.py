@@ -2,8 +2,8 @@
 that is both a broker and a voter of the controller quorum, with the settings of a production
 cluster where they matter to exactly-once — replication factor 3, ``min.insync.replicas=2`` (for
 topics, the consumer offsets and the transaction state), no unclean leader election — so that
-failover tests kill a broker the way production loses one (SIGKILL) and watch the rest of the
-cluster ride it out.
+failover tests kill a broker the way production loses one (SIGKILL), or hang one (SIGSTOP:
+`pause`, its sockets open and nothing answering), and watch the rest of the cluster ride it out.
 
 A node is chosen by its role, read from the cluster as it is now: the transaction coordinator of
 a transactional id, the group coordinator of a consumer group, the leader of a partition::
@@ -15,6 +15,12 @@ a transactional id, the group coordinator of a consumer group, the leader of a p
         ...
         cluster.start_node(victim)                            # same ports, same data
         cluster.wait_in_sync()                                # every replica caught up
+        hung = cluster.leader("orders", 0)
+        cluster.pause(hung)                                   # SIGSTOP: a hung broker
+        try:
+            ...
+        finally:
+            cluster.resume(hung)                              # SIGCONT, always
 
 The jars are the single broker's (`laminar.embedded.kafka`: bootstrap resolves them once).
 """
@@ -22,6 +28,7 @@ The jars are the single broker's (`laminar.embedded.kafka`: bootstrap resolves t
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -34,6 +41,9 @@ from laminar.embedded._server import KafkaAdmin
 from laminar.embedded.kafka import KafkaBroker, find_kafka_libs, new_cluster_id
 
 __all__ = ["KafkaCluster", "cluster_settings"]
+
+#: How a controller logs the quorum's leader of a new epoch (``active_controller``).
+_QUORUM_LEADER = re.compile(r"In the new epoch (\d+), the leader is (\d+)\.")
 
 
 def cluster_settings(replication_factor: int, min_insync_replicas: int) -> dict[str, str]:
@@ -65,6 +75,12 @@ def cluster_settings(replication_factor: int, min_insync_replicas: int) -> dict[
         "broker.session.timeout.ms": "6000",
         # Followers that fall behind (a restarted node) leave the ISR after this.
         "replica.lag.time.max.ms": "10000",
+        # How long a broker waits for another broker's answer — the transaction coordinator's
+        # commit markers to a partition leader among them. Kafka's 30 s default holds the next
+        # transaction of a transactional id (CONCURRENT_TRANSACTIONS) that long when a leader
+        # hangs with markers in flight; below the session time-out, the markers go to the new
+        # leader right after the hung one is fenced (docs/operations.md, "A hung broker").
+        "request.timeout.ms": "3000",
         "num.network.threads": "2",
         "num.io.threads": "2",
         "background.threads": "2",
@@ -162,6 +178,7 @@ class KafkaCluster(KafkaAdmin):
     def stop(self) -> None:
         """Stop every node (a controlled shutdown) and remove the data."""
         for broker in self.nodes.values():
+            broker.resume()
             broker.stop(timeout=15.0)
         self.nodes.clear()
         if self._dir is not None:
@@ -188,6 +205,22 @@ class KafkaCluster(KafkaAdmin):
         """Stop node ``node_id`` cleanly (a controlled shutdown moves its leaderships first)."""
         self._node(node_id).stop(keep_data=True, timeout=30.0)
 
+    def pause(self, node_id: int) -> None:
+        """SIGSTOP node ``node_id``: a hung broker (and controller). Its sockets stay open and
+        the kernel still accepts connections, but nothing answers until `resume`; the controller
+        fences it after ``broker.session.timeout.ms`` and moves its roles. Resume in a
+        ``finally``: the cluster fixture resumes every paused node after a test."""
+        self._node(node_id).pause()
+
+    def resume(self, node_id: int) -> None:
+        """SIGCONT node ``node_id`` after `pause`: it goes on where it stood (and registers with
+        the controller again)."""
+        self._node(node_id).resume()
+
+    def paused(self) -> list[int]:
+        """The ids of the nodes `pause` stopped."""
+        return [n for n, b in self.nodes.items() if b.paused]
+
     def start_node(self, node_id: int, *, wait: bool = True) -> None:
         """Start node ``node_id`` again on its ports with its data."""
         self._node(node_id).start(wait=wait)
@@ -197,9 +230,11 @@ class KafkaCluster(KafkaAdmin):
         return [n for n, b in self.nodes.items() if b.is_running()]
 
     def ensure_all_running(self, timeout: float = 120.0) -> None:
-        """Start every node that is not running, then wait until every replica is in sync: how
-        a test that killed nodes leaves the cluster for the next one."""
+        """Resume every paused node and start every node that is not running, then wait until
+        every replica is in sync: how a test that hung or killed nodes leaves the cluster for the
+        next one."""
         for n, broker in self.nodes.items():
+            broker.resume()
             if not broker.is_running():
                 self.start_node(n)
         self.wait_in_sync(timeout=timeout)
@@ -220,6 +255,27 @@ class KafkaCluster(KafkaAdmin):
         if partition not in leaders:
             raise EmbeddedServerError(f"{topic}[{partition}] has no leader now")
         return leaders[partition]
+
+    def leaders(self, topic: str) -> dict[int, int]:
+        """``{partition: the node that leads it}`` of ``topic``."""
+        return self._metadata_leaders(topic)
+
+    def active_controller(self) -> int | None:
+        """The node leading the KRaft controller quorum, as the nodes last logged it (the
+        highest epoch's ``In the new epoch E, the leader is N``), or None if none says. Every
+        node here is a controller too: a hung node that is also the active controller costs a
+        controller election before it is fenced (docs/operations.md, "A hung broker")."""
+        newest: tuple[int, int] | None = None
+        for broker in self.nodes.values():
+            try:
+                text = broker.log_path.read_text(errors="replace")
+            except OSError:
+                continue
+            for match in _QUORUM_LEADER.finditer(text):
+                epoch, leader = int(match.group(1)), int(match.group(2))
+                if newest is None or epoch > newest[0]:
+                    newest = (epoch, leader)
+        return None if newest is None else newest[1]
 
     def wait_in_sync(self, topics: list[str] | None = None, timeout: float = 120.0) -> None:
         """Wait until every partition (of ``topics``, default all, internal ones included) is

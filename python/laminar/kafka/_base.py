@@ -14,6 +14,7 @@ from typing import Any, ClassVar, TypeVar
 from confluent_kafka import KafkaError
 
 from laminar._core import (
+    KafkaTimeouts,
     identity_group,
     is_internal_kafka_topic,
     kafka_participant_id,
@@ -29,6 +30,7 @@ from laminar.errors import (
 )
 from laminar.kafka._avro import check_avro_settings
 from laminar.kafka._config import (
+    client_timeouts,
     secret_values,
     validate_producer_config,
 )
@@ -196,6 +198,18 @@ class _SinkBase(TransactionalSink):
     @property
     def _producer_config(self) -> dict[str, Any]:
         return self._resolve_settings()[1]
+
+    @property
+    def _timeouts(self) -> KafkaTimeouts:
+        """Every client time-out, derived from the sink's budgets by the core's rule (the user's
+        explicit settings winning): docs/kafka.md, "Budgets"."""
+        return client_timeouts(
+            self._producer_config,
+            init_timeout_s=self._init_timeout_s,
+            commit_timeout_s=self._commit_timeout_s,
+            flush_timeout_s=self._flush_timeout_s,
+            transaction_timeout_ms=self._transaction_timeout_ms,
+        )
 
     def client_settings(self) -> ClientSettings:
         """What a client of this sink's cluster needs, read in this process (``laminar.env``

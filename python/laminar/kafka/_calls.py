@@ -15,6 +15,7 @@ Python worker) starts with none, since the parent's threads do not exist there.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -38,7 +39,9 @@ class _Job:
     __slots__ = ("args", "call", "done", "error", "producer")
 
     def __init__(self, producer: Any, call: Callable[..., object], args: tuple[Any, ...]) -> None:
-        self.producer, self.call, self.args = producer, call, args
+        self.producer: Any = producer
+        self.call: Callable[..., object] | None = call
+        self.args = args
         self.done = threading.Event()
         self.error: BaseException | None = None
 
@@ -54,11 +57,13 @@ class _Worker:
         while True:
             job = self.jobs.get()
             try:
-                job.call(*job.args)
+                if job.call is not None:
+                    job.call(*job.args)
             except BaseException as e:  # handed to the caller's thread
                 job.error = e
             finally:
                 ABANDONED.discard(job.producer)
+                job.producer = job.call = None  # a finished job keeps no producer alive
                 with _LOCK:
                     _IDLE.append(self)
                 job.done.set()
@@ -79,10 +84,19 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def bounded_call(producer: Any, method: str, args: tuple[Any, ...], timeout_s: float) -> None:
-    """``producer.<method>(*args)`` on a helper thread, waited for at most ``timeout_s`` plus a
-    grace period. Raises what the call raised, or `StuckCallError`. (The failover tests fail the
-    call here with librdkafka's own retriable error: `laminar._faults.fail_point`.)"""
+def bounded_call(
+    producer: Any,
+    method: str,
+    args: tuple[Any, ...],
+    timeout_s: float,
+    *,
+    grace_s: float | None = None,
+) -> None:
+    """``producer.<method>(*args)`` on a helper thread, waited for at most ``timeout_s`` plus
+    ``grace_s`` (the sink's, from the core's budget rule: docs/kafka.md "Budgets"; without it
+    half the time-out, 2 to 10 s). Raises what the call raised, or `StuckCallError`. (The
+    failover tests fail the call here with librdkafka's own retriable error:
+    `laminar._faults.fail_point`.)"""
     if fail_point(f"kafka.{method}"):
         code = _INJECTED.get(method, KafkaError._TIMED_OUT)
         raise KafkaException(KafkaError(code, "injected (LAMINAR_FAIL_AT)", retriable=True))
@@ -94,11 +108,35 @@ def bounded_call(producer: Any, method: str, args: tuple[Any, ...], timeout_s: f
     if worker is None:
         worker = _Worker()
     worker.jobs.put(job)
-    if not job.done.wait(timeout_s + min(10.0, max(2.0, timeout_s / 2))):
+    grace = min(10.0, max(2.0, timeout_s / 2)) if grace_s is None else grace_s
+    if not job.done.wait(timeout_s + grace):
         ABANDONED.add(producer)
         if job.done.is_set():  # finished in between
             ABANDONED.discard(producer)
         else:
             raise StuckCallError(method)
-    if job.error is not None:
-        raise job.error
+    error = job.error
+    # The error's traceback holds this frame: it must not hold the producer too, or a producer
+    # given up could be destroyed wherever the error is dropped — with an exception in flight,
+    # its callbacks then fail (`retire`).
+    del job, producer
+    if error is not None:
+        raise error
+
+
+def retire(producer: Any) -> None:
+    """Destroy a producer given up on, on a daemon thread: its destruction may wait on a hung
+    broker (not the writer's time), and its callbacks must not run in a thread that has an
+    exception in flight (confluent-kafka then raises ``SystemError`` from the next one). A
+    producer whose call is still stuck is destroyed when that call returns (`ABANDONED`)."""
+    if producer is None or producer in ABANDONED:
+        return
+    threading.Thread(
+        target=_destroy, args=(producer,), name="laminar-kafka-retire", daemon=True
+    ).start()
+
+
+def _destroy(producer: Any) -> None:
+    with contextlib.suppress(KafkaException, RuntimeError, BufferError):
+        producer.purge(in_queue=True, in_flight=True, blocking=False)
+        producer.poll(0)

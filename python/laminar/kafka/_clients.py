@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
-from laminar._core import TransactionalProducer
+from laminar._core import TransactionalProducer, attempt_next
 from laminar.errors import (
     AbortableError,
     ConfigError,
@@ -24,6 +25,7 @@ from laminar.errors import (
 from laminar.kafka._base import _SinkBase
 from laminar.kafka._calls import StuckCallError as _StuckCallError
 from laminar.kafka._calls import bounded_call as _bounded_call
+from laminar.kafka._calls import retire as _retire
 from laminar.kafka._config import (
     build_producer_config,
     consumer_config,
@@ -34,6 +36,7 @@ from laminar.kafka._errors import (
     classify,
     classify_silence,
     describe,
+    is_silence,
 )
 from laminar.kafka._runtime import _Runtime
 
@@ -76,31 +79,46 @@ class Clients:
         offsets: list[tuple[str, int, int]] | None = None,
     ) -> None:
         """Run a transactional call, retrying retriable errors (as librdkafka documents for
-        send_offsets/commit/abort) a bounded number of times within ``timeout_s``."""
+        send_offsets/commit/abort) a bounded number of times within ``timeout_s``. Each attempt
+        has the core's attempt time-out and grace, and what follows a failed one is the core's
+        rule (`laminar._core.attempt_next`, docs/kafka.md "Budgets"): an attempt that does not
+        return, or that ran out its time-out with no broker answering, gives its producer up."""
+        timeouts = self.cfg._timeouts
         deadline = time.monotonic() + timeout_s
         attempt = 0
         while True:
             attempt += 1
-            remaining = max(deadline - time.monotonic(), 0.001)
+            remaining = min(max(deadline - time.monotonic(), 0.001), timeouts.attempt_s(timeout_s))
             if operation == "send_offsets_to_transaction":
                 args: tuple[Any, ...] = (offsets, self.cfg.marker_group, remaining)
             elif operation in _TXN_CALLS:
                 args = (remaining,)
             else:  # pragma: no cover - a bug
                 raise IllegalStateError(f"unknown operation {operation}")
+            started = time.monotonic()
             try:
-                _bounded_call(self.rt.producer, operation, args, remaining)
+                _bounded_call(
+                    self.rt.producer, operation, args, remaining, grace_s=timeouts.grace_s
+                )
                 return
             except _StuckCallError as e:
-                raise self.stuck(e, operation, epoch, timeout_s) from None
+                raise self.stuck(e, operation, epoch, remaining) from None
             except KafkaException as e:
                 kafka_error = as_kafka_error(e)
-                retry = (
-                    classify(e, operation).retry
-                    and attempt <= self.cfg._retries
-                    and time.monotonic() < deadline
+                now = time.monotonic()
+                next_step = attempt_next(
+                    operation,  # type: ignore[arg-type]  # one of _TXN_CALLS or send_offsets
+                    retriable=classify(e, operation).retry,
+                    silent=is_silence(e),
+                    ran_out=now - started >= remaining - min(0.1, remaining / 10),
+                    attempt=attempt,
+                    retries=self.cfg._retries,
+                    time_left=now < deadline,
                 )
-                if retry:
+                if next_step == "replace":
+                    stuck = _StuckCallError(operation)
+                    raise self.stuck(stuck, operation, epoch, remaining, answered=e) from e
+                if next_step == "retry":
                     log.info(
                         "sink %s: %s: %s; retry %d/%d",
                         self.cfg.sink_id,
@@ -118,16 +136,27 @@ class Clients:
         operation: str,
         epoch: int | None,
         timeout_s: float,
+        answered: KafkaException | None = None,
     ) -> LaminarError:
         """The error for a call that did not return in time. The producer is given up (the next
         use opens a new one, whose ``init_transactions`` fences it and aborts what it left
-        open); a commit's outcome is then unknown until the marker is read."""
+        open); a commit's outcome is then unknown until the marker is read. The marker consumer
+        is replaced too: it still asks the coordinator the stuck call waited on, which a new one
+        looks up afresh (docs/kafka.md, "Budgets")."""
         producer, self.rt.producer = self.rt.producer, None
-        del producer  # referenced by _kafka_calls.ABANDONED until the stuck call returns
+        _retire(producer)  # or destroyed once its stuck call returns (_calls.ABANDONED)
+        del producer
+        consumer, self.rt.consumer = self.rt.consumer, None
+        if consumer is not None:  # closing may wait on that coordinator: not on this thread
+            threading.Thread(target=_close_quietly, args=(consumer,), daemon=True).start()
         what = (
             f"sink {self.cfg.sink_id!r}: {operation} did not return within {timeout_s:g} s (and a "
             f"grace period) from the brokers at {self.cfg._bootstrap_servers} — a broker restarted "
             "or unreachable; librdkafka can block past its timeout there (librdkafka #5456)"
+            if answered is None
+            else f"sink {self.cfg.sink_id!r}: no broker at {self.cfg._bootstrap_servers} answered "
+            f"{operation} within {timeout_s:g} s ({self.cfg._scrub(str(answered))}) — a hung "
+            "broker, or one unreachable"
         )
         log.warning("%s; the producer is replaced", what)
         if classify(error, operation).kind == "in_doubt":
@@ -148,11 +177,14 @@ class Clients:
         producer was given up after a stuck call), a new producer's init aborts it."""
         if self.rt.producer is not None:
             try:
+                timeouts = self.cfg._timeouts
+                attempt_s = timeouts.attempt_s(self.cfg._commit_timeout_s)
                 _bounded_call(
                     self.rt.producer,
                     "abort_transaction",
-                    (self.cfg._commit_timeout_s,),
-                    self.cfg._commit_timeout_s,
+                    (attempt_s,),
+                    attempt_s,
+                    grace_s=timeouts.grace_s,
                 )
                 self.rt.identity_changed()
                 return
@@ -202,6 +234,7 @@ class Clients:
             self.cfg._producer_config,
             bootstrap_servers=self.cfg._bootstrap_servers,
             group_id=self.cfg.marker_group,
+            timeouts=self.cfg._timeouts,
         )
         # The marker is read as committed, not waiting for stable offsets (KIP-447): under
         # read_committed librdkafka's committed() asks for them, and Apache Kafka answers
@@ -229,6 +262,7 @@ class Clients:
             stats_cb=self.rt.on_stats,
             error_cb=self.rt.on_error,
             on_delivery=self.rt.on_delivery,
+            timeouts=self.cfg._timeouts,
         )
         try:
             producer = TransactionalProducer(config)
@@ -320,3 +354,9 @@ class Clients:
             "(security.protocol, sasl.*, ssl.*)",
             sink_id=cfg.sink_id,
         )
+
+
+def _close_quietly(consumer: Any) -> None:
+    """Close a consumer given up on (on a daemon thread: it may wait on a hung coordinator)."""
+    with contextlib.suppress(KafkaException, RuntimeError):
+        consumer.close()

@@ -2,9 +2,11 @@
 
 The user's ``producer_config`` passes through as given. Laminar adds only what exactly-once
 requires — ``transactional.id``, ``enable.idempotence=true``, ``acks=all`` — plus librdkafka's
-statistics (``statistics.interval.ms``, which reports the producer id and epoch) and its own
-callbacks, chained to the user's (``stats_cb``, ``error_cb``, ``on_delivery``). Settings that
-would break exactly-once are refused by name, before any client is created.
+statistics (``statistics.interval.ms``, which reports the producer id and epoch), its own
+callbacks, chained to the user's (``stats_cb``, ``error_cb``, ``on_delivery``), and the client
+time-outs derived from the sink's budgets (`client_timeouts`, the core's rule: docs/kafka.md,
+"Budgets"), each only where the user set none. Settings that would break exactly-once are refused
+by name, before any client is created.
 """
 
 from __future__ import annotations
@@ -12,13 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from laminar._core import KafkaTimeouts, kafka_timeouts
 from laminar._redact import is_secret_key, redact_config
 from laminar.errors import ConfigError
-from laminar.kafka._stalls import SETUP_TIMEOUT_KEY, setup_timeout_s
+from laminar.kafka._stalls import REQUEST_TIMEOUT_KEY, SETUP_TIMEOUT_KEY, user_millis
 
 __all__ = [
     "DEFAULT_STATISTICS_INTERVAL_MS",
     "build_producer_config",
+    "client_timeouts",
     "consumer_config",
     "secret_values",
     "validate_producer_config",
@@ -56,6 +60,9 @@ _CONNECTION_PREFIXES = (
     "resolve_cb",
 )
 _CONNECTION_KEYS = frozenset({"bootstrap.servers", "oauth_cb", "logger", "debug", "log_level"})
+#: Derived settings a consumer does not take (librdkafka's ``request.timeout.ms`` is the
+#: producer's acknowledgement time-out).
+_PRODUCER_ONLY = frozenset({"request.timeout.ms"})
 
 
 def _flag(value: Any) -> bool | None:
@@ -124,8 +131,8 @@ def validate_producer_config(
                 "Laminar reads the producer id and epoch from librdkafka's statistics (they are "
                 "recorded in each prepared transaction); remove the setting or make it positive",
             )
-    if SETUP_TIMEOUT_KEY in config:
-        setup_timeout_s(1.0, config)  # a ConfigError naming the setting if it is no duration
+    user_millis(config, SETUP_TIMEOUT_KEY)  # a ConfigError naming either if it is no duration
+    user_millis(config, REQUEST_TIMEOUT_KEY)
     if (
         transaction_timeout_ms is not None
         and "transaction.timeout.ms" in config
@@ -138,7 +145,45 @@ def validate_producer_config(
     for key in ("on_delivery", "delivery.report.callback", "stats_cb", "error_cb"):
         if key in config and config[key] is not None and not callable(config[key]):
             raise refuse(key, "it must be a callable")
+    # a socket.timeout.ms librdkafka refuses beside the transaction time-out, named now
+    client_timeouts(
+        config,
+        init_timeout_s=30.0,
+        commit_timeout_s=30.0,
+        flush_timeout_s=120.0,
+        transaction_timeout_ms=transaction_timeout_ms,
+    )
     return config
+
+
+def client_timeouts(
+    config: Mapping[str, Any],
+    *,
+    init_timeout_s: float,
+    commit_timeout_s: float,
+    flush_timeout_s: float,
+    transaction_timeout_ms: int | None,
+) -> KafkaTimeouts:
+    """Every client time-out of a sink with these budgets (the core's one rule:
+    `laminar._core.kafka_timeouts`, docs/kafka.md "Budgets"); the user's ``socket.timeout.ms``,
+    ``socket.connection.setup.timeout.ms`` and ``transaction.timeout.ms`` in ``config`` win.
+    `ConfigError` naming a setting that cannot work."""
+    if transaction_timeout_ms is None and config.get("transaction.timeout.ms") is not None:
+        try:
+            transaction_timeout_ms = int(config["transaction.timeout.ms"])
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"producer_config transaction.timeout.ms={config['transaction.timeout.ms']!r} "
+                "is not a whole number of milliseconds"
+            ) from None
+    return kafka_timeouts(
+        init_timeout_s,
+        commit_timeout_s,
+        flush_timeout_s,
+        transaction_timeout_ms,
+        socket_timeout_ms=user_millis(config, REQUEST_TIMEOUT_KEY),
+        setup_timeout_ms=user_millis(config, SETUP_TIMEOUT_KEY),
+    )
 
 
 def build_producer_config(
@@ -150,8 +195,10 @@ def build_producer_config(
     stats_cb: Callable[[str], None],
     error_cb: Callable[[Any], None],
     on_delivery: Callable[[Any, Any], None],
+    timeouts: KafkaTimeouts | None = None,
 ) -> dict[str, Any]:
-    """The producer's configuration: the user's settings plus what exactly-once requires.
+    """The producer's configuration: the user's settings plus what exactly-once requires, and
+    the client time-outs of ``timeouts`` (`client_timeouts`) where the user set none.
 
     The user's own ``stats_cb``/``error_cb``/``on_delivery`` are called after Laminar's.
     Without a user ``on_delivery``, ``delivery.report.only.error`` defaults to true: Laminar
@@ -172,6 +219,7 @@ def build_producer_config(
     if transaction_timeout_ms is not None:
         config["transaction.timeout.ms"] = transaction_timeout_ms
     config.setdefault("statistics.interval.ms", DEFAULT_STATISTICS_INTERVAL_MS)
+    _derive(config, timeouts, producer=True)
     config["stats_cb"] = _chain1(stats_cb, user_stats)
     config["error_cb"] = _chain1(error_cb, user_error)
     if user_delivery is None:
@@ -183,10 +231,16 @@ def build_producer_config(
 
 
 def consumer_config(
-    user_config: Mapping[str, Any], *, bootstrap_servers: str, group_id: str
+    user_config: Mapping[str, Any],
+    *,
+    bootstrap_servers: str,
+    group_id: str,
+    timeouts: KafkaTimeouts | None = None,
 ) -> dict[str, Any]:
     """A consumer configuration (for reading the marker group) that connects the way the
-    producer does: the connection and security settings of ``user_config`` only."""
+    producer does: the connection and security settings of ``user_config`` only, and the client
+    time-outs of ``timeouts`` where the user set none (a marker read from a hung group
+    coordinator is given up, and the coordinator looked up again, as the producer's are)."""
     config = {
         key: value
         for key, value in user_config.items()
@@ -201,7 +255,17 @@ def consumer_config(
             "enable.partition.eof": False,
         }
     )
+    _derive(config, timeouts, producer=False)
     return config
+
+
+def _derive(config: dict[str, Any], timeouts: KafkaTimeouts | None, *, producer: bool) -> None:
+    """The settings the core derived from the sink's budgets, where the user set none."""
+    if timeouts is None:
+        return
+    for key, millis in timeouts.librdkafka_settings():
+        if producer or key not in _PRODUCER_ONLY:
+            config.setdefault(key, millis)
 
 
 def secret_values(config: Mapping[str, Any]) -> tuple[str, ...]:

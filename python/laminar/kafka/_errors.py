@@ -55,6 +55,7 @@ __all__ = [
     "classify",
     "classify_silence",
     "describe",
+    "is_silence",
     "map_kafka_error",
 ]
 
@@ -119,6 +120,25 @@ def as_kafka_error(error: BaseException | KafkaError) -> KafkaError | None:
     if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
         return error.args[0]
     return None
+
+
+#: Errors that mean no broker answered: a request time-out, a connection lost or never set up.
+_SILENCE_CODES = frozenset(
+    {
+        KafkaError._TIMED_OUT,
+        KafkaError._TIMED_OUT_QUEUE,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+    }
+)
+
+
+def is_silence(error: BaseException | KafkaError) -> bool:
+    """Whether a client error means that no broker answered (a time-out, a connection lost or
+    never set up) rather than an answer of the cluster — what the core's ``after_attempt`` rule
+    takes as ``silent`` (docs/kafka.md, "Budgets")."""
+    kafka_error = as_kafka_error(error)
+    return kafka_error is not None and kafka_error.code() in _SILENCE_CODES
 
 
 def describe(error: KafkaError, ctx: ErrorContext) -> str:

@@ -1,13 +1,16 @@
-"""How long the wire client gives a new broker connection to answer, and which bootstrap server it
-tries first after one stalled (docs/kafka.md, "Failover").
+"""How long the wire client gives a new broker connection and a request to answer, and which
+bootstrap server it tries first after one stalled (docs/kafka.md, "Budgets" and "Stalled
+servers").
 
 A broker that accepts TCP connections but never answers (hung, black-holed behind a load
 balancer, half dead) would otherwise hold every call of `laminar.kafka.log.KafkaLogClient` for its
 whole bound before the next bootstrap server is tried. So a new connection has a **set-up
-deadline** — connecting, TLS, ApiVersions and SASL — well below the call's bound
-(`setup_timeout_s`), and a server whose set-up timed out is remembered by the process
-(`StallMemory`) and tried after the others by every later connection, until it answers again.
-Pure logic: the clock comes in as an argument.
+deadline** — connecting, TLS, ApiVersions and SASL — and each request a **request time-out**,
+both well below the call's bound: the core's budget rule (`laminar._core.kafka_timeouts`,
+``protocol::budget``) derives them, and a user's ``socket.connection.setup.timeout.ms`` /
+``socket.timeout.ms`` win (`user_millis` reads them as librdkafka does). A server whose set-up or
+request timed out is remembered by the process (`StallMemory`) and tried after the others by every
+later connection, until it answers again. Pure logic: the clock comes in as an argument.
 """
 
 from __future__ import annotations
@@ -16,56 +19,78 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from laminar._core import KafkaTimeouts, kafka_timeouts
 from laminar.errors import ConfigError
 
 __all__ = [
-    "SETUP_TIMEOUT_CAP_S",
+    "REQUEST_TIMEOUT_KEY",
     "SETUP_TIMEOUT_KEY",
     "STALLS",
     "StallMemory",
     "request_timeout_s",
     "setup_timeout_s",
+    "user_millis",
+    "wire_timeouts",
 ]
 
-#: The longest set-up deadline the wire client chooses itself (librdkafka's own
-#: ``socket.connection.setup.timeout.ms``, 30 s by default, serves its producer).
-SETUP_TIMEOUT_CAP_S = 2.0
-#: The share of a call's bound one connection set-up may take when the bound is short.
-SETUP_TIMEOUT_SHARE = 0.25
 #: The producer setting that, when the user sets it, is the set-up deadline of the wire client too.
 SETUP_TIMEOUT_KEY = "socket.connection.setup.timeout.ms"
+#: The producer setting that, when the user sets it, is the wire client's request time-out too.
+REQUEST_TIMEOUT_KEY = "socket.timeout.ms"
+#: What librdkafka accepts for each (milliseconds, inclusive).
+_RANGES = {SETUP_TIMEOUT_KEY: (1000, 2_147_483_647), REQUEST_TIMEOUT_KEY: (10, 300_000)}
 
 
-def request_timeout_s(bound_s: float) -> float:
-    """How long one request may wait for its answer in a call bounded by ``bound_s``: half the
-    bound (at most 10 s), so a broker that took the connection and hangs on the request leaves
-    the other half for the next server (a request time-out marks the server stalled too)."""
-    return min(bound_s / 2, 10.0)
-
-
-def setup_timeout_s(bound_s: float, config: Mapping[str, Any] | None = None) -> float:
-    """The set-up deadline of a new connection for a call bounded by ``bound_s``: the user's
-    ``socket.connection.setup.timeout.ms`` if ``config`` sets it, else
-    ``min(SETUP_TIMEOUT_CAP_S, SETUP_TIMEOUT_SHARE * bound_s)`` — 2 s for the sink's default
-    ``init_timeout_s`` of 30 s, so a stalled server costs 2 s, not the bound. Never more than
-    ``bound_s``. `ConfigError` if the setting is not what librdkafka accepts (a whole number of
-    milliseconds from 1000 to 2147483647), before the producer would refuse it."""
-    value = (config or {}).get(SETUP_TIMEOUT_KEY)
+def user_millis(config: Mapping[str, Any] | None, key: str) -> int | None:
+    """The user's ``key`` (``socket.timeout.ms`` or ``socket.connection.setup.timeout.ms``) in
+    ``config``, in milliseconds, or None if not set. `ConfigError` naming it if it is not what
+    librdkafka accepts (a whole number of milliseconds in its range), before the producer would
+    refuse it — or, worse, read ``"1e3"`` as 1 ms where Python reads 1 s."""
+    value = (config or {}).get(key)
     if value is None:
-        return min(SETUP_TIMEOUT_CAP_S, SETUP_TIMEOUT_SHARE * bound_s)
-    millis = -1  # what librdkafka takes: a whole number of milliseconds, 1000 to 2147483647
+        return None
+    low, high = _RANGES[key]
+    millis = -1
     if isinstance(value, int) and not isinstance(value, bool):
         millis = value
     elif isinstance(value, str) and value.strip().isdigit():
         millis = int(value.strip())
-    chosen = millis / 1000
-    if not 1000 <= millis <= 2_147_483_647:
+    if not low <= millis <= high:
         raise ConfigError(
-            f"producer_config {SETUP_TIMEOUT_KEY}={value!r} is not a whole number of "
-            "milliseconds from 1000 to 2147483647 (what librdkafka accepts); set it to how long "
-            "a new broker connection may take to answer, or remove it"
+            f"producer_config {key}={value!r} is not a whole number of milliseconds from {low} "
+            f"to {high} (what librdkafka accepts); set it to how long "
+            + ("a new broker connection" if key == SETUP_TIMEOUT_KEY else "a request")
+            + " may take to answer, or remove it"
         )
-    return min(chosen, bound_s)
+    return millis
+
+
+def wire_timeouts(bound_s: float, config: Mapping[str, Any] | None = None) -> KafkaTimeouts:
+    """The time-outs of a wire client call bounded by ``bound_s`` with no sink around it (the
+    core's budget rule with ``bound_s`` as every budget), the user's settings in ``config``
+    winning."""
+    return kafka_timeouts(
+        bound_s,
+        bound_s,
+        bound_s,
+        socket_timeout_ms=user_millis(config, REQUEST_TIMEOUT_KEY),
+        setup_timeout_ms=user_millis(config, SETUP_TIMEOUT_KEY),
+    )
+
+
+def request_timeout_s(bound_s: float, config: Mapping[str, Any] | None = None) -> float:
+    """How long one request may wait for its answer in a call bounded by ``bound_s``
+    (`wire_timeouts`), never more than the bound: a broker that took the connection and hangs on
+    the request leaves the rest of the bound for the next server (a request time-out marks the
+    server stalled too)."""
+    return min(wire_timeouts(bound_s, config).request_s, bound_s)
+
+
+def setup_timeout_s(bound_s: float, config: Mapping[str, Any] | None = None) -> float:
+    """The set-up deadline of a new connection in a call bounded by ``bound_s``
+    (`wire_timeouts`: the user's ``socket.connection.setup.timeout.ms`` if ``config`` sets it),
+    never more than the bound: a stalled server costs a second or two, not the bound."""
+    return min(wire_timeouts(bound_s, config).setup_s, bound_s)
 
 
 class StallMemory:

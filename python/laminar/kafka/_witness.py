@@ -27,7 +27,6 @@ from laminar.errors import (
 from laminar.kafka import _shape as shape
 from laminar.kafka._base import WITNESS_MAX_RECORDS_ENV, _SinkBase
 from laminar.kafka._clients import Clients
-from laminar.kafka._stalls import request_timeout_s, setup_timeout_s
 from laminar.kafka.log import (
     BrokerUnavailableError,
     ClientSecurity,
@@ -139,11 +138,12 @@ class Witness:
 
     def log_client(self) -> KafkaLogClient:
         security = ClientSecurity.from_config(self.cfg._producer_config)
+        timeouts = self.cfg._timeouts  # the core's rule: docs/kafka.md, "Budgets"
         return KafkaLogClient(
             self.cfg._bootstrap_servers,
-            timeout=request_timeout_s(self.cfg._init_timeout_s),
+            timeout=min(timeouts.request_s, self.cfg._init_timeout_s),
             retry_for_s=self.cfg._init_timeout_s,
-            setup_timeout=setup_timeout_s(self.cfg._init_timeout_s, self.cfg._producer_config),
+            setup_timeout=min(timeouts.setup_s, self.cfg._init_timeout_s),
             client_id=f"laminar-sink-{self.cfg.sink_id}"[:200],
             security=security,
         )

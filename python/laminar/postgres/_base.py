@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from laminar._core import SinkTransaction
+from laminar._core import SinkTransaction, postgres_answer_timeout
 from laminar._sink import TransactionalSink
 from laminar.errors import ConfigError
 from laminar.postgres import _upsert as _pg_upsert
@@ -37,11 +37,19 @@ class Settings:
     two_phase_part: int | None
     connect_timeout_s: float
     slice_bytes: int
+    #: How long the server may leave one answer outstanding (docs/postgres.md, "A hung server").
+    statement_timeout_s: float = 30.0
 
     @property
     def connect_timeout(self) -> int:
         """libpq's ``connect_timeout``: whole seconds, at least one."""
         return max(1, round(self.connect_timeout_s))
+
+    @property
+    def answer_timeout_s(self) -> float:
+        """The performer's deadline on one wait for the server's answer (the core's rule,
+        `laminar._core.postgres_answer_timeout`)."""
+        return postgres_answer_timeout(self.statement_timeout_s)
 
 
 def parse_settings(
@@ -54,6 +62,7 @@ def parse_settings(
     two_phase_part: int | None,
     connect_timeout_s: float,
     slice_bytes: int,
+    statement_timeout_s: float = 30.0,
 ) -> Settings:
     """The constructor's arguments checked (`ConfigError` naming the argument and the fix)."""
     table_name = parse_table_name(table)
@@ -78,8 +87,12 @@ def parse_settings(
         raise ConfigError(f"two_phase_part must be an int >= 0, got {two_phase_part!r}")
     if two_phase_part is not None and two_phase_part < 0:
         raise ConfigError(f"two_phase_part must be >= 0, got {two_phase_part}")
-    if connect_timeout_s <= 0:
-        raise ConfigError(f"connect_timeout_s must be > 0, got {connect_timeout_s}")
+    for name, value in (
+        ("connect_timeout_s", connect_timeout_s),
+        ("statement_timeout_s", statement_timeout_s),
+    ):
+        if not isinstance(value, int | float) or not 0 < value < float("inf"):
+            raise ConfigError(f"{name} must be a number of seconds > 0, got {value!r}")
     if slice_bytes < 1:
         raise ConfigError(f"slice_bytes must be >= 1, got {slice_bytes}")
     return Settings(
@@ -92,6 +105,7 @@ def parse_settings(
         two_phase_part=two_phase_part,
         connect_timeout_s=connect_timeout_s,
         slice_bytes=slice_bytes,
+        statement_timeout_s=float(statement_timeout_s),
     )
 
 

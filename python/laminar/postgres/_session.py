@@ -1,7 +1,8 @@
 """`PostgresSink`'s session with the server: the DSN read in the writing process
-(``laminar.env``) and kept out of messages, the connection each epoch and each read uses, and the
-mapping of what the server raised into Laminar's errors (`_errors`) with the DSN's password
-masked."""
+(``laminar.env``) and kept out of messages, the connection each epoch and each read uses — each
+with the sink's deadline on the server's answers (`_deadline`: a hung server or backend ends in
+a retriable error, not a writer blocked forever) — and the mapping of what the server raised into
+Laminar's errors (`_errors`) with the DSN's password masked."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from psycopg.conninfo import conninfo_to_dict
 from laminar._redact import parse_dsn, redact_dsn
 from laminar._settings import Setting, resolve
 from laminar.errors import AbortableError, ConfigError, LaminarError
+from laminar.postgres._deadline import connect
 from laminar.postgres._errors import map_pg_error
 
 __all__ = ["IDLE", "Session", "check_dsn", "safe_conninfo"]
@@ -44,6 +46,8 @@ class Session:
 
     ``resolved`` is `check_dsn`'s answer when the DSN was given as text (checked at once);
     a ``laminar.env`` setting is read on first use, in the process that writes.
+    ``answer_timeout_s``: the deadline on each wait for the server's answer on every connection
+    opened here (`_deadline`; None: none).
     """
 
     def __init__(
@@ -52,10 +56,12 @@ class Session:
         sink_id: str,
         connect_timeout: int,
         resolved: tuple[str, str] | None = None,
+        answer_timeout_s: float | None = None,
     ) -> None:
         self.setting = setting
         self.sink_id = sink_id
         self.connect_timeout = connect_timeout
+        self.answer_timeout_s = answer_timeout_s
         self._resolved = resolved
         #: The sink's own connection (None until connected, and after a loss).
         self.conn: psycopg.Connection[Any] | None = None
@@ -104,7 +110,7 @@ class Session:
         if "application_name" not in self.conninfo():
             extra["application_name"] = f"laminar {self.sink_id}"[:63]
         try:
-            conn = psycopg.connect(self.dsn, **extra)
+            conn = connect(self.dsn, answer_timeout_s=self.answer_timeout_s, **extra)
         except psycopg.Error as e:
             raise self.error(e, f"connecting to {self.where()}") from e
         self.conn = conn
@@ -164,7 +170,11 @@ class Session:
                     conn.rollback()
             return
         try:
-            temp = psycopg.connect(self.dsn, connect_timeout=self.connect_timeout)
+            temp = connect(
+                self.dsn,
+                answer_timeout_s=self.answer_timeout_s,
+                connect_timeout=self.connect_timeout,
+            )
         except psycopg.Error as e:
             raise self.error(e, f"connecting to {self.where()}") from e
         with temp:
@@ -172,8 +182,9 @@ class Session:
 
     def watch_connection(self) -> psycopg.Connection[Any]:
         """A connection of its own for a `_partners.Watch` (autocommit)."""
-        return psycopg.connect(
+        return connect(
             self.dsn,
+            answer_timeout_s=self.answer_timeout_s,
             autocommit=True,
             connect_timeout=self.connect_timeout,
             application_name="laminar partner watch",

@@ -64,6 +64,7 @@ from laminar.errors import (
 )
 from laminar.postgres import _partners
 from laminar.postgres._base import DEFAULT_SCHEMA, ColumnsSpec, _SinkBase, parse_settings
+from laminar.postgres._deadline import connect
 from laminar.postgres._errors import classify
 from laminar.postgres._names import TableName
 from laminar.postgres._ready import Readiness
@@ -104,7 +105,11 @@ class PostgresSink(_SinkBase):
     partition ``p`` of a scale-out write (it ends each epoch with ``PREPARE TRANSACTION`` and
     leaves the epoch record to the coordinator); ``connect_timeout_s`` bounds connection
     attempts; ``slice_bytes`` bounds the Arrow bytes encoded per COPY statement (bigger batches
-    stream in several).
+    stream in several); ``statement_timeout_s`` is how long the server may leave one answer
+    outstanding (a statement, one COPY chunk, the COMMIT) before the connection is given up — a
+    hung server or backend then ends in a retriable `AbortableError` (`InDoubtError` for a
+    COMMIT in flight, resolved by recovery), never a writer blocked forever (docs/postgres.md,
+    "A hung server").
     """
 
     kind: ClassVar[str] = "postgres"
@@ -131,6 +136,7 @@ class PostgresSink(_SinkBase):
         two_phase_part: int | None = None,
         connect_timeout_s: float = 10.0,
         slice_bytes: int = DEFAULT_SLICE_BYTES,
+        statement_timeout_s: float = 30.0,
     ) -> None:
         resolved = None if is_deferred(dsn) else check_dsn(dsn)
         settings = parse_settings(
@@ -142,6 +148,7 @@ class PostgresSink(_SinkBase):
             two_phase_part=two_phase_part,
             connect_timeout_s=connect_timeout_s,
             slice_bytes=slice_bytes,
+            statement_timeout_s=statement_timeout_s,
         )
         super().__init__(settings.sink_id)
         self._dsn_setting: Setting = dsn
@@ -151,7 +158,9 @@ class PostgresSink(_SinkBase):
     def _assemble(self, resolved: tuple[str, str] | None = None) -> None:
         """Build the parts from the configuration (at construction and when unpickled)."""
         s = self._settings
-        self._session = Session(self._dsn_setting, s.sink_id, s.connect_timeout, resolved)
+        self._session = Session(
+            self._dsn_setting, s.sink_id, s.connect_timeout, resolved, s.answer_timeout_s
+        )
         self._readiness = Readiness(s, self.kind)
         self._rows = RowWriter(s)
         self._recovery = Recovery(s.sink_id, s.two_phase_part)
@@ -186,6 +195,18 @@ class PostgresSink(_SinkBase):
         """The connection string in this process, an ``laminar.env`` setting read here (with its
         password: do not log it)."""
         return self._session.dsn
+
+    def open_connection(self, dsn: str | None = None, **kwargs: Any) -> psycopg.Connection[Any]:
+        """A new connection of the caller's own to this sink's database (or ``dsn``), with the
+        sink's connect time-out and its deadline on the server's answers (docs/postgres.md, "A
+        hung server") — how a coordinator opens its decision connection. ``kwargs`` go to
+        ``psycopg.connect``."""
+        kwargs.setdefault("connect_timeout", self._settings.connect_timeout)
+        return connect(
+            self._session.dsn if dsn is None else dsn,
+            answer_timeout_s=self._settings.answer_timeout_s,
+            **kwargs,
+        )
 
     def connection_secrets(self) -> tuple[str, ...]:
         """The secret values of the connection string in this process (its password, once

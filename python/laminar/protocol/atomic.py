@@ -315,7 +315,12 @@ class AtomicGroup(DistributedDriver):
         if conn is not None and not conn.closed and not conn.broken:
             return conn
         try:
-            conn = psycopg.connect(self.dsn, application_name=f"laminar group {self.group_id}"[:63])
+            name = f"laminar group {self.group_id}"[:63]
+            conn = (
+                self.postgres[0].open_connection(self.dsn, application_name=name)
+                if self.postgres
+                else psycopg.connect(self.dsn, application_name=name)
+            )
         except psycopg.Error as e:
             raise map_pg_error(
                 e, f"connecting to the decision database ({redact_dsn(self.dsn)})"

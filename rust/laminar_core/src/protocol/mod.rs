@@ -23,7 +23,8 @@
 //!    [`transitions`] (the transition tables of a sink's transaction, `dt_state` and `txn_state`,
 //!    and their lookups), [`epoch`] (a sink's per-epoch tracker), [`names`] (the dtid, the
 //!    participant names and the one participant-matching rule), [`gid`] (the PostgreSQL gid),
-//!    [`retry`] (the one retry rule: whether, and after how long), [`plan`] (which sinks an epoch
+//!    [`retry`] (the one retry rule: whether, and after how long), [`budget`] (every client
+//!    time-out derived from a sink's budgets), [`plan`] (which sinks an epoch
 //!    is written to).
 //! 3. **Effects** — the driver loop's vocabulary: [`command`] (the commands and events), and
 //!    [`machine`] (the [`Machine`] trait, how a machine ends, and the one loop every machine runs
@@ -41,6 +42,7 @@
 //! The simulation (`sim`, tests only) stands on all of them.
 
 pub mod atomic;
+pub mod budget;
 pub mod command;
 pub mod crash;
 pub mod distributed;

@@ -4,6 +4,7 @@
 use pyo3::prelude::*;
 
 pub mod avro;
+pub mod budget;
 pub mod checksum;
 pub mod epoch;
 pub mod errors;
@@ -34,5 +35,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     kafka_wire::register(m)?;
     producer::register(m)?;
     protocol::register(m)?;
+    budget::register(m)?;
     Ok(())
 }
