@@ -24,6 +24,7 @@ DERIVED = {
     "socket.connection.setup.timeout.ms": 1000,
     "reconnect.backoff.max.ms": 1000,
     "request.timeout.ms": 3000,
+    "retry.backoff.ms": 10,
 }
 
 
@@ -84,7 +85,11 @@ def test_the_producer_and_the_marker_consumer_carry_the_derived_settings() -> No
         {}, bootstrap_servers="b:9092", group_id="g", timeouts=kafka_timeouts(30.0, 30.0, 120.0)
     )
     # librdkafka's request.timeout.ms is the producer's acknowledgement time-out only
-    assert {k: consumer.get(k) for k in DERIVED} == {**DERIVED, "request.timeout.ms": None}
+    assert {k: consumer.get(k) for k in DERIVED} == {
+        **DERIVED,
+        "request.timeout.ms": None,
+        "retry.backoff.ms": None,
+    }
     # the budgets of the tests' failover writers: 2 s requests, 1 s set-ups
     assert producer({}, commit=15.0)["socket.timeout.ms"] == 2000
 

@@ -62,7 +62,7 @@ _CONNECTION_PREFIXES = (
 _CONNECTION_KEYS = frozenset({"bootstrap.servers", "oauth_cb", "logger", "debug", "log_level"})
 #: Derived settings a consumer does not take (librdkafka's ``request.timeout.ms`` is the
 #: producer's acknowledgement time-out).
-_PRODUCER_ONLY = frozenset({"request.timeout.ms"})
+_PRODUCER_ONLY = frozenset({"request.timeout.ms", "retry.backoff.ms"})
 
 
 def _flag(value: Any) -> bool | None:
