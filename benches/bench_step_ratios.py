@@ -48,7 +48,7 @@ ROUNDS = 60 if QUICK else 200
 #: percentile of each over the rounds). The measured ratios are in docs/benchmarks.md; each
 #: threshold sits well below twice the ratio measured, so a 2x slowdown of the step fails.
 AT_MOST = {
-    ("kafka", "begin"): 3.5,
+    ("kafka", "begin"): 3.0,
     ("kafka", "commit"): 1.5,
     ("kafka", "abort"): 1.75,
     ("postgres", "begin"): 1.6,
@@ -56,6 +56,14 @@ AT_MOST = {
     ("postgres", "abort"): 1.9,
 }
 STEPS = ("begin", "commit", "abort")
+#: A Kafka begin is local: librdkafka's main thread checks the transaction's state and answers,
+#: so its time is mostly that thread waking up — ~14 µs when it is still awake from the commit
+#: just before, ~40 µs once it sleeps. The hand-written side begins right after its own commit
+#: returned; Laminar's commit returns from a helper thread (the bounded call) and its
+#: bookkeeping, by which time the thread sleeps. Both sides begin from the same state — idle
+#: for a millisecond — or the ratio measures the machine's wake-up latency (2.2x on one, 4.7x
+#: on a fresh machine with the same build) instead of Laminar's begin.
+IDLE_S = 0.001
 
 
 def p10(values: list[float]) -> float:
@@ -97,6 +105,8 @@ class LaminarSide(Contender):
         sink.init_transactions()
 
     def epoch(self, epoch: int, timings: Timings) -> None:
+        if self.sink.kind == "kafka":
+            time.sleep(IDLE_S)
         timings.timed("begin", lambda: self._begin(epoch))
         self.sink.write(self.rows)
         timings.timed("commit", lambda: self.sink.commit_transaction(epoch))
@@ -136,6 +146,7 @@ class RawKafka(Contender):
             produce(topic, value, key, headers=headers)
 
     def epoch(self, epoch: int, timings: Timings) -> None:
+        time.sleep(IDLE_S)
         timings.timed("begin", self.producer.begin_transaction)
         self._produce()
 

@@ -161,3 +161,19 @@ def test_float16_is_written_with_its_shortest_text(value: float, text: bytes) ->
     table = pa.table({"f": pa.array([value], pa.float16())})
     [encoded] = laminar.encode_kafka(table).values
     assert encoded == b'{"f":' + text + b"}"
+
+
+@pytest.mark.parametrize("start", [0, 5, 9])
+def test_an_empty_slice_at_any_offset_encodes_to_nothing(start: int) -> None:
+    """pyarrow exports ``batch.slice(k, 0)`` with its values buffer cut to nothing while its
+    offsets still point past it (the scale-out writer's first half of a one-row chunk): no rows,
+    no records, no error — and the rows around it are untouched."""
+    batch = pa.record_batch({"id": list(range(20)), "name": [f"row-{i}" for i in range(20)]})
+    empty = batch.slice(start, 0)
+    for pairs in both(empty):
+        assert pairs == []
+    copy = laminar._core.encode_pg_copy(empty, [("id", "int8", 0), ("name", "text", 0)])
+    assert copy.num_rows == 0
+    around = pa.Table.from_batches([batch.slice(start, 0), batch.slice(start, 1)])
+    for pairs in both(around):
+        assert [v for _, v in pairs] == [f'{{"id":{start},"name":"row-{start}"}}'.encode()]

@@ -30,7 +30,8 @@ where
 const ARROW_INPUT: &str = "a pyarrow Table, RecordBatch or RecordBatchReader, or any object \
                            with __arrow_c_stream__ or __arrow_c_array__";
 
-/// Imports Arrow data without copying: the batches share the producer's buffers.
+/// Imports Arrow data without copying: the batches share the producer's buffers; batches
+/// without rows are left out.
 pub(super) fn import_batches(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
@@ -46,10 +47,14 @@ pub(super) fn import_batches(
     })?;
     let reader = input.into_reader()?;
     let schema = reader.schema();
-    let batches = reader
+    let mut batches = reader
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| CoreError::Data(format!("reading the Arrow stream failed: {e}")))
         .py_err(py)?;
+    // A batch without rows has nothing to encode, and one sliced at a non-zero offset arrives
+    // through the C data interface with its values buffer cut to nothing while its offsets
+    // still point past it (pyarrow's `RecordBatch.slice(k, 0)`): dropped, not validated.
+    batches.retain(|b| b.num_rows() > 0);
     Ok((schema, batches))
 }
 
