@@ -1933,7 +1933,13 @@ def parse_gid(text: str) -> tuple[str, str | None, int, int] | None:
 
 # --- client time-outs derived from a sink's budgets (core: protocol/budget.rs) -------------------
 
-__all__ += ["KafkaTimeouts", "attempt_next", "kafka_timeouts", "postgres_answer_timeout"]
+__all__ += [
+    "KafkaTimeouts",
+    "attempt_next",
+    "failover_pause_s",
+    "kafka_timeouts",
+    "postgres_answer_timeout",
+]
 
 @final
 class KafkaTimeouts:
@@ -1975,6 +1981,12 @@ def kafka_timeouts(
     ``protocol::budget``); the producer's explicit ``socket.timeout.ms`` /
     ``socket.connection.setup.timeout.ms`` win. ``ConfigError`` for a ``socket.timeout.ms``
     librdkafka refuses beside the transaction time-out."""
+
+def failover_pause_s(attempt: int, left_s: float) -> float | None:
+    """The pause in seconds before the next attempt of a call that met a failover (attempt
+    ``attempt``, from 1; 50 ms doubling to 1 s), or None to give up: when the pause would end
+    past the deadline of the operation it belongs to (``left_s`` left of its budget — a sink's
+    whole start-up shares one ``init_timeout_s``)."""
 
 def postgres_answer_timeout(statement_timeout_s: float) -> float:
     """The PostgreSQL performer's deadline on one wait for the server's answer, in seconds, for

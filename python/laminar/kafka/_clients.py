@@ -276,7 +276,7 @@ class Clients:
         self.rt.client_errors.clear()
         self.rt.stats_json = None
         self.check_topic()
-        self.retrying("init_transactions", None, self.cfg._init_timeout_s)
+        self.retrying("init_transactions", None, self.rt.budget_left(self.cfg._init_timeout_s))
         self.rt.identity_changed()
         self.rt.identity_warned = False
 
@@ -297,7 +297,7 @@ class Clients:
     def check_topic(self) -> None:
         """The topic exists (listing all topics never auto-creates one) and the brokers answer."""
         try:
-            metadata = self.rt.producer.list_topics(self.cfg._init_timeout_s)
+            metadata = self.rt.producer.list_topics(self.rt.budget_left(self.cfg._init_timeout_s))
         except KafkaException as e:
             self.rt.producer.poll(0)  # serve error_cb: authentication failures arrive there
             raise self.connection_error(e) from e

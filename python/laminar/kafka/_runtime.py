@@ -57,6 +57,16 @@ class _Runtime:
         self.failed_operation: str | None = None
         # the last committed epoch found without a marker: (answer, whether a writer found it)
         self.without_marker: tuple[int | None, bool] | None = None
+        #: When the start-up under way must end (``time.monotonic()``), None outside one: its
+        #: calls share one ``init_timeout_s`` (docs/kafka.md "Budgets").
+        self.startup_deadline: float | None = None
+
+    def budget_left(self, budget_s: float) -> float:
+        """What a call may take of ``budget_s``: all of it outside a start-up, within one what
+        is left of the start-up's (at least a millisecond: the call then fails at once)."""
+        if self.startup_deadline is None:
+            return budget_s
+        return max(min(budget_s, self.startup_deadline - time.monotonic()), 0.001)
 
     # -- callbacks (called by librdkafka from poll/flush, in this thread) ---------------------
 

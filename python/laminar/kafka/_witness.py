@@ -13,6 +13,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from laminar._core import (
     LastCommitted,
+    failover_pause_s,
     last_committed_after_marker,
     last_committed_without_marker,
     reuse_without_marker,
@@ -113,19 +114,7 @@ class Witness:
                 return None if found is None else found[0]
         if self.clients.rt.consumer is None:
             self.clients.open_consumer()
-        try:
-            if fail_point("kafka.committed"):
-                raise KafkaException(
-                    KafkaError(KafkaError._TIMED_OUT, "injected (LAMINAR_FAIL_AT)", retriable=True)
-                )
-            (committed,) = self.clients.rt.consumer.committed(
-                [TopicPartition(self.cfg._topic, 0)], timeout=self.cfg._init_timeout_s
-            )
-        except KafkaException as e:
-            self.clients.rt.consumer.poll(0)
-            raise self.cfg._error(
-                e, "init_transactions", None, self.clients.rt, hint="reading the marker"
-            ) from e
+        committed = self.committed_through_consumer()
         if committed.error is not None:
             raise self.cfg._error(
                 KafkaException(committed.error),
@@ -136,6 +125,42 @@ class Witness:
             )
         return int(committed.offset) if committed.offset >= 0 else None
 
+    def committed_through_consumer(self) -> TopicPartition:
+        """The marker group's offset on (topic, 0) through the marker consumer. A failover it
+        meets (the group coordinator moving or not yet elected, as on a new cluster whose
+        offsets topic is being created: NOT_COORDINATOR) is asked again after the core's pause
+        while the budget lasts — the start-up's, when in one (`protocol::budget`)."""
+        rt = self.clients.rt
+        deadline = time.monotonic() + rt.budget_left(self.cfg._init_timeout_s)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                if fail_point("kafka.committed"):
+                    raise KafkaException(
+                        KafkaError(
+                            KafkaError._TIMED_OUT, "injected (LAMINAR_FAIL_AT)", retriable=True
+                        )
+                    )
+                (committed,) = rt.consumer.committed(
+                    [TopicPartition(self.cfg._topic, 0)],
+                    timeout=max(deadline - time.monotonic(), 0.001),
+                )
+                return committed  # type: ignore[no-any-return]
+            except KafkaException as e:
+                rt.consumer.poll(0)
+                error = self.cfg._error(e, "init_transactions", None, rt, hint="reading the marker")
+                pause = failover_pause_s(attempt, deadline - time.monotonic())
+                if not error.retriable or pause is None:
+                    raise error from e
+                log.info(
+                    "sink %s: reading the marker met %s; asking again in %.2f s",
+                    self.cfg.sink_id,
+                    self.cfg._scrub(str(e)),
+                    pause,
+                )
+                time.sleep(pause)
+
     def log_client(self) -> KafkaLogClient:
         security = ClientSecurity.from_config(self.cfg._producer_config)
         timeouts = self.cfg._timeouts  # the core's rule: docs/kafka.md, "Budgets"
@@ -144,6 +169,7 @@ class Witness:
             timeout=min(timeouts.request_s, self.cfg._init_timeout_s),
             retry_for_s=self.cfg._init_timeout_s,
             setup_timeout=min(timeouts.setup_s, self.cfg._init_timeout_s),
+            until=self.clients.rt.startup_deadline,
             client_id=f"laminar-sink-{self.cfg.sink_id}"[:200],
             security=security,
         )

@@ -135,9 +135,10 @@ class KafkaLogClient:
     leader (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, …), group or transaction coordinator
     (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) — is forgotten,
     the role looked up again (Metadata, FindCoordinator, through any bootstrap server that
-    answers) and the request retried with a growing delay (50 ms doubling to 1 s). Past the bound
-    the request raises `BrokerUnavailableError`, which says what was tried: a replicated cluster
-    that moves a leader or a coordinator within the bound is never an error.
+    answers) and the request retried after the core's pause (``protocol::budget``: 50 ms doubling
+    to 1 s). Past the bound the request raises `BrokerUnavailableError`, which says what was
+    tried: a replicated cluster that moves a leader or a coordinator within the bound is never an
+    error. ``until`` bounds every call by the deadline of the operation they belong to.
 
     **Stalled servers.** Each step of a new connection's set-up (connect, TLS, ApiVersions,
     SASL) has ``setup_timeout`` (default `laminar.kafka._stalls.setup_timeout_s` of
@@ -160,8 +161,13 @@ class KafkaLogClient:
         retry_for_s: float | None = None,
         setup_timeout: float | None = None,
         stalls: StallMemory | None = None,
+        until: float | None = None,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
+        #: The deadline (``time.monotonic()``) of the operation every call belongs to, when the
+        #: caller's budget is for the operation as a whole (a sink's start-up: one
+        #: ``init_timeout_s``): no call retries past it, whatever its own ``retry_for_s``.
+        self.until = until
         self.timeout = timeout
         self.client_id = client_id
         self.fetch_max_bytes = fetch_max_bytes
@@ -272,9 +278,11 @@ class KafkaLogClient:
     def _retry(self, what: str, attempt: Callable[[], _T]) -> _T:
         """``attempt()`` until it answers or the call's bound passes (class docstring)."""
         deadline = time.monotonic() + self.retry_for_s
+        if self.until is not None:
+            deadline = min(deadline, self.until)
         outer = self._deadline
         self._deadline = deadline if outer is None else min(outer, deadline)
-        delay, tries = 0.05, 0
+        tries = 0
         try:
             while True:
                 tries += 1
@@ -286,7 +294,8 @@ class KafkaLogClient:
                         # set up, then silent on a request: tried last by the process's next
                         # connections too (class docstring, "Stalled servers")
                         self.stalls.stalled(e.address, time.monotonic())
-                    if time.monotonic() + delay > deadline:
+                    pause = _core.failover_pause_s(tries, deadline - time.monotonic())
+                    if pause is None:
                         raise BrokerUnavailableError(
                             f"{what}: no broker answered within retry_for_s="
                             f"{self.retry_for_s:g} s ({tries} tries; last: {e})",
@@ -295,8 +304,7 @@ class KafkaLogClient:
                             stalled=e.stalled,
                         ) from e
                 self.failovers += 1
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                time.sleep(pause)
         finally:
             self._deadline = outer
 

@@ -172,6 +172,9 @@ class KafkaSink(_SinkBase):
         rt = self._rt or _Runtime()
         self._rt = rt
         rt.fenced = None
+        # one budget for the whole start-up, whatever failovers its calls meet (core rule:
+        # protocol::budget::failover_pause)
+        rt.startup_deadline = time.monotonic() + self._init_timeout_s
         try:
             self._clients(rt).open_consumer()
             self._clients(rt).open_producer()
@@ -183,6 +186,8 @@ class KafkaSink(_SinkBase):
                 # The next call opens new ones.
                 self._release_clients(rt)
             raise
+        finally:
+            rt.startup_deadline = None
         self._reopened(last)
 
     def begin_transaction(self, epoch: int) -> bool:

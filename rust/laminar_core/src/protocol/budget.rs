@@ -226,6 +226,26 @@ pub fn after_attempt(
     }
 }
 
+/// The first pause before a call that met a failover asks again (a role moving, no broker
+/// answering: the wire client's calls, the start-up's reads through librdkafka's consumer).
+pub const FAILOVER_PAUSE_MS: u64 = 50;
+/// The longest pause between two such attempts (the pause doubles up to it).
+pub const FAILOVER_PAUSE_MAX_MS: u64 = 1_000;
+
+/// What follows attempt `attempt` (from 1) of a call that met a failover, with `left_ms` left of
+/// the budget of the operation it belongs to: the pause before the next attempt, or `None` to
+/// give up — when the pause would end past the operation's deadline. An operation is what the
+/// user gave a budget for, not each call inside it: a sink's whole start-up (connecting,
+/// fencing, the marker, the identity, the witness) shares one `init_timeout_s`, so a start-up
+/// that meets a failover at every call still ends within it.
+pub fn failover_pause(attempt: u32, left_ms: u64) -> Option<u64> {
+    let doublings = attempt.saturating_sub(1).min(16);
+    let pause = FAILOVER_PAUSE_MS
+        .saturating_mul(1 << doublings)
+        .min(FAILOVER_PAUSE_MAX_MS);
+    (pause < left_ms).then_some(pause)
+}
+
 /// The PostgreSQL performer's deadline on one wait for the server's answer (a statement, one
 /// chunk of a COPY, the COMMIT), in milliseconds, for a sink whose budget for one answer is
 /// `statement_ms` (`PostgresSink(statement_timeout_s=…)`). libpq has no client-side query
@@ -248,6 +268,19 @@ mod tests {
             flush_ms: 120_000,
             transaction_ms: None,
         }
+    }
+
+    #[test]
+    fn a_failover_pause_doubles_and_never_ends_past_the_operation() {
+        assert_eq!(failover_pause(1, 10_000), Some(50));
+        assert_eq!(failover_pause(2, 10_000), Some(100));
+        assert_eq!(failover_pause(5, 10_000), Some(800));
+        assert_eq!(failover_pause(6, 10_000), Some(1_000));
+        assert_eq!(failover_pause(u32::MAX, 10_000), Some(1_000));
+        assert_eq!(failover_pause(1, 50), None);
+        assert_eq!(failover_pause(3, 199), None);
+        assert_eq!(failover_pause(3, 201), Some(200));
+        assert_eq!(failover_pause(1, 0), None);
     }
 
     #[test]

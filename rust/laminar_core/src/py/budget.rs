@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 
 use crate::protocol::budget::{
     AttemptNext, KafkaBudgets, KafkaOverrides, KafkaTimeouts, TxnCall, after_attempt,
-    postgres_answer_ms,
+    failover_pause, postgres_answer_ms,
 };
 use crate::py::errors::IntoPyResult;
 
@@ -137,6 +137,19 @@ fn attempt_next(
     )
 }
 
+/// The pause in seconds before attempt `attempt` + 1 of a call that met a failover, with
+/// `left_s` left of its operation's budget, or None to give up (`protocol::budget`).
+#[pyfunction]
+#[pyo3(signature = (attempt, left_s))]
+fn failover_pause_s(attempt: u32, left_s: f64) -> Option<f64> {
+    let left_ms = if left_s.is_finite() && left_s > 0.0 {
+        (left_s * 1000.0).min(u64::MAX as f64) as u64
+    } else {
+        0
+    };
+    failover_pause(attempt, left_ms).map(|ms| ms as f64 / 1000.0)
+}
+
 /// The PostgreSQL performer's deadline on one wait for the server's answer, in seconds, for a
 /// sink whose budget for one answer is `statement_timeout_s` (`protocol::budget`).
 #[pyfunction]
@@ -150,5 +163,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kafka_timeouts, m)?)?;
     m.add_function(wrap_pyfunction!(postgres_answer_timeout, m)?)?;
     m.add_function(wrap_pyfunction!(attempt_next, m)?)?;
+    m.add_function(wrap_pyfunction!(failover_pause_s, m)?)?;
     Ok(())
 }
