@@ -1747,7 +1747,8 @@ class WatcherItem:
     @property
     def action(self) -> _WatcherAction: ...
     @property
-    def outcome(self) -> Literal["unresolved", "resolved", "failed"]: ...
+    def outcome(self) -> Literal["unresolved", "resolved", "failed", "unreadable"]:
+        """``unreadable``: a decided Kafka epoch whose marker could not be read."""
     @property
     def lingering(self) -> bool: ...
 

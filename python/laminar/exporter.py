@@ -10,8 +10,11 @@ decided Kafka epoch against its sink's marker in Kafka (the watcher's inspection
 
 A scrape that cannot read still answers: ``laminar_up 0`` and the error counted in
 ``laminar_exporter_scrape_errors_total`` (the alert "exporter unable to read"); a Kafka check
-that fails counts as a ``kafka`` error and the PostgreSQL metrics stand. Labels hold group ids,
-sink ids and kinds — never a DSN, a host or a credential; errors are logged redacted.
+that fails counts as a ``kafka`` error and the PostgreSQL metrics stand, and so does a decided
+Kafka epoch whose marker cannot be read (the inspection's outcome ``unreadable``: counted as
+behind, since it is unproven, and as an error, since the operator must fix the read). Labels
+hold group ids, sink ids and kinds — never a DSN, a host or a credential; errors are logged
+redacted.
 
 `Snapshot` is what one scrape read and `families` turns it into metric families, a pure
 function (its unit test needs no server).
@@ -112,15 +115,19 @@ def read_kafka_behind(
     """The decided Kafka epochs whose sink's marker is behind: ``(transactional_id, epoch,
     age_s)``, read with ``kafka_sink`` (a KafkaSink factory by transactional id, as ``laminar
     status`` builds one) through the watcher's inspection, without acting."""
+    return [(i.id.removeprefix("kafka:"), i.epoch, i.age_s) for i in _kafka_items(conn, kafka_sink)]
+
+
+def _kafka_items(conn: psycopg.Connection[Any], kafka_sink: Callable[[str], Any]) -> list[Any]:
+    """The watcher's ``kafka_behind`` items (an epoch decided and its marker behind, or its
+    marker unreadable: outcome ``unreadable``, the reason in ``detail``)."""
     from laminar.protocol.watcher import inspect  # in-function: see read_snapshot
 
     try:
         items = inspect(conn, kafka_sink=kafka_sink)
     finally:
         conn.rollback()
-    return [
-        (i.id.removeprefix("kafka:"), i.epoch, i.age_s) for i in items if i.kind == "kafka_behind"
-    ]
+    return [i for i in items if i.kind == "kafka_behind"]
 
 
 def _base(transactional_id: str) -> str:
@@ -373,13 +380,20 @@ class LaminarCollector(Collector):
         return f"LaminarCollector({redact_dsn(self._dsn)})"
 
     def _fail(self, source: str, error: BaseException) -> None:
-        self.errors[source] += 1
-        password = str(psycopg.conninfo.conninfo_to_dict(self._dsn).get("password") or "")
+        password = self._password()
         if isinstance(error, psycopg.Error):
             # one mapping of PostgreSQL's errors: a missing grant says which to give
             error = map_pg_error(error, f"reading {source}", secrets=(password,))
-        self.last_error = redact_text(f"{type(error).__name__}: {error}", (password,))
+        self._count(source, f"{type(error).__name__}: {error}")
+
+    def _count(self, source: str, text: str) -> None:
+        """One error reading ``source``: counted, kept (redacted) and logged."""
+        self.errors[source] += 1
+        self.last_error = redact_text(text, (self._password(),))
         log.warning("laminar exporter: cannot read %s: %s", source, self.last_error)
+
+    def _password(self) -> str:
+        return str(psycopg.conninfo.conninfo_to_dict(self._dsn).get("password") or "")
 
     def _factory(self, conn: psycopg.Connection[Any]) -> Callable[[str], Any] | None:
         if self._kafka_extra is None:
@@ -406,7 +420,15 @@ class LaminarCollector(Collector):
                 try:
                     factory = self._factory(conn)
                     if factory is not None:
-                        snap.kafka_behind = read_kafka_behind(conn, factory)
+                        items = _kafka_items(conn, factory)
+                        snap.kafka_behind = [
+                            (i.id.removeprefix("kafka:"), i.epoch, i.age_s) for i in items
+                        ]
+                        for item in items:
+                            if item.outcome == "unreadable":
+                                # counted as behind (unproven), and an error: a marker the
+                                # exporter cannot read is what the operator must fix
+                                self._count("kafka", f"{item.id}: {item.detail}")
                 except Exception as e:  # Kafka down: the PostgreSQL metrics stand
                     self._fail("kafka", e)
                     conn.rollback()

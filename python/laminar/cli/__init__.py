@@ -11,7 +11,8 @@ by the name of the environment variable holding its DSN (`laminar.cli.exporter`)
 Exit codes:
 
     0  done (status: nothing in doubt; recover/resolve: resolved)
-    1  error (cannot connect, a server refused)
+    1  error (cannot connect, a server refused; status: a Kafka sink's marker could not be read,
+       so whether it has anything in doubt is unknown — the reason is printed)
     2  usage error
     3  not implemented
     4  refused: the recorded decision says otherwise (add --force to override)

@@ -92,7 +92,8 @@ def _run_status(
 ) -> int:
     found = _admin.status(conn, kafka, lingering_after_s=args.lingering_after)
     _status.print_status(redact_dsn(args.dsn), found, as_json=args.json)
-    return 5 if found.in_doubt else 0
+    # in doubt first (what to act on), then an unreadable marker: "nothing in doubt" unproven
+    return 5 if found.in_doubt else 1 if found.unreadable else 0
 
 
 def _run_resolve(

@@ -22,6 +22,7 @@ def print_status(database: str, found: Status, *, as_json: bool) -> None:
         "in_doubt": [vars(i) for i in items],
         "lingering": found.lingering,
         "distributed": found.distributed,
+        "unreadable": found.unreadable,
     }
     if as_json:
         print(json.dumps(doc, indent=2, default=str))
@@ -46,6 +47,14 @@ def print_status(database: str, found: Status, *, as_json: bool) -> None:
         )
     )
     print()
+    if found.unreadable:
+        print(
+            f"unreadable: {len(found.unreadable)} Kafka marker(s) — their last committed epoch, "
+            "and whether they have anything in doubt, are unknown:"
+        )
+        for sink_id, why in found.unreadable.items():
+            print(f"  {sink_id}: {why}")
+        print()
     if items:
         print(f"in doubt: {len(items)} ({found.lingering} lingering)")
         print(
@@ -87,7 +96,7 @@ def print_empty(database: str, *, as_json: bool) -> None:
     """``status`` of a database no sink has written to: nothing registered, nothing in doubt."""
     doc = {"database": database, "metadata": False, "sinks": [], "in_doubt": [], "lingering": 0}
     if as_json:
-        print(json.dumps({**doc, "distributed": []}, indent=2))
+        print(json.dumps({**doc, "distributed": [], "unreadable": {}}, indent=2))
     else:
         print(f"laminar status: {database}\n\nno laminar metadata: no sink has written here\n")
         print("in doubt: none")

@@ -4,7 +4,7 @@ decision database, answered as data; `laminar.cli` prints the answers and picks 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -52,6 +52,9 @@ class Status:
     sinks: list[dict[str, Any]]
     in_doubt: list[Item]
     distributed: list[dict[str, Any]]
+    #: Kafka sinks whose marker could not be read, with why: their last committed epoch is
+    #: unknown, and so is whether they have anything in doubt.
+    unreadable: dict[str, str] = field(default_factory=dict)
 
     @property
     def lingering(self) -> int:
@@ -71,6 +74,7 @@ def status(
     decided = {r.transactional_id: r for r in _records.read_decisions(conn)}
     conn.rollback()
     listed = []
+    unreadable: dict[str, str] = {}
     for sink_id, kind, owner, generation, base, latency, epoch, _at, rows, age in sinks:
         last: Any = epoch
         if kind == "kafka":
@@ -80,8 +84,10 @@ def status(
             except AuthorizationError as e:
                 # the ACL to grant is the point: never cut
                 last = f"? ({type(e).__name__}: {e})"
+                unreadable[sink_id] = f"{type(e).__name__}: {e}"
             except LaminarError as e:
                 last = f"? ({str(e)[:60]})"
+                unreadable[sink_id] = f"{type(e).__name__}: {e}"
         listed.append(
             {
                 "sink_id": sink_id,
@@ -97,7 +103,7 @@ def status(
             }
         )
     items = inspect(conn, kafka_sink=kafka, lingering_after_s=lingering_after_s)
-    return Status(listed, items, _distributed(conn))
+    return Status(listed, items, _distributed(conn), unreadable)
 
 
 def _distributed(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:

@@ -32,6 +32,9 @@ pub enum ItemOutcome {
     Unresolved,
     Resolved,
     Failed,
+    /// A decided Kafka epoch whose marker could not be read (a missing ACL, the cluster down):
+    /// unresolved, and what the operator must fix before anything can resolve it.
+    Unreadable,
 }
 
 impl ItemOutcome {
@@ -41,6 +44,7 @@ impl ItemOutcome {
             ItemOutcome::Unresolved => "unresolved",
             ItemOutcome::Resolved => "resolved",
             ItemOutcome::Failed => "failed",
+            ItemOutcome::Unreadable => "unreadable",
         }
     }
 }

@@ -377,12 +377,16 @@ impl WatcherPass {
             if let Command::ReadMarker { sink_id } = &command {
                 let (tid, epoch, age) = self.marker_rows.remove(0);
                 debug_assert_eq!(&tid, sink_id);
-                return self.kafka_item(
+                self.kafka_item(
                     &tid,
                     epoch,
                     age,
                     format!("the marker could not be read: {f}"),
                 );
+                if let Some(item) = self.items.last_mut() {
+                    item.outcome = ItemOutcome::Unreadable;
+                }
+                return;
             }
             self.core.finish(End::Failed(f.clone()));
             return;
