@@ -96,6 +96,39 @@ def test_a_start_up_waits_out_a_failover_within_its_budget(
     sink.close()
 
 
+def test_a_write_after_a_failed_start_up_starts_again_and_skips_what_is_committed(
+    kafka_broker: Any, topic_name: str, unique_name: Callable[[str], str]
+) -> None:
+    """A start-up that ran out its budget (the marker unreadable all along) leaves nothing
+    open: the next ``begin_transaction`` — without ``init_transactions`` first, as a caller
+    retrying an ``AbortableError`` does — starts again and reads the marker, so the replay of
+    the committed epoch 0 is skipped. (The producer used to stay open with the last committed
+    epoch unread, and the begin opened epoch 0 again: a duplicate.)"""
+    kafka_broker.create_topic(topic_name, partitions=1)
+    tid = unique_name("startup")
+    first = laminar.KafkaSink(kafka_broker.bootstrap_servers, topic_name, tid)
+    assert first.begin_transaction(0)
+    first.write(laminar_rows())
+    first.commit_transaction(0)
+    first.close()
+
+    again = laminar.KafkaSink(
+        kafka_broker.bootstrap_servers, topic_name, tid, init_timeout_s=3.0, commit_timeout_s=10.0
+    )
+    _faults.rearm_failures("kafka.committed@1:100000")
+    try:
+        with pytest.raises(AbortableError):
+            again.init_transactions()
+    finally:
+        _faults.rearm_failures("")
+    assert not again.begin_transaction(0)  # committed: skipped, not written twice
+    assert again.last_committed_epoch() == 0
+    assert again.begin_transaction(1)
+    again.write(laminar_rows())
+    again.commit_transaction(1)
+    again.close()
+
+
 def test_the_first_start_on_a_new_cluster_waits_for_its_group_coordinator(
     broker_factory: Callable[..., KafkaBroker],
 ) -> None:

@@ -11,6 +11,9 @@ broker limits (KIP-368's ``session_lifetime_ms``) is re-authenticated on the sam
 before it ends, or connected again once it has. GSSAPI raises `UnsupportedSecurityError` and the
 callers fall back (docs/kafka.md, "Secured clusters"). Refused credentials and missing ACLs
 raise `KafkaAuthorizationError` (an `AuthorizationError`) naming what to grant.
+
+Over 500 lines: a connection's set-up (TCP, TLS, ApiVersions and each SASL mechanism with its
+re-authentication) and its one request path are one concern, split it would be read in pieces.
 """
 
 from __future__ import annotations
@@ -293,8 +296,26 @@ class Connection:
         decode: Callable[[bytes, int, int], Any],
         *,
         version: int | None = None,
+        timeout: float | None = None,
     ) -> Any:
-        """One request and its answer, decoded."""
+        """One request and its answer, decoded; ``timeout``: a shorter wait for this answer
+        than the connection's (what is left of the caller's operation)."""
+        if timeout is None or timeout >= self.timeout:
+            return self._call(api_key, encode, decode, version)
+        self._sock.settimeout(max(timeout, 0.001))
+        try:
+            return self._call(api_key, encode, decode, version)
+        finally:
+            if self._sock.fileno() >= 0:
+                self._sock.settimeout(self.timeout)
+
+    def _call(
+        self,
+        api_key: int,
+        encode: Callable[[int, int], bytes],
+        decode: Callable[[bytes, int, int], Any],
+        version: int | None,
+    ) -> Any:
         if self._session_lifetime_ms and api_key not in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
             self._keep_session()
         chosen = self.version(api_key) if version is None else version

@@ -273,7 +273,8 @@ class KafkaLogClient:
         version: int | None = None,
     ) -> Any:
         self.stats.requests += 1
-        return conn.call(api_key, encode, decode, version=version)
+        left = None if self._deadline is None else self._deadline - time.monotonic()
+        return conn.call(api_key, encode, decode, version=version, timeout=left)
 
     def _retry(self, what: str, attempt: Callable[[], _T]) -> _T:
         """``attempt()`` until it answers or the call's bound passes (class docstring)."""
@@ -296,9 +297,14 @@ class KafkaLogClient:
                         self.stalls.stalled(e.address, time.monotonic())
                     pause = _core.failover_pause_s(tries, deadline - time.monotonic())
                     if pause is None:
+                        bound = (
+                            f"retry_for_s={self.retry_for_s:g} s"
+                            if self.until is None or deadline < self.until
+                            else "the deadline of the operation it belongs to (a start-up's "
+                            "init_timeout_s, shared by its calls)"
+                        )
                         raise BrokerUnavailableError(
-                            f"{what}: no broker answered within retry_for_s="
-                            f"{self.retry_for_s:g} s ({tries} tries; last: {e})",
+                            f"{what}: no broker answered within {bound} ({tries} tries; last: {e})",
                             address=e.address,
                             code=e.code,
                             stalled=e.stalled,

@@ -142,7 +142,8 @@ fn attempt_next(
 #[pyfunction]
 #[pyo3(signature = (attempt, left_s))]
 fn failover_pause_s(attempt: u32, left_s: f64) -> Option<f64> {
-    let left_ms = if left_s.is_finite() && left_s > 0.0 {
+    // NaN and anything not above zero: nothing left; infinity: no deadline
+    let left_ms = if left_s > 0.0 {
         (left_s * 1000.0).min(u64::MAX as f64) as u64
     } else {
         0
