@@ -28,6 +28,8 @@ CONCERNS = (
     "owner guard",
     "stop fence",
     "failover retry",
+    "retry budgets",
+    "reading the decision back after a crash",
 )
 
 REF = re.compile(r"`((?:rust|python)/[^`\s]+?\.(?:rs|py))::([A-Za-z_][\w:]*)`")

@@ -185,11 +185,11 @@ def test_a_routed_records_refusal_names_its_own_topic_not_the_sinks() -> None:
     assert rt.delivery_errors == [(refused, b"k", 10, "audit")]
     sink = KafkaSink("broker:9092", "orders", "orders-sink")
     error, _key, _size, topic = rt.delivery_errors[0]
-    mapped = sink._error(KafkaException(error), "delivery", 3, rt, topic=topic)
+    mapped = sink._parts().error(KafkaException(error), "delivery", 3, rt, topic=topic)
     assert type(mapped) is AuthorizationError
     assert "WRITE on topic 'audit'" in str(mapped)
     assert "'orders'" not in str(mapped)
-    plain = sink._error(KafkaException(error), "delivery", 3, rt)
+    plain = sink._parts().error(KafkaException(error), "delivery", 3, rt)
     assert "WRITE on topic 'orders'" in str(plain)
 
 

@@ -9,6 +9,7 @@ user's program.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import re
 import subprocess
@@ -481,3 +482,20 @@ def test_the_protocol_engines_modules_use_only_their_tier_and_those_below() -> N
     assert upward == []
     assert not (RUST_SRC / "state.rs").exists()  # inside protocol/ (issue 35, item 5)
     assert not (RUST_SRC / "epoch.rs").exists()
+
+
+def test_kafka_sink_parts_read_their_settings_not_the_sink() -> None:
+    """The parts of `KafkaSink` — its clients, its produce path, its witness — are built from
+    `PartSettings` (built once) and the `_Runtime`, and read no private field of anything
+    (93 reads of the sink's privates before): ``cfg.`` names a public field or method of
+    `PartSettings`."""
+    from laminar.kafka._base import PartSettings
+
+    public = {f.name for f in dataclasses.fields(PartSettings)} | {
+        name for name in vars(PartSettings) if not name.startswith("_")
+    }
+    for name in ("_clients.py", "_produce.py", "_witness.py"):
+        text = (PACKAGE / "kafka" / name).read_text()
+        assert "_SinkBase" not in text, name
+        used = set(re.findall(r"\bcfg\.(\w+)", text))
+        assert used <= public, (name, sorted(used - public))

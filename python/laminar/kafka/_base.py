@@ -1,6 +1,7 @@
 """`KafkaSink`'s configuration: the constructor's checks, the settings read in the writing
-process (``laminar.env``, `ClientSettings`), the public properties, and the error wording
-(`_error`, docs/errors.md) every part of the sink is given."""
+process (``laminar.env``, `ClientSettings`), the public properties, and `PartSettings`: what
+every part of the sink is given, built once — the resolved settings and the error wording
+(`PartSettings.error`, docs/errors.md)."""
 
 from __future__ import annotations
 
@@ -73,6 +74,74 @@ class ClientSettings:
             f"producer_config={redact_config(self.producer_config)!r}, "
             f"commit_timeout_s={self.commit_timeout_s!r}, init_timeout_s={self.init_timeout_s!r})"
         )
+
+
+@dataclass(frozen=True)
+class PartSettings:
+    """What the parts of one `KafkaSink` read — its clients (`laminar.kafka._clients.Clients`),
+    its produce path (`_produce.Producing`), its witness (`_witness.Witness`) — built once per
+    process when the sink's settings are resolved (`_SinkBase._parts`), with the sink's error
+    wording: nothing in it changes while the sink lives, and no part reads the sink itself.
+    What does change (the live clients, what their callbacks reported) is the `_Runtime`.
+    ``producer_config`` may hold secrets: the repr masks them."""
+
+    sink_id: str
+    topic: str
+    bootstrap_servers: str
+    producer_config: dict[str, Any]
+    key: str | None
+    value_column: str | None
+    init_timeout_s: float
+    commit_timeout_s: float
+    flush_timeout_s: float
+    retries: int
+    transaction_timeout_ms: int | None
+    #: Every client time-out, derived from the budgets by the core (docs/kafka.md "Budgets").
+    timeouts: KafkaTimeouts
+    marker_group: str
+    identity_group: str
+
+    def __repr__(self) -> str:
+        return (
+            f"PartSettings(sink_id={self.sink_id!r}, topic={self.topic!r}, "
+            f"bootstrap_servers={self.bootstrap_servers!r}, "
+            f"producer_config={redact_config(self.producer_config)!r})"
+        )
+
+    def context(self, epoch: int | None) -> ErrorContext:
+        """What an error of this sink names (docs/errors.md), its secrets to mask."""
+        return ErrorContext(
+            sink_id=self.sink_id,
+            bootstrap_servers=self.bootstrap_servers,
+            topic=self.topic,
+            epoch=epoch,
+            secrets=secret_values(self.producer_config),
+        )
+
+    def error(
+        self,
+        error: BaseException | KafkaError,
+        operation: str,
+        epoch: int | None,
+        rt: _Runtime,
+        *,
+        hint: str | None = None,
+        topic: str | None = None,
+    ) -> LaminarError:
+        """``error`` as a `LaminarError` (`map_kafka_error`: the one classification); a fencing
+        is kept in ``rt``. ``topic``: the topic the failed record went to (a routed row's own,
+        named instead of the sink's)."""
+        ctx = self.context(epoch)
+        if topic:
+            ctx = dataclasses.replace(ctx, topic=topic)
+        mapped = map_kafka_error(error, operation, ctx, hint=hint, reached=rt.reached)
+        if isinstance(mapped, FencedError):
+            rt.fenced = mapped
+        return mapped
+
+    def scrub(self, text: str) -> str:
+        """``text`` with the producer settings' secrets masked."""
+        return redact_text(text, secret_values(self.producer_config))
 
 
 class _SinkBase(TransactionalSink):
@@ -168,6 +237,7 @@ class _SinkBase(TransactionalSink):
         super().__init__(transactional_id)
         self._bootstrap_setting: Setting = bootstrap_servers
         self._resolved: tuple[str, dict[str, Any]] | None = None
+        self._part_settings: PartSettings | None = None
         self._topic = topic
         self._key = key
         self._value_format = value_format
@@ -230,6 +300,7 @@ class _SinkBase(TransactionalSink):
         copy.__setstate__(self.__getstate__())
         copy._sink_id = kafka_participant_id(self.sink_id, part)
         copy._resolved = None
+        copy._part_settings = None
         copy._producer_setting = {**(client_defaults or {}), **self._producer_setting}
         return copy
 
@@ -355,37 +426,29 @@ class _SinkBase(TransactionalSink):
 
     # -- errors -------------------------------------------------------------------------------
 
-    def _context(self, epoch: int | None) -> ErrorContext:
-        return ErrorContext(
-            sink_id=self.sink_id,
-            bootstrap_servers=self._bootstrap_servers,
-            topic=self._topic,
-            epoch=epoch,
-            secrets=secret_values(self._producer_config),
-        )
-
-    def _error(
-        self,
-        error: BaseException | KafkaError,
-        operation: str,
-        epoch: int | None,
-        rt: _Runtime,
-        *,
-        hint: str | None = None,
-        topic: str | None = None,
-    ) -> LaminarError:
-        """``error`` as a `LaminarError`; ``topic``: the topic the failed record went to (a
-        routed row's own, named instead of the sink's)."""
-        ctx = self._context(epoch)
-        if topic:
-            ctx = dataclasses.replace(ctx, topic=topic)
-        mapped = map_kafka_error(error, operation, ctx, hint=hint, reached=rt.reached)
-        if isinstance(mapped, FencedError):
-            rt.fenced = mapped
-        return mapped
-
-    def _scrub(self, text: str) -> str:
-        return redact_text(text, secret_values(self._producer_config))
+    def _parts(self) -> PartSettings:
+        """What the sink's parts read (`PartSettings`), built once in this process."""
+        parts = self._part_settings
+        if parts is None:
+            bootstrap, config = self._resolve_settings()
+            parts = PartSettings(
+                sink_id=self.sink_id,
+                topic=self._topic,
+                bootstrap_servers=bootstrap,
+                producer_config=config,
+                key=self._key,
+                value_column=self._value_column,
+                init_timeout_s=self._init_timeout_s,
+                commit_timeout_s=self._commit_timeout_s,
+                flush_timeout_s=self._flush_timeout_s,
+                retries=self._retries,
+                transaction_timeout_ms=self._transaction_timeout_ms,
+                timeouts=self._timeouts,
+                marker_group=self.marker_group,
+                identity_group=self.identity_group,
+            )
+            self._part_settings = parts
+        return parts
 
 
 def _known(config: Mapping[str, Any] | None) -> Mapping[str, Any] | None:

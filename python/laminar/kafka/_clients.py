@@ -22,7 +22,7 @@ from laminar.errors import (
     InDoubtError,
     LaminarError,
 )
-from laminar.kafka._base import _SinkBase
+from laminar.kafka._base import PartSettings
 from laminar.kafka._calls import StuckCallError as _StuckCallError
 from laminar.kafka._calls import bounded_call as _bounded_call
 from laminar.kafka._calls import retire as _retire
@@ -59,7 +59,7 @@ class Clients:
     with what their callbacks reported) and the calls made on them, under the sink's settings
     (``cfg``: its bounds, its retries, its error wording)."""
 
-    def __init__(self, cfg: _SinkBase, rt: _Runtime) -> None:
+    def __init__(self, cfg: PartSettings, rt: _Runtime) -> None:
         self.cfg = cfg
         self.rt = rt
 
@@ -83,7 +83,7 @@ class Clients:
         has the core's attempt time-out and grace, and what follows a failed one is the core's
         rule (`laminar._core.attempt_next`, docs/kafka.md "Budgets"): an attempt that does not
         return, or that ran out its time-out with no broker answering, gives its producer up."""
-        timeouts = self.cfg._timeouts
+        timeouts = self.cfg.timeouts
         deadline = time.monotonic() + timeout_s
         attempt = 0
         while True:
@@ -112,7 +112,7 @@ class Clients:
                     silent=is_silence(e),
                     ran_out=now - started >= remaining - min(0.1, remaining / 10),
                     attempt=attempt,
-                    retries=self.cfg._retries,
+                    retries=self.cfg.retries,
                     time_left=now < deadline,
                 )
                 if next_step == "replace":
@@ -123,12 +123,12 @@ class Clients:
                         "sink %s: %s: %s; retry %d/%d",
                         self.cfg.sink_id,
                         operation,
-                        describe(kafka_error, self.cfg._context(epoch)) if kafka_error else e,
+                        describe(kafka_error, self.cfg.context(epoch)) if kafka_error else e,
                         attempt,
-                        self.cfg._retries,
+                        self.cfg.retries,
                     )
                     continue
-                raise self.cfg._error(e, operation, epoch, self.rt) from e
+                raise self.cfg.error(e, operation, epoch, self.rt) from e
 
     def stuck(
         self,
@@ -151,11 +151,11 @@ class Clients:
             threading.Thread(target=_close_quietly, args=(consumer,), daemon=True).start()
         what = (
             f"sink {self.cfg.sink_id!r}: {operation} did not return within {timeout_s:g} s (and a "
-            f"grace period) from the brokers at {self.cfg._bootstrap_servers} — a broker restarted "
+            f"grace period) from the brokers at {self.cfg.bootstrap_servers} — a broker restarted "
             "or unreachable; librdkafka can block past its timeout there (librdkafka #5456)"
             if answered is None
-            else f"sink {self.cfg.sink_id!r}: no broker at {self.cfg._bootstrap_servers} answered "
-            f"{operation} within {timeout_s:g} s ({self.cfg._scrub(str(answered))}) — a hung "
+            else f"sink {self.cfg.sink_id!r}: no broker at {self.cfg.bootstrap_servers} answered "
+            f"{operation} within {timeout_s:g} s ({self.cfg.scrub(str(answered))}) — a hung "
             "broker, or one unreachable"
         )
         log.warning("%s; the producer is replaced", what)
@@ -177,8 +177,8 @@ class Clients:
         producer was given up after a stuck call), a new producer's init aborts it."""
         if self.rt.producer is not None:
             try:
-                timeouts = self.cfg._timeouts
-                attempt_s = timeouts.attempt_s(self.cfg._commit_timeout_s)
+                timeouts = self.cfg.timeouts
+                attempt_s = timeouts.attempt_s(self.cfg.commit_timeout_s)
                 _bounded_call(
                     self.rt.producer,
                     "abort_transaction",
@@ -189,13 +189,13 @@ class Clients:
                 self.rt.identity_changed()
                 return
             except _StuckCallError as e:
-                self.stuck(e, "abort_transaction", None, self.cfg._commit_timeout_s)
+                self.stuck(e, "abort_transaction", None, self.cfg.commit_timeout_s)
             except KafkaException as e:
                 log.warning(
                     "sink %s: abort after a failed commit failed (%s); re-initialising the "
                     "producer",
                     self.cfg.sink_id,
-                    self.cfg._scrub(str(e)),
+                    self.cfg.scrub(str(e)),
                 )
         with contextlib.suppress(LaminarError):
             self.reinit_producer()
@@ -207,7 +207,7 @@ class Clients:
         report after an init or abort); (-1, -1) if they do not arrive in time."""
         if self.rt.identity is not None:
             return self.rt.identity
-        interval_ms = int(self.cfg._producer_config.get("statistics.interval.ms", 100))
+        interval_ms = int(self.cfg.producer_config.get("statistics.interval.ms", 100))
         deadline = time.monotonic() + min(5.0, 2 * interval_ms / 1000 + 0.5)
         while True:
             identity = self.rt.fresh_identity()
@@ -231,10 +231,10 @@ class Clients:
         if self.rt.consumer is not None:
             return
         config = consumer_config(
-            self.cfg._producer_config,
-            bootstrap_servers=self.cfg._bootstrap_servers,
+            self.cfg.producer_config,
+            bootstrap_servers=self.cfg.bootstrap_servers,
             group_id=self.cfg.marker_group,
-            timeouts=self.cfg._timeouts,
+            timeouts=self.cfg.timeouts,
         )
         # The marker is read as committed, not waiting for stable offsets (KIP-447): under
         # read_committed librdkafka's committed() asks for them, and Apache Kafka answers
@@ -248,35 +248,35 @@ class Clients:
         try:
             self.rt.consumer = Consumer(config)
         except KafkaException as e:
-            raise self.cfg._error(e, "init_transactions", None, self.rt) from e
+            raise self.cfg.error(e, "init_transactions", None, self.rt) from e
 
     def open_producer(self) -> None:
         """A new producer: topic check, ``init_transactions`` (fences every older producer with
         this transactional id, and aborts their open transactions)."""
         self.close_producer()
         config = build_producer_config(
-            self.cfg._producer_config,
-            bootstrap_servers=self.cfg._bootstrap_servers,
+            self.cfg.producer_config,
+            bootstrap_servers=self.cfg.bootstrap_servers,
             transactional_id=self.cfg.sink_id,
-            transaction_timeout_ms=self.cfg._transaction_timeout_ms,
+            transaction_timeout_ms=self.cfg.transaction_timeout_ms,
             stats_cb=self.rt.on_stats,
             error_cb=self.rt.on_error,
             on_delivery=self.rt.on_delivery,
-            timeouts=self.cfg._timeouts,
+            timeouts=self.cfg.timeouts,
         )
         try:
             producer = TransactionalProducer(config)
         except KafkaException as e:
-            raise self.cfg._error(e, "init_transactions", None, self.rt) from e
+            raise self.cfg.error(e, "init_transactions", None, self.rt) from e
         except (TypeError, ValueError) as e:
             raise ConfigError(
-                f"invalid producer_config: {self.cfg._scrub(str(e))}", sink_id=self.cfg.sink_id
+                f"invalid producer_config: {self.cfg.scrub(str(e))}", sink_id=self.cfg.sink_id
             ) from e
         self.rt.producer = producer
         self.rt.client_errors.clear()
         self.rt.stats_json = None
         self.check_topic()
-        self.retrying("init_transactions", None, self.rt.budget_left(self.cfg._init_timeout_s))
+        self.retrying("init_transactions", None, self.rt.budget_left(self.cfg.init_timeout_s))
         self.rt.identity_changed()
         self.rt.identity_warned = False
 
@@ -297,22 +297,22 @@ class Clients:
     def check_topic(self) -> None:
         """The topic exists (listing all topics never auto-creates one) and the brokers answer."""
         try:
-            metadata = self.rt.producer.list_topics(self.rt.budget_left(self.cfg._init_timeout_s))
+            metadata = self.rt.producer.list_topics(self.rt.budget_left(self.cfg.init_timeout_s))
         except KafkaException as e:
             self.rt.producer.poll(0)  # serve error_cb: authentication failures arrive there
             raise self.connection_error(e) from e
         self.rt.reached = True
-        topic = metadata.get(self.cfg._topic)
+        topic = metadata.get(self.cfg.topic)
         if topic is None:
             raise ConfigError(
-                f"topic {self.cfg._topic!r} does not exist on {self.cfg._bootstrap_servers}; "
+                f"topic {self.cfg.topic!r} does not exist on {self.cfg.bootstrap_servers}; "
                 "create it "
-                f"(e.g. kafka-topics.sh --create --topic {self.cfg._topic} --partitions N "
+                f"(e.g. kafka-topics.sh --create --topic {self.cfg.topic} --partitions N "
                 "--replication-factor 3) — Laminar never creates topics",
                 sink_id=self.cfg.sink_id,
             )
         if topic[1] is not None:
-            raise self.cfg._error(KafkaException(topic[1]), "metadata", None, self.rt)
+            raise self.cfg.error(KafkaException(topic[1]), "metadata", None, self.rt)
 
     def connection_error(self, e: KafkaException) -> LaminarError:
         """The error for a cluster that did not answer the start-up metadata request."""
@@ -324,11 +324,11 @@ class Clients:
         )
         if failure.cause == "unauthorized":
             seen = next(s for s in reversed(self.rt.client_errors) if s.code() in AUTH_CODES)
-            return self.cfg._error(KafkaException(seen), "init_transactions", None, self.rt)
+            return self.cfg.error(KafkaException(seen), "init_transactions", None, self.rt)
         if failure.cause == "stalled":
             return AbortableError(
-                f"the Kafka cluster at bootstrap.servers={cfg._bootstrap_servers} did not "
-                f"answer within init_timeout_s={cfg._init_timeout_s:g} s: "
+                f"the Kafka cluster at bootstrap.servers={cfg.bootstrap_servers} did not "
+                f"answer within init_timeout_s={cfg.init_timeout_s:g} s: "
                 f"{', '.join(stalled)} accepted the connection but never answered (a hung "
                 "broker, a black-holed load balancer), and no other server answered. Nothing "
                 "was written; the call can be retried",
@@ -336,8 +336,8 @@ class Clients:
             )
         if failure.cause == "hung":
             return AbortableError(
-                f"the Kafka cluster at bootstrap.servers={cfg._bootstrap_servers} did not "
-                f"answer within init_timeout_s={cfg._init_timeout_s:g} s ({cfg._scrub(str(e))}):"
+                f"the Kafka cluster at bootstrap.servers={cfg.bootstrap_servers} did not "
+                f"answer within init_timeout_s={cfg.init_timeout_s:g} s ({cfg.scrub(str(e))}):"
                 f" {', '.join(connected)} set up the connection but did not answer the request "
                 "(a hung or overloaded broker). Nothing was written; the call can be retried",
                 sink_id=cfg.sink_id,
@@ -345,11 +345,11 @@ class Clients:
         detail = ""
         for seen in reversed(self.rt.client_errors):
             if seen.code() in _CONNECTION_CODES and seen.code() != KafkaError._ALL_BROKERS_DOWN:
-                detail = f"; last error: {describe(seen, self.cfg._context(None))}"
+                detail = f"; last error: {describe(seen, self.cfg.context(None))}"
                 break
         return FatalError(
-            f"could not reach the Kafka cluster at bootstrap.servers={cfg._bootstrap_servers} "
-            f"within init_timeout_s={cfg._init_timeout_s:g} s ({cfg._scrub(str(e))}{detail}); "
+            f"could not reach the Kafka cluster at bootstrap.servers={cfg.bootstrap_servers} "
+            f"within init_timeout_s={cfg.init_timeout_s:g} s ({cfg.scrub(str(e))}{detail}); "
             "check the address, that the brokers run, and the security settings "
             "(security.protocol, sasl.*, ssl.*)",
             sink_id=cfg.sink_id,

@@ -22,7 +22,7 @@ from laminar.errors import (
 )
 from laminar.kafka import _shape as shape
 from laminar.kafka._avro import encode_avro
-from laminar.kafka._base import _SinkBase
+from laminar.kafka._base import PartSettings
 from laminar.kafka._clients import Clients
 from laminar.kafka._config import (
     DEFAULT_MESSAGE_MAX_BYTES,
@@ -45,7 +45,7 @@ class Producing:
     """Producing an epoch's records through ``clients`` and finishing its writes, under the
     sink's settings (``cfg``)."""
 
-    def __init__(self, cfg: _SinkBase, clients: Clients) -> None:
+    def __init__(self, cfg: PartSettings, clients: Clients) -> None:
         self.cfg = cfg
         self.clients = clients
 
@@ -75,14 +75,14 @@ class Producing:
                 count, size = self.produce_arrow(chunk, fmt, epoch, row, first)
             else:
                 records = (
-                    encode_avro(chunk, avro, self.cfg._key)
+                    encode_avro(chunk, avro, self.cfg.key)
                     if avro is not None
                     else encode_kafka(
                         chunk,
                         value_format=fmt,  # type: ignore[arg-type]
-                        key=self.cfg._key,
-                        value_column=self.cfg._value_column,
-                        topic=self.cfg._topic,
+                        key=self.cfg.key,
+                        value_column=self.cfg.value_column,
+                        topic=self.cfg.topic,
                         headers=self.rt.headers,
                         first_row=row,
                     )
@@ -114,12 +114,12 @@ class Producing:
                 crash_point("kafka.mid_produce")
             count, nbytes, refused = self.rt.producer.produce_arrow(
                 part,
-                topic=self.cfg._topic,
+                topic=self.cfg.topic,
                 headers=self.rt.headers,
                 value_format=fmt,
-                key=self.cfg._key,
-                value_column=self.cfg._value_column,
-                timeout=self.cfg._flush_timeout_s,
+                key=self.cfg.key,
+                value_column=self.cfg.value_column,
+                timeout=self.cfg.flush_timeout_s,
             )
             rows, size = rows + count, size + nbytes
             if refused is not None:
@@ -150,9 +150,9 @@ class Producing:
                 _, _, refused = self.rt.producer.produce_records(
                     values[start:stop],
                     keys[start:stop] if keys is not None else None,
-                    topic=self.cfg._topic,
+                    topic=self.cfg.topic,
                     headers=self.rt.headers,
-                    timeout=self.cfg._flush_timeout_s,
+                    timeout=self.cfg.flush_timeout_s,
                 )
                 if refused is not None:
                     raise self.refused(refused, epoch, first_row + start)
@@ -191,7 +191,7 @@ class Producing:
 
     def wait_for_room(self, epoch: int) -> None:
         """The local queue is full: serve callbacks until the broker acknowledged some."""
-        deadline = time.monotonic() + self.cfg._flush_timeout_s
+        deadline = time.monotonic() + self.cfg.flush_timeout_s
         queued = len(self.rt.producer)
         while time.monotonic() < deadline:
             self.rt.producer.poll(0.005)
@@ -202,8 +202,8 @@ class Producing:
     def queue_full(self, epoch: int) -> AbortableError:
         """The error for a local queue that stayed full for ``flush_timeout_s``."""
         return AbortableError(
-            f"the producer's queue stayed full for {self.cfg._flush_timeout_s:g} s: the brokers at "
-            f"{self.cfg._bootstrap_servers} do not acknowledge records (see flush_timeout_s)",
+            f"the producer's queue stayed full for {self.cfg.flush_timeout_s:g} s: the brokers at "
+            f"{self.cfg.bootstrap_servers} do not acknowledge records (see flush_timeout_s)",
             sink_id=self.cfg.sink_id,
             epoch=epoch,
         )
@@ -226,7 +226,7 @@ class Producing:
             if header_bytes is None:  # Laminar's own headers only
                 header_bytes = shape.headers_size(self.rt.headers)
             size = value_size + len(key or b"") + header_bytes
-            limit = self.cfg._producer_config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES)
+            limit = self.cfg.producer_config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES)
             return RecordTooLargeError(
                 f"row {row} (key {_show_key(key)}) is a record of {size:,} bytes (key, value "
                 f"and {header_bytes:,} bytes of headers), larger than message.max.bytes={limit}; "
@@ -236,16 +236,16 @@ class Producing:
                 epoch=epoch,
             )
         hint = f"row {row} (key {_show_key(key)})"
-        return self.cfg._error(e, "produce", epoch, self.rt, hint=hint, topic=topic)
+        return self.cfg.error(e, "produce", epoch, self.rt, hint=hint, topic=topic)
 
     def finish_writes(self, epoch: int) -> None:
         """Epoch marker, then flush: after this every record is acknowledged by the brokers."""
-        offsets = [(t, 0, epoch) for t in [self.cfg._topic, *sorted(self.rt.epoch_topics)]]
+        offsets = [(t, 0, epoch) for t in [self.cfg.topic, *sorted(self.rt.epoch_topics)]]
         self.clients.retrying(
-            "send_offsets_to_transaction", epoch, self.cfg._commit_timeout_s, offsets
+            "send_offsets_to_transaction", epoch, self.cfg.commit_timeout_s, offsets
         )
         crash_point("kafka.after_markers")
-        remaining = self.rt.producer.flush(self.cfg._flush_timeout_s)
+        remaining = self.rt.producer.flush(self.cfg.flush_timeout_s)
         if fail_point("kafka.produce"):  # a record's delivery failed (the failover tests)
             timed_out = KafkaError(KafkaError._MSG_TIMED_OUT, "injected (LAMINAR_FAIL_AT)")
             self.rt.delivery_failures += 1
@@ -256,7 +256,7 @@ class Producing:
                 f"{self.rt.delivery_failures} record(s) failed; the first has key {_show_key(key)} "
                 f"and a {size:,}-byte value"
             )
-            raise self.cfg._error(
+            raise self.cfg.error(
                 KafkaException(error), "delivery", epoch, self.rt, hint=hint, topic=topic
             )
         if self.rt.purged:
@@ -265,11 +265,11 @@ class Producing:
             # the next transactional call returns it; the epoch fails either way, never prepared
             # without its records.
             self.clients.retrying(
-                "send_offsets_to_transaction", epoch, self.cfg._commit_timeout_s, offsets
+                "send_offsets_to_transaction", epoch, self.cfg.commit_timeout_s, offsets
             )
             raise AbortableError(
                 f"{self.rt.purged} record(s) of epoch {epoch} were dropped by the producer before "
-                f"the brokers at {self.cfg._bootstrap_servers} acknowledged them: the transaction "
+                f"the brokers at {self.cfg.bootstrap_servers} acknowledged them: the transaction "
                 "failed; the epoch is aborted and can be written again",
                 sink_id=self.cfg.sink_id,
                 epoch=epoch,
@@ -277,7 +277,7 @@ class Producing:
         if remaining:
             raise AbortableError(
                 f"{remaining} record(s) were not acknowledged within flush_timeout_s="
-                f"{self.cfg._flush_timeout_s:g} s by the brokers at {self.cfg._bootstrap_servers}",
+                f"{self.cfg.flush_timeout_s:g} s by the brokers at {self.cfg.bootstrap_servers}",
                 sink_id=self.cfg.sink_id,
                 epoch=epoch,
             )

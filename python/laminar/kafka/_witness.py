@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -26,7 +27,7 @@ from laminar.errors import (
     LaminarError,
 )
 from laminar.kafka import _shape as shape
-from laminar.kafka._base import WITNESS_MAX_RECORDS_ENV, _SinkBase
+from laminar.kafka._base import WITNESS_MAX_RECORDS_ENV, PartSettings
 from laminar.kafka._clients import Clients
 from laminar.kafka.log import (
     BrokerUnavailableError,
@@ -64,9 +65,21 @@ class Witness:
     ``clients`` (the marker consumer, the producer's identity) and `laminar.kafka.log`'s wire
     client, under the sink's settings (``cfg``); `found` says how the last read found it."""
 
-    def __init__(self, cfg: _SinkBase, clients: Clients) -> None:
+    def __init__(
+        self,
+        cfg: PartSettings,
+        clients: Clients,
+        *,
+        recorded_history: str = "",
+        max_records: Callable[[], int] = lambda: 1_000_000,
+    ) -> None:
         self.cfg = cfg
         self.clients = clients
+        #: Why a record outside Kafka says the sink wrote before (`KafkaSink.recorded_history`).
+        self.recorded_history = recorded_history
+        #: The witness's read limit per partition (`KafkaSink.witness_max_records`), asked only
+        #: when the witness runs (a bad environment variable is an error then, not before).
+        self.max_records = max_records
         #: How the last committed epoch was found by the last read (None: not found here).
         self.found: StartupRead | None = None
 
@@ -108,21 +121,13 @@ class Witness:
             if client is not None:
                 try:
                     with client:
-                        found = client.committed_offset(self.cfg.marker_group, self.cfg._topic, 0)
+                        found = client.committed_offset(self.cfg.marker_group, self.cfg.topic, 0)
                 except KafkaLogError as e:
                     raise self.wire_failure("read the marker", e) from e
                 return None if found is None else found[0]
         if self.clients.rt.consumer is None:
             self.clients.open_consumer()
         committed = self.committed_through_consumer()
-        if committed.error is not None:
-            raise self.cfg._error(
-                KafkaException(committed.error),
-                "init_transactions",
-                None,
-                self.clients.rt,
-                hint="marker",
-            )
         return int(committed.offset) if committed.offset >= 0 else None
 
     def committed_through_consumer(self) -> TopicPartition:
@@ -131,7 +136,7 @@ class Witness:
         offsets topic is being created: NOT_COORDINATOR) is asked again after the core's pause
         while the budget lasts — the start-up's, when in one (`protocol::budget`)."""
         rt = self.clients.rt
-        deadline = time.monotonic() + rt.budget_left(self.cfg._init_timeout_s)
+        deadline = time.monotonic() + rt.budget_left(self.cfg.init_timeout_s)
         attempt = 0
         while True:
             attempt += 1
@@ -143,32 +148,36 @@ class Witness:
                         )
                     )
                 (committed,) = rt.consumer.committed(
-                    [TopicPartition(self.cfg._topic, 0)],
+                    [TopicPartition(self.cfg.topic, 0)],
                     timeout=max(deadline - time.monotonic(), 0.001),
                 )
+                if committed.error is not None:  # the partition's own error: the same rule
+                    raise KafkaException(committed.error)
                 return committed  # type: ignore[no-any-return]
             except KafkaException as e:
                 rt.consumer.poll(0)
-                error = self.cfg._error(e, "init_transactions", None, rt, hint="reading the marker")
+                error = self.cfg.error(e, "init_transactions", None, rt, hint="reading the marker")
                 pause = failover_pause_s(attempt, deadline - time.monotonic())
-                if not error.retriable or pause is None:
+                # the one classification decides what is a failover (an AbortableError that is
+                # retriable); the core's pause decides whether time is left for another try
+                if not (isinstance(error, AbortableError) and error.retriable) or pause is None:
                     raise error from e
                 log.info(
                     "sink %s: reading the marker met %s; asking again in %.2f s",
                     self.cfg.sink_id,
-                    self.cfg._scrub(str(e)),
+                    self.cfg.scrub(str(e)),
                     pause,
                 )
                 time.sleep(pause)
 
     def log_client(self) -> KafkaLogClient:
-        security = ClientSecurity.from_config(self.cfg._producer_config)
-        timeouts = self.cfg._timeouts  # the core's rule: docs/kafka.md, "Budgets"
+        security = ClientSecurity.from_config(self.cfg.producer_config)
+        timeouts = self.cfg.timeouts  # the core's rule: docs/kafka.md, "Budgets"
         return KafkaLogClient(
-            self.cfg._bootstrap_servers,
-            timeout=min(timeouts.request_s, self.cfg._init_timeout_s),
-            retry_for_s=self.cfg._init_timeout_s,
-            setup_timeout=min(timeouts.setup_s, self.cfg._init_timeout_s),
+            self.cfg.bootstrap_servers,
+            timeout=min(timeouts.request_s, self.cfg.init_timeout_s),
+            retry_for_s=self.cfg.init_timeout_s,
+            setup_timeout=min(timeouts.setup_s, self.cfg.init_timeout_s),
             until=self.clients.rt.startup_deadline,
             client_id=f"laminar-sink-{self.cfg.sink_id}"[:200],
             security=security,
@@ -180,14 +189,14 @@ class Witness:
         for ``init_timeout_s`` already), an `AuthorizationError` naming the ACL when the cluster
         refused the credentials or the operation, fatal when it refused otherwise or sent what
         the client cannot read."""
-        text = f"could not {what} of topic {self.cfg._topic!r}: {self.cfg._scrub(str(error))}"
+        text = f"could not {what} of topic {self.cfg.topic!r}: {self.cfg.scrub(str(error))}"
         if isinstance(error, AuthorizationError):
             # refused credentials or a missing ACL (the error names it): fix the grant, restart
             return AuthorizationError(text, sink_id=self.cfg.sink_id)
         if isinstance(error, BrokerUnavailableError):
             return AbortableError(
                 f"{text}. The cluster did not answer within init_timeout_s="
-                f"{self.cfg._init_timeout_s:g} s (a broker down or a coordinator moving); "
+                f"{self.cfg.init_timeout_s:g} s (a broker down or a coordinator moving); "
                 "nothing was written, the call can be retried",
                 sink_id=self.cfg.sink_id,
             )
@@ -196,7 +205,7 @@ class Witness:
     def without_marker(self, writer: bool) -> int | None:
         """No marker: the identity (and, for the writer, the producer epoch InitProducerId
         returned) says whether the sink has history; only then the witness reads the topic."""
-        where = f"group {self.cfg.marker_group} has no committed offset on {self.cfg._topic}[0]"
+        where = f"group {self.cfg.marker_group} has no committed offset on {self.cfg.topic}[0]"
         try:
             client = self.log_client()
         except UnsupportedSecurityError as e:
@@ -212,8 +221,8 @@ class Witness:
             return None
         try:
             with client:
-                identity = client.committed_offset(self.cfg.identity_group, self.cfg._topic, 0)
-                recorded = self.cfg.recorded_history
+                identity = client.committed_offset(self.cfg.identity_group, self.cfg.topic, 0)
+                recorded = self.recorded_history
                 # the producer epoch is asked only when the rule may need it (it can wait for
                 # librdkafka's first statistics report)
                 asked = identity is None and not recorded and writer
@@ -248,13 +257,13 @@ class Witness:
     ) -> int | None:
         """The bounded witness (docs/protocol.md §1, step 5) over the home topic and every
         other topic the identity lists; `FatalError` if not conclusive."""
-        limit = self.cfg.witness_max_records
+        limit = self.max_records()
         started = time.monotonic()
         found = client.witness(
-            self.cfg._topic, self.cfg.sink_id, max_records=limit, first_window=_WITNESS_FIRST_WINDOW
+            self.cfg.topic, self.cfg.sink_id, max_records=limit, first_window=_WITNESS_FIRST_WINDOW
         )
         for topic in topics or ():
-            if topic == self.cfg._topic:
+            if topic == self.cfg.topic:
                 continue
             more = client.witness(
                 topic, self.cfg.sink_id, max_records=limit, first_window=_WITNESS_FIRST_WINDOW
@@ -289,7 +298,7 @@ class Witness:
 
     def ensure_identity(self) -> ReadStats:
         """Records the identity if missing (checked once per process and sink)."""
-        key = (self.cfg._bootstrap_servers, self.cfg._topic, self.cfg.sink_id)
+        key = (self.cfg.bootstrap_servers, self.cfg.topic, self.cfg.sink_id)
         if key in _IDENTIFIED:
             return ReadStats()
         try:
@@ -298,7 +307,7 @@ class Witness:
             return ReadStats()
         try:
             with client:
-                if client.committed_offset(self.cfg.identity_group, self.cfg._topic, 0) is None:
+                if client.committed_offset(self.cfg.identity_group, self.cfg.topic, 0) is None:
                     self.record_identity(client)
         except KafkaLogError as e:
             raise self.wire_failure("record the sink's identity", e) from e
@@ -315,7 +324,7 @@ class Witness:
             return  # no identity either: docs/protocol.md §8
         try:
             with client:
-                found = client.committed_offset(self.cfg.identity_group, self.cfg._topic, 0)
+                found = client.committed_offset(self.cfg.identity_group, self.cfg.topic, 0)
                 metadata = found[1] if found else None
                 listed = shape.recorded_topics(metadata)
                 if not set(topics) <= set(listed):
@@ -327,21 +336,21 @@ class Witness:
                             [*listed, *topics],
                             sink_id=self.cfg.sink_id,
                             limit=shape.metadata_limit(
-                                self.cfg._bootstrap_servers,
-                                self.cfg._producer_config,
-                                self.cfg._init_timeout_s,
+                                self.cfg.bootstrap_servers,
+                                self.cfg.producer_config,
+                                self.cfg.init_timeout_s,
                             ),
                         ),
                     )
         except KafkaLogError as e:
             raise self.wire_failure("record the sink's topics in its identity", e) from e
-        _IDENTIFIED.update((self.cfg._bootstrap_servers, t, self.cfg.sink_id) for t in topics)
+        _IDENTIFIED.update((self.cfg.bootstrap_servers, t, self.cfg.sink_id) for t in topics)
 
     def record_identity(self, client: KafkaLogClient, metadata: str | None = None) -> None:
         if metadata is None:
             metadata = json.dumps({"laminar": 1, "since_ms": time.time_ns() // 1_000_000})
         kept = client.commit_offset(
-            self.cfg.identity_group, self.cfg._topic, 0, 0, metadata, _IDENTITY_RETENTION_MS
+            self.cfg.identity_group, self.cfg.topic, 0, 0, metadata, _IDENTITY_RETENTION_MS
         )
         if not kept:
             log.warning(
@@ -351,7 +360,7 @@ class Witness:
                 self.cfg.sink_id,
                 self.cfg.identity_group,
             )
-        _IDENTIFIED.add((self.cfg._bootstrap_servers, self.cfg._topic, self.cfg.sink_id))
+        _IDENTIFIED.add((self.cfg.bootstrap_servers, self.cfg.topic, self.cfg.sink_id))
 
 
 def _history(proof: LastCommitted, identity_group: str, recorded: str) -> str:

@@ -57,7 +57,6 @@ from laminar.errors import (
     AbortableError,
     ConfigError,
     DataError,
-    FatalError,
     FencedError,
     IllegalStateError,
     LaminarError,
@@ -107,7 +106,7 @@ class KafkaSink(_SinkBase):
     """
 
     kind: ClassVar[str] = "kafka"
-    _runtime_attrs: ClassVar[tuple[str, ...]] = ("_rt", "_resolved")
+    _runtime_attrs: ClassVar[tuple[str, ...]] = ("_rt", "_resolved", "_part_settings")
 
     @property
     def startup_read(self) -> StartupRead | None:
@@ -118,15 +117,20 @@ class KafkaSink(_SinkBase):
 
     def _clients(self, rt: _Runtime) -> Clients:
         """The producer and consumer held in ``rt`` and the calls made on them."""
-        return Clients(self, rt)
+        return Clients(self._parts(), rt)
 
     def _producing(self, rt: _Runtime) -> Producing:
         """The produce path of the open epoch, through ``rt``'s producer."""
-        return Producing(self, Clients(self, rt))
+        return Producing(self._parts(), Clients(self._parts(), rt))
 
     def _witness(self, rt: _Runtime) -> Witness:
         """The evidence of the last committed epoch, read through ``rt``'s clients."""
-        return Witness(self, Clients(self, rt))
+        return Witness(
+            self._parts(),
+            Clients(self._parts(), rt),
+            recorded_history=self.recorded_history,
+            max_records=lambda: self.witness_max_records,
+        )
 
     def _live(self) -> _Runtime:
         """The runtime with an initialised producer (``init_transactions`` on first use)."""
@@ -179,11 +183,14 @@ class KafkaSink(_SinkBase):
             self._clients(rt).open_consumer()
             self._clients(rt).open_producer()
             last = self._read_last_committed(rt, stable=True)  # after our own InitProducerId
-        except FatalError as err:
+        except LaminarError as err:
             if not isinstance(err, FencedError):
                 # Unreachable brokers, bad credentials, a missing topic: the clients would
                 # otherwise go on reconnecting (and logging) in the background until close().
-                # The next call opens new ones.
+                # A start-up that failed retriably (a failover outlasting init_timeout_s) is
+                # released too: its producer is open but the last committed epoch unread, and
+                # the next call (`_live`: begin_transaction without init_transactions) must
+                # start again, not write an epoch it may hold.
                 self._release_clients(rt)
             raise
         finally:
@@ -207,7 +214,7 @@ class KafkaSink(_SinkBase):
         except KafkaException as e:
             machine.abort_after_error()
             machine.abort_ok()
-            raise self._error(e, "begin_transaction", epoch, rt) from e
+            raise self._parts().error(e, "begin_transaction", epoch, rt) from e
         rt.attempt = rt.attempt + 1 if rt.last_epoch == epoch else 0
         rt.last_epoch = epoch
         rt.records = 0
@@ -451,7 +458,7 @@ class KafkaSink(_SinkBase):
             try:
                 return rt.producer.list_topics(self._init_timeout_s)
             except KafkaException as e:
-                raise self._error(e, "metadata", epoch, rt) from e
+                raise self._parts().error(e, "metadata", epoch, rt) from e
 
         shape.check_chunk(
             records,
@@ -483,8 +490,8 @@ class KafkaSink(_SinkBase):
         """Resolve an in-doubt commit of ``epoch`` (`resolve_in_doubt`: the core's
         `KafkaInDoubtMachine` performed); the last committed epoch after it."""
         assert epoch is not None
-        clients = self._clients(rt)
-        witness = Witness(self, clients)
+        witness = self._witness(rt)
+        clients = witness.clients
         resolve_in_doubt(
             self.sink_id, epoch, clients, witness, self._machine, self._commit_timeout_s
         )

@@ -308,7 +308,7 @@ class PostgresSink(_SinkBase):
                 current = None if claimed else committed_epoch(conn, self.sink_id)
             else:
                 current = committed_epoch(conn, self.sink_id)
-                claimed = current is None or current < epoch
+                claimed = not epoch_committed(current, epoch)  # the core's replay rule
                 me = self._readiness.participant(epoch)
                 if claimed and me is not None:
                     _partners.tag(conn, me)  # names this transaction as the epoch's partition

@@ -42,7 +42,7 @@ use crate::protocol::command::{Command, Event, LogLevel, ParticipantResult, unex
 use crate::protocol::crash::CrashPoint;
 use crate::protocol::dt_state::{DtEvent, DtState};
 use crate::protocol::names::dtid;
-use crate::protocol::records::illegal;
+use crate::protocol::records::{epoch_committed, illegal};
 use crate::protocol::resolution::{Resolution, ResolutionOutcome};
 use crate::protocol::transitions::dt_next;
 use crate::protocol::watcher::{PassConfig, WatcherPass};
@@ -386,7 +386,8 @@ impl ScaleOutEpoch {
             }
             (Command::ReadDecisions { .. }, Event::Decisions { rows }) if self.gone => {
                 let epoch = self.ctx.epoch;
-                let decided = rows.iter().any(|r| r.epoch >= epoch);
+                // a decision of this epoch or a later one: the replay rule
+                let decided = rows.iter().any(|r| epoch_committed(Some(r.epoch), epoch));
                 let results = std::mem::take(&mut self.results);
                 self.on_gone(&results, Some(decided));
             }
