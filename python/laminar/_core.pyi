@@ -1326,6 +1326,7 @@ __all__ += [
 ]
 
 _Protocol = Literal["atomic", "recovery", "scaleout", "kafka", "postgres"]
+_Step = Literal["begin", "write", "prepare", "decide", "commit", "abort", "recover"]
 _CommandKind = Literal[
     "reached",
     "sleep",
@@ -1482,6 +1483,10 @@ class Command:
 
     @property
     def kind(self) -> _CommandKind: ...
+    @property
+    def step(self) -> _Step | None:
+        """The step of an epoch the command is (a span of its own when tracing); None for a
+        command that is no step (a read, a lock, a log line)."""
     @property
     def sink_id(self) -> str | None: ...
     @property

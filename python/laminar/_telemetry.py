@@ -33,30 +33,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["STEPS", "enabled", "epoch", "traced", "written"]
-
-#: The step each protocol command is (docs/engine.md §3 lists the commands); commands not
-#: named here get no span of their own.
-STEPS: dict[str, str] = {
-    "sink_begin": "begin",
-    "lock_group": "begin",
-    "create_dt": "begin",
-    "claim_participants": "begin",
-    "sink_write": "write",
-    "write_rows": "write",
-    "write_partition": "write",
-    "produce_redo": "write",
-    "sink_prepare": "prepare",
-    "commit_decision": "decide",
-    "sink_commit": "commit",
-    "retry_commit": "commit",
-    "commit_prepared": "commit",
-    "end_txn": "commit",
-    "sink_abort": "abort",
-    "rollback_prepared": "abort",
-    "abort_producer": "abort",
-    "sink_recover": "recover",
-}
+__all__ = ["enabled", "epoch", "traced", "written"]
 
 _C = TypeVar("_C")
 _E = TypeVar("_E")
@@ -142,7 +119,7 @@ def enabled() -> bool:
 
 def traced(perform: Callable[[_C], _E]) -> Callable[[_C], _E]:
     """``perform`` (a driver's command performer) with a span around each command that is a step
-    of an epoch (`STEPS`); ``perform`` itself when tracing is off."""
+    of an epoch (the core's ``Command.step``); ``perform`` itself when tracing is off."""
     instruments = _instruments()
     if instruments is None or instruments.tracer is None:
         return perform
@@ -150,7 +127,7 @@ def traced(perform: Callable[[_C], _E]) -> Callable[[_C], _E]:
 
     def perform_traced(command: _C) -> _E:
         kind = str(getattr(command, "kind", ""))
-        step = STEPS.get(kind)
+        step = getattr(command, "step", None)
         if step is None:
             return perform(command)
         current = _current.get()

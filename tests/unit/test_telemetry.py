@@ -55,9 +55,14 @@ SDK_RUN = textwrap.dedent(
 
     from laminar import _telemetry
 
-    class Command:
+    class Command:  # the step each kind is: the core's (Command.step, tested in Rust)
+        STEPS = {"claim_participants": "begin", "write_partition": "write",
+                 "sink_prepare": "prepare", "lock_group": "begin", "commit_decision": "decide",
+                 "sink_commit": "commit"}
+
         def __init__(self, kind, epoch=None, sink_id=None):
             self.kind, self.epoch, self.sink_id = kind, epoch, sink_id
+            self.step = self.STEPS.get(kind)
 
     def perform(c):
         if c.kind == "write_partition":  # as the task's driver does, inside the step

@@ -343,6 +343,72 @@ impl Command {
         }
     }
 
+    /// The step of an epoch the command is, for the spans a driver opens around it
+    /// (docs/operations.md, "Tracing: OpenTelemetry"): `begin`, `write`, `prepare`, `decide`,
+    /// `commit`, `abort` or `recover`; None for a command that is no step of its own (a read, a
+    /// lock, a log line).
+    /// Every kind is named here, so a new one is classified where it is added.
+    pub fn step(&self) -> Option<&'static str> {
+        match self {
+            Command::SinkBegin { .. }
+            | Command::LockGroup { .. }
+            | Command::CreateDt { .. }
+            | Command::ClaimParticipants { .. } => Some("begin"),
+            Command::SinkWrite { .. }
+            | Command::WriteRows { .. }
+            | Command::WritePartition
+            | Command::ProduceRedo { .. } => Some("write"),
+            Command::SinkPrepare { .. } => Some("prepare"),
+            Command::CommitDecision => Some("decide"),
+            Command::SinkCommit { .. }
+            | Command::RetryCommit { .. }
+            | Command::CommitPrepared { .. }
+            | Command::EndTxn { .. } => Some("commit"),
+            Command::SinkAbort { .. }
+            | Command::RollbackPrepared { .. }
+            | Command::AbortProducer { .. } => Some("abort"),
+            Command::SinkRecover { .. } => Some("recover"),
+            Command::Reached { .. }
+            | Command::Sleep { .. }
+            | Command::Log { .. }
+            | Command::InitSink { .. }
+            | Command::KnownEpoch { .. }
+            | Command::ReinitProducer { .. }
+            | Command::ReadMarker { .. }
+            | Command::FenceProducer { .. }
+            | Command::RegisterGroup { .. }
+            | Command::ReadSinkEpochs { .. }
+            | Command::ReadOwnership { .. }
+            | Command::SetOwner { .. }
+            | Command::Commit
+            | Command::Rollback
+            | Command::BumpGeneration { .. }
+            | Command::ReadGeneration { .. }
+            | Command::LockTable { .. }
+            | Command::ReplaceRedo { .. }
+            | Command::RecordDecision { .. }
+            | Command::RewriteDecision { .. }
+            | Command::ReadDecisions { .. }
+            | Command::RedoExists { .. }
+            | Command::ReadRedo { .. }
+            | Command::DeleteRedo { .. }
+            | Command::ReadStopFence { .. }
+            | Command::SetDtState { .. }
+            | Command::ReadDtState { .. }
+            | Command::ConcludeDt { .. }
+            | Command::ReadDtStates { .. }
+            | Command::ReadParticipants { .. }
+            | Command::ReadParticipantDecisions
+            | Command::RunTasks { .. }
+            | Command::ClaimEpoch { .. }
+            | Command::MarkParticipants { .. }
+            | Command::ListPrepared
+            | Command::LockPartition { .. }
+            | Command::PeekPartition
+            | Command::ReleaseParticipants { .. } => None,
+        }
+    }
+
     pub(crate) fn log(level: LogLevel, message: impl Into<String>) -> Command {
         Command::Log {
             level,
@@ -372,5 +438,61 @@ pub(crate) fn failure_of(command: &Command, event: Event) -> Failure {
     match event {
         Event::Failed(f) => f,
         other => unexpected(command, &other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_step_of_an_epoch_is_named_and_reads_and_locks_are_none() {
+        let sink = || "kafka:tid".to_string();
+        let cases = [
+            (
+                Command::SinkBegin {
+                    sink_id: sink(),
+                    epoch: 7,
+                },
+                Some("begin"),
+            ),
+            (
+                Command::ClaimParticipants {
+                    dtid: "d".into(),
+                    rows: Vec::new(),
+                },
+                Some("begin"),
+            ),
+            (Command::WritePartition, Some("write")),
+            (
+                Command::SinkPrepare {
+                    sink_id: sink(),
+                    epoch: 7,
+                },
+                Some("prepare"),
+            ),
+            (Command::CommitDecision, Some("decide")),
+            (
+                Command::SinkCommit {
+                    sink_id: sink(),
+                    epoch: 7,
+                },
+                Some("commit"),
+            ),
+            (
+                Command::SinkAbort {
+                    sink_id: sink(),
+                    epoch: 7,
+                },
+                Some("abort"),
+            ),
+            (Command::SinkRecover { sink_id: sink() }, Some("recover")),
+            (Command::LockPartition { key: "k".into() }, None),
+            (Command::ListPrepared, None),
+            (Command::Commit, None),
+        ];
+        for (command, step) in cases {
+            assert_eq!(command.step(), step, "{}", command.kind());
+        }
     }
 }

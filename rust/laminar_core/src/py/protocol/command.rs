@@ -11,6 +11,7 @@ use crate::protocol::{Epoch, dt_state as dt};
 #[derive(Debug, Clone, Default)]
 pub struct PyCommand {
     kind: &'static str,
+    step: Option<&'static str>,
     sink_id: Option<String>,
     transactional_id: Option<String>,
     epoch: Option<Epoch>,
@@ -54,6 +55,7 @@ impl From<Command> for PyCommand {
     fn from(command: Command) -> Self {
         let mut c = PyCommand {
             kind: command.kind(),
+            step: command.step(),
             ..PyCommand::default()
         };
         match command {
