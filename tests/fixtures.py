@@ -439,24 +439,85 @@ def _brokers_needed(item: pytest.Item) -> set[str]:
     return kinds
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    servers = config.stash.get(_SERVERS, None)
-    if servers is None or not (servers.startup_seconds or servers._capabilities):
-        return
+def _server_lines(servers: Servers) -> list[str]:
+    """What the session's servers did: start-up times, capabilities missing, where they log."""
+    if not (servers.startup_seconds or servers._capabilities):
+        return []
+    lines = []
     started = ", ".join(f"{kind} {secs:.1f} s" for kind, secs in servers.startup_seconds.items())
-    terminalreporter.write_sep("-", "laminar servers")
     if started:
-        terminalreporter.write_line(f"start-up times: {started}")
+        lines.append(f"start-up times: {started}")
     for kind, caps in (
         (KAFKA_KIND, servers._capabilities),
         (TANSU_KIND, servers._tansu_capabilities),
     ):
         if caps is not None:
-            missing = ", ".join(caps.missing()) or "none"
-            terminalreporter.write_line(f"{kind} capabilities missing: {missing}")
-    terminalreporter.write_line(f"server logs: {servers.log_dir}")
+            lines.append(f"{kind} capabilities missing: {', '.join(caps.missing()) or 'none'}")
+    lines.append(f"server logs: {servers.log_dir}")
+    return lines
 
 
+_WORKER_LINES = pytest.StashKey[dict[str, list[str]]]()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """In a pytest-xdist worker: hand the summary of its servers to the controller."""
+    output = getattr(session.config, "workeroutput", None)
+    servers = session.config.stash.get(_SERVERS, None)
+    if output is not None and servers is not None:
+        output["laminar_servers"] = _server_lines(servers)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """In pytest-xdist's controller: keep each worker's summary of its servers."""
+    lines = getattr(node, "workeroutput", {}).get("laminar_servers")
+    if lines:
+        worker = str(getattr(node, "gateway", node).id)
+        node.config.stash.setdefault(_WORKER_LINES, {})[worker] = lines
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    servers = config.stash.get(_SERVERS, None)
+    own = _server_lines(servers) if servers is not None else []
+    workers = config.stash.get(_WORKER_LINES, {})
+    if not (own or workers):
+        return
+    terminalreporter.write_sep("-", "laminar servers")
+    for line in own:
+        terminalreporter.write_line(line)
+    for worker, lines in sorted(workers.items()):
+        for line in lines:
+            terminalreporter.write_line(f"{worker}: {line}")
+
+
+#: The servers each heavy enough that one run should start it once (a JVM or several, seconds
+#: to start): with ``pytest -n N --dist loadgroup`` (`./dev test`), every test that asks for one
+#: runs in the same worker, whatever its file. Keyed by the fixtures that start them.
+SHARED_SERVER_GROUPS = (
+    ("spark", frozenset({"spark", "spark_remote", "spark_server", "spark_cluster"})),
+    ("kafka-cluster", frozenset({"kafka_cluster"})),
+    ("secured", frozenset({"secured_kafka", "secured_postgres", "local_ca"})),
+)
+
+
+def worker_group(item: pytest.Item) -> str:
+    """The pytest-xdist group an item runs in: ``spark`` for every end-to-end test (they start
+    Spark servers and clusters of their own too: two workers running them at once would run
+    several JVMs on two cores), the heavy server it needs (`SHARED_SERVER_GROUPS`), else its
+    module, so that a module's fixtures (a topic filled once
+    for all its tests) are set up in one worker only. Each worker starts the servers its tests ask
+    for, as a run without workers does."""
+    if "e2e" in Path(str(item.path)).parts:  # each a Spark server's client, some their own
+        return "spark"
+    names = set(getattr(item, "fixturenames", ()))
+    for group, fixtures in SHARED_SERVER_GROUPS:
+        if names & fixtures:
+            return group
+    return str(Path(str(item.path)).relative_to(item.config.rootpath))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         parts = Path(str(item.path)).parts
@@ -464,6 +525,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
         if "e2e" in parts:
             item.add_marker(pytest.mark.e2e)
+        item.add_marker(pytest.mark.xdist_group(worker_group(item)))
 
 
 # -- fixtures -------------------------------------------------------------------------------------

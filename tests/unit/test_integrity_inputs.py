@@ -181,7 +181,11 @@ def test_a_stream_that_fails_while_read_is_a_data_error() -> None:
         materialize(reader)
 
 
-@pytest.mark.parametrize("bad", ["text", 42, {"a": [1]}, pa.chunked_array([[1, 2]])], ids=repr)
+@pytest.mark.parametrize(
+    "bad",
+    ["text", 42, {"a": [1]}, pa.chunked_array([[1, 2]])],
+    ids=["str", "int", "dict", "ChunkedArray"],
+)
 def test_what_is_not_a_table_is_a_config_error(bad: object) -> None:
     with pytest.raises(ConfigError):
         materialize(bad)
