@@ -505,9 +505,9 @@ def worker_group(item: pytest.Item) -> str:
     """The pytest-xdist group an item runs in: ``spark`` for every end-to-end test (they start
     Spark servers and clusters of their own too: two workers running them at once would run
     several JVMs on two cores), the heavy server it needs (`SHARED_SERVER_GROUPS`), else its
-    module, so that a module's fixtures (a topic filled once
-    for all its tests) are set up in one worker only. Each worker starts the servers its tests ask
-    for, as a run without workers does."""
+    module, so that a module's fixtures (a topic filled once for all its tests) are set up in one
+    worker only. Each worker starts the servers its tests ask for, as a run without workers does
+    (tests/unit/test_worker_groups.py)."""
     if "e2e" in Path(str(item.path)).parts:  # each a Spark server's client, some their own
         return "spark"
     names = set(getattr(item, "fixturenames", ()))
