@@ -1,9 +1,9 @@
 """Type stubs for the private Rust extension `laminar._core`."""
 
 from collections.abc import Sequence
-from typing import Any, Final, Literal, TypeAlias, TypedDict, final
+from typing import Any, Final, Generic, Literal, TypeAlias, TypedDict, TypeVar, final
 
-from typing_extensions import Self, Unpack
+from typing_extensions import Self, Unpack, disjoint_base
 
 # Each section below adds its own names (`__all__ += [...]`), so sections merge independently.
 __all__ = ["__version__"]
@@ -1476,93 +1476,656 @@ class CrashPoint:
     def __eq__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 
-@final
+@disjoint_base
 class Command:
-    """One thing for the driver to do (docs/engine.md lists each kind with its statement or
-    client call); the fields a kind does not use are None."""
+    """One thing for the driver to do: a class per kind (``Command.SinkBegin``, …) with the
+    fields that kind has (docs/engine.md lists each kind with its statement or client call).
+    A performer matches them (``match c: case Command.SinkBegin(sink_id, epoch): …``) and ends
+    with ``typing.assert_never``: the union each machine's ``poll`` returns names every kind it
+    emits, so a kind a performer forgets is a type error."""
 
     @property
-    def kind(self) -> _CommandKind: ...
+    def kind(self) -> _CommandKind:
+        """The kind's name (``sink_begin``), as `CrashPoint.after` names it."""
     @property
     def step(self) -> _Step | None:
         """The step of an epoch the command is (a span of its own when tracing); None for a
         command that is no step (a read, a lock, a log line)."""
-    @property
-    def sink_id(self) -> str | None: ...
-    @property
-    def transactional_id(self) -> str | None: ...
-    @property
-    def epoch(self) -> int | None: ...
-    @property
-    def group_id(self) -> str | None: ...
-    @property
-    def dtid(self) -> str | None: ...
-    @property
-    def gid(self) -> str | None: ...
-    @property
-    def key(self) -> str | None:
-        """``lock_partition``: the advisory lock's key."""
-    @property
-    def ms(self) -> int | None:
-        """``sleep``: how long."""
-    @property
-    def level(self) -> Literal["info", "warning"] | None:
-        """``log``: how loud."""
-    @property
-    def message(self) -> str | None:
-        """``log``: the line; ``set_dt_state``: the record's message."""
-    @property
-    def point(self) -> CrashPoint | None:
-        """``reached``: the crash point."""
-    @property
-    def keep(self) -> bool | None:
-        """``sink_write``: keep the records for the redo log; ``replace_redo``: insert them."""
-    @property
-    def prepared(self) -> bool | None:
-        """``release_participants``: leave prepared transactions open."""
-    @property
-    def for_share(self) -> bool | None:
-        """``read_dt_state``: ``FOR SHARE`` (the task's claim)."""
-    @property
-    def previous_epoch(self) -> int | None: ...
-    @property
-    def prepared_state(self) -> str | None: ...
-    @property
-    def producer_id(self) -> int | None: ...
-    @property
-    def producer_epoch(self) -> int | None: ...
-    @property
-    def from_state(self) -> _DtState | None:
-        """``set_dt_state``/``conclude_dt``: the state the row must be in."""
-    @property
-    def to_state(self) -> _DtState | None: ...
-    @property
-    def blob(self) -> int | None:
-        """``produce_redo``: which blob of ``read_redo``'s."""
-    @property
-    def up_to(self) -> int | None: ...
-    @property
-    def row_count(self) -> int | None:
-        """``claim_epoch``: the epoch's rows."""
-    @property
-    def sink_ids(self) -> list[str] | None:
-        """The sinks a read or ``set_owner`` covers (``read_decisions``: None with no
-        ``group_id`` means every row)."""
-    @property
-    def registry_id(self) -> str | None: ...
-    @property
-    def owner(self) -> str | None: ...
-    @property
-    def epoch_base(self) -> int | None: ...
-    @property
-    def participants(self) -> list[tuple[str, _ParticipantKind, str]] | None:
-        """``claim_participants``: ``(participant, kind, resource)`` rows."""
-    @property
-    def names(self) -> list[str] | None:
-        """``mark_participants``: the participants."""
-    @property
-    def state(self) -> Literal["claimed", "prepared", "committed", "rolled_back"] | None:
-        """``mark_participants``: their new state."""
+    @final
+    class Reached(Command):
+        __match_args__ = ("point",)
+        def __new__(cls, point: CrashPoint) -> Command.Reached: ...
+        @property
+        def point(self) -> CrashPoint: ...
+
+    @final
+    class Sleep(Command):
+        __match_args__ = ("ms",)
+        def __new__(cls, ms: int) -> Command.Sleep: ...
+        @property
+        def ms(self) -> int: ...
+
+    @final
+    class Log(Command):
+        __match_args__ = ("level", "message")
+        def __new__(cls, level: Literal["info", "warning"], message: str) -> Command.Log: ...
+        @property
+        def level(self) -> Literal["info", "warning"]: ...
+        @property
+        def message(self) -> str: ...
+
+    @final
+    class InitSink(Command):
+        __match_args__ = ("sink_id",)
+        def __new__(cls, sink_id: str) -> Command.InitSink: ...
+        @property
+        def sink_id(self) -> str: ...
+
+    @final
+    class KnownEpoch(Command):
+        __match_args__ = ("sink_id",)
+        def __new__(cls, sink_id: str) -> Command.KnownEpoch: ...
+        @property
+        def sink_id(self) -> str: ...
+
+    @final
+    class SinkBegin(Command):
+        __match_args__ = ("sink_id", "epoch")
+        def __new__(cls, sink_id: str, epoch: int) -> Command.SinkBegin: ...
+        @property
+        def sink_id(self) -> str: ...
+        @property
+        def epoch(self) -> int: ...
+
+    @final
+    class SinkWrite(Command):
+        __match_args__ = ("sink_id", "epoch", "keep")
+        def __new__(cls, sink_id: str, epoch: int, keep: bool) -> Command.SinkWrite: ...
+        @property
+        def sink_id(self) -> str: ...
+        @property
+        def epoch(self) -> int: ...
+        @property
+        def keep(self) -> bool: ...
+
+    @final
+    class SinkPrepare(Command):
+        __match_args__ = ("sink_id", "epoch")
+        def __new__(cls, sink_id: str, epoch: int) -> Command.SinkPrepare: ...
+        @property
+        def sink_id(self) -> str: ...
+        @property
+        def epoch(self) -> int: ...
+
+    @final
+    class SinkCommit(Command):
+        __match_args__ = ("sink_id", "epoch")
+        def __new__(cls, sink_id: str, epoch: int) -> Command.SinkCommit: ...
+        @property
+        def sink_id(self) -> str: ...
+        @property
+        def epoch(self) -> int: ...
+
+    @final
+    class SinkAbort(Command):
+        __match_args__ = ("sink_id", "epoch")
+        def __new__(cls, sink_id: str, epoch: int) -> Command.SinkAbort: ...
+        @property
+        def sink_id(self) -> str: ...
+        @property
+        def epoch(self) -> int: ...
+
+    @final
+    class SinkRecover(Command):
+        __match_args__ = ("sink_id",)
+        def __new__(cls, sink_id: str) -> Command.SinkRecover: ...
+        @property
+        def sink_id(self) -> str: ...
+
+    @final
+    class RetryCommit(Command):
+        __match_args__ = ("sink_id", "epoch")
+        def __new__(cls, sink_id: str, epoch: int) -> Command.RetryCommit: ...
+        @property
+        def sink_id(self) -> str: ...
+        @property
+        def epoch(self) -> int: ...
+
+    @final
+    class AbortProducer(Command):
+        __match_args__ = ("sink_id",)
+        def __new__(cls, sink_id: str) -> Command.AbortProducer: ...
+        @property
+        def sink_id(self) -> str: ...
+
+    @final
+    class ReinitProducer(Command):
+        __match_args__ = ("sink_id",)
+        def __new__(cls, sink_id: str) -> Command.ReinitProducer: ...
+        @property
+        def sink_id(self) -> str: ...
+
+    @final
+    class ReadMarker(Command):
+        __match_args__ = ("sink_id",)
+        def __new__(cls, sink_id: str) -> Command.ReadMarker: ...
+        @property
+        def sink_id(self) -> str: ...
+
+    @final
+    class ProduceRedo(Command):
+        __match_args__ = ("sink_id", "epoch", "blob")
+        def __new__(cls, sink_id: str, epoch: int, blob: int) -> Command.ProduceRedo: ...
+        @property
+        def sink_id(self) -> str: ...
+        @property
+        def epoch(self) -> int: ...
+        @property
+        def blob(self) -> int: ...
+
+    @final
+    class EndTxn(Command):
+        __match_args__ = ("transactional_id", "producer_id", "producer_epoch", "epoch")
+        def __new__(
+            cls, transactional_id: str, producer_id: int, producer_epoch: int, epoch: int
+        ) -> Command.EndTxn: ...
+        @property
+        def transactional_id(self) -> str: ...
+        @property
+        def producer_id(self) -> int: ...
+        @property
+        def producer_epoch(self) -> int: ...
+        @property
+        def epoch(self) -> int: ...
+
+    @final
+    class FenceProducer(Command):
+        __match_args__ = ("transactional_id",)
+        def __new__(cls, transactional_id: str) -> Command.FenceProducer: ...
+        @property
+        def transactional_id(self) -> str: ...
+
+    @final
+    class RegisterGroup(Command):
+        __match_args__ = ("group_id",)
+        def __new__(cls, group_id: str) -> Command.RegisterGroup: ...
+        @property
+        def group_id(self) -> str: ...
+
+    @final
+    class ReadSinkEpochs(Command):
+        __match_args__ = ("sink_ids",)
+        def __new__(cls, sink_ids: list[str]) -> Command.ReadSinkEpochs: ...
+        @property
+        def sink_ids(self) -> list[str]: ...
+
+    @final
+    class ReadOwnership(Command):
+        __match_args__ = ("registry_id", "members")
+        def __new__(cls, registry_id: str, members: list[str]) -> Command.ReadOwnership: ...
+        @property
+        def registry_id(self) -> str: ...
+        @property
+        def members(self) -> list[str]: ...
+
+    @final
+    class SetOwner(Command):
+        __match_args__ = ("sink_ids", "owner", "epoch_base")
+        def __new__(cls, sink_ids: list[str], owner: str, epoch_base: int) -> Command.SetOwner: ...
+        @property
+        def sink_ids(self) -> list[str]: ...
+        @property
+        def owner(self) -> str: ...
+        @property
+        def epoch_base(self) -> int: ...
+
+    @final
+    class Commit(Command):
+        __match_args__ = ()
+        def __new__(cls) -> Command.Commit: ...
+
+    @final
+    class Rollback(Command):
+        __match_args__ = ()
+        def __new__(cls) -> Command.Rollback: ...
+
+    @final
+    class BumpGeneration(Command):
+        __match_args__ = ("group_id",)
+        def __new__(cls, group_id: str) -> Command.BumpGeneration: ...
+        @property
+        def group_id(self) -> str: ...
+
+    @final
+    class LockGroup(Command):
+        __match_args__ = ("group_id",)
+        def __new__(cls, group_id: str) -> Command.LockGroup: ...
+        @property
+        def group_id(self) -> str: ...
+
+    @final
+    class ReadGeneration(Command):
+        __match_args__ = ("group_id",)
+        def __new__(cls, group_id: str) -> Command.ReadGeneration: ...
+        @property
+        def group_id(self) -> str: ...
+
+    @final
+    class LockTable(Command):
+        __match_args__ = ("sink_id", "epoch")
+        def __new__(cls, sink_id: str, epoch: int) -> Command.LockTable: ...
+        @property
+        def sink_id(self) -> str: ...
+        @property
+        def epoch(self) -> int: ...
+
+    @final
+    class WriteRows(Command):
+        __match_args__ = ("sink_id", "epoch")
+        def __new__(cls, sink_id: str, epoch: int) -> Command.WriteRows: ...
+        @property
+        def sink_id(self) -> str: ...
+        @property
+        def epoch(self) -> int: ...
+
+    @final
+    class ReplaceRedo(Command):
+        __match_args__ = ("transactional_id", "epoch", "keep")
+        def __new__(cls, transactional_id: str, epoch: int, keep: bool) -> Command.ReplaceRedo: ...
+        @property
+        def transactional_id(self) -> str: ...
+        @property
+        def epoch(self) -> int: ...
+        @property
+        def keep(self) -> bool: ...
+
+    @final
+    class RecordDecision(Command):
+        __match_args__ = (
+            "transactional_id",
+            "epoch",
+            "previous_epoch",
+            "prepared_state",
+            "group_id",
+        )
+        def __new__(
+            cls,
+            transactional_id: str,
+            epoch: int,
+            previous_epoch: int | None,
+            prepared_state: str,
+            group_id: str,
+        ) -> Command.RecordDecision: ...
+        @property
+        def transactional_id(self) -> str: ...
+        @property
+        def epoch(self) -> int: ...
+        @property
+        def previous_epoch(self) -> int | None: ...
+        @property
+        def prepared_state(self) -> str: ...
+        @property
+        def group_id(self) -> str: ...
+
+    @final
+    class RewriteDecision(Command):
+        __match_args__ = ("transactional_id", "epoch", "previous_epoch", "prepared_state")
+        def __new__(
+            cls, transactional_id: str, epoch: int, previous_epoch: int | None, prepared_state: str
+        ) -> Command.RewriteDecision: ...
+        @property
+        def transactional_id(self) -> str: ...
+        @property
+        def epoch(self) -> int: ...
+        @property
+        def previous_epoch(self) -> int | None: ...
+        @property
+        def prepared_state(self) -> str: ...
+
+    @final
+    class CommitDecision(Command):
+        __match_args__ = ()
+        def __new__(cls) -> Command.CommitDecision: ...
+
+    @final
+    class ReadDecisions(Command):
+        __match_args__ = ("sink_ids", "group_id")
+        def __new__(
+            cls, sink_ids: list[str] | None, group_id: str | None
+        ) -> Command.ReadDecisions: ...
+        @property
+        def sink_ids(self) -> list[str] | None: ...
+        @property
+        def group_id(self) -> str | None: ...
+
+    @final
+    class RedoExists(Command):
+        __match_args__ = ("transactional_id", "epoch")
+        def __new__(cls, transactional_id: str, epoch: int) -> Command.RedoExists: ...
+        @property
+        def transactional_id(self) -> str: ...
+        @property
+        def epoch(self) -> int: ...
+
+    @final
+    class ReadRedo(Command):
+        __match_args__ = ("transactional_id", "epoch")
+        def __new__(cls, transactional_id: str, epoch: int) -> Command.ReadRedo: ...
+        @property
+        def transactional_id(self) -> str: ...
+        @property
+        def epoch(self) -> int: ...
+
+    @final
+    class DeleteRedo(Command):
+        __match_args__ = ("transactional_id", "up_to")
+        def __new__(cls, transactional_id: str, up_to: int) -> Command.DeleteRedo: ...
+        @property
+        def transactional_id(self) -> str: ...
+        @property
+        def up_to(self) -> int: ...
+
+    @final
+    class ReadStopFence(Command):
+        __match_args__ = ("group_id",)
+        def __new__(cls, group_id: str) -> Command.ReadStopFence: ...
+        @property
+        def group_id(self) -> str: ...
+
+    @final
+    class CreateDt(Command):
+        __match_args__ = ("dtid", "group_id", "epoch")
+        def __new__(cls, dtid: str, group_id: str, epoch: int) -> Command.CreateDt: ...
+        @property
+        def dtid(self) -> str: ...
+        @property
+        def group_id(self) -> str: ...
+        @property
+        def epoch(self) -> int: ...
+
+    @final
+    class SetDtState(Command):
+        __match_args__ = ("dtid", "from_state", "to_state", "message")
+        def __new__(
+            cls, dtid: str, from_state: _DtState, to_state: _DtState, message: str
+        ) -> Command.SetDtState: ...
+        @property
+        def dtid(self) -> str: ...
+        @property
+        def from_state(self) -> _DtState: ...
+        @property
+        def to_state(self) -> _DtState: ...
+        @property
+        def message(self) -> str: ...
+
+    @final
+    class ReadDtState(Command):
+        __match_args__ = ("dtid", "for_share")
+        def __new__(cls, dtid: str, for_share: bool) -> Command.ReadDtState: ...
+        @property
+        def dtid(self) -> str: ...
+        @property
+        def for_share(self) -> bool: ...
+
+    @final
+    class ConcludeDt(Command):
+        __match_args__ = ("dtid", "from_state")
+        def __new__(cls, dtid: str, from_state: _DtState | None) -> Command.ConcludeDt: ...
+        @property
+        def dtid(self) -> str: ...
+        @property
+        def from_state(self) -> _DtState | None: ...
+
+    @final
+    class ReadDtStates(Command):
+        __match_args__ = ("group_id",)
+        def __new__(cls, group_id: str | None) -> Command.ReadDtStates: ...
+        @property
+        def group_id(self) -> str | None: ...
+
+    @final
+    class ReadParticipants(Command):
+        __match_args__ = ("dtid",)
+        def __new__(cls, dtid: str) -> Command.ReadParticipants: ...
+        @property
+        def dtid(self) -> str: ...
+
+    @final
+    class ReadParticipantDecisions(Command):
+        __match_args__ = ()
+        def __new__(cls) -> Command.ReadParticipantDecisions: ...
+
+    @final
+    class RunTasks(Command):
+        __match_args__ = ("dtid", "epoch")
+        def __new__(cls, dtid: str, epoch: int) -> Command.RunTasks: ...
+        @property
+        def dtid(self) -> str: ...
+        @property
+        def epoch(self) -> int: ...
+
+    @final
+    class ClaimEpoch(Command):
+        __match_args__ = ("sink_id", "epoch", "row_count")
+        def __new__(cls, sink_id: str, epoch: int, row_count: int) -> Command.ClaimEpoch: ...
+        @property
+        def sink_id(self) -> str: ...
+        @property
+        def epoch(self) -> int: ...
+        @property
+        def row_count(self) -> int: ...
+
+    @final
+    class MarkParticipants(Command):
+        __match_args__ = ("dtid", "names", "state")
+        def __new__(
+            cls,
+            dtid: str,
+            names: list[str],
+            state: Literal["claimed", "prepared", "committed", "rolled_back"],
+        ) -> Command.MarkParticipants: ...
+        @property
+        def dtid(self) -> str: ...
+        @property
+        def names(self) -> list[str]: ...
+        @property
+        def state(self) -> Literal["claimed", "prepared", "committed", "rolled_back"]: ...
+
+    @final
+    class ListPrepared(Command):
+        __match_args__ = ()
+        def __new__(cls) -> Command.ListPrepared: ...
+
+    @final
+    class CommitPrepared(Command):
+        __match_args__ = ("gid",)
+        def __new__(cls, gid: str) -> Command.CommitPrepared: ...
+        @property
+        def gid(self) -> str: ...
+
+    @final
+    class RollbackPrepared(Command):
+        __match_args__ = ("gid",)
+        def __new__(cls, gid: str) -> Command.RollbackPrepared: ...
+        @property
+        def gid(self) -> str: ...
+
+    @final
+    class LockPartition(Command):
+        __match_args__ = ("key",)
+        def __new__(cls, key: str) -> Command.LockPartition: ...
+        @property
+        def key(self) -> str: ...
+
+    @final
+    class ClaimParticipants(Command):
+        __match_args__ = ("dtid", "participants")
+        def __new__(
+            cls, dtid: str, participants: list[tuple[str, _ParticipantKind, str]]
+        ) -> Command.ClaimParticipants: ...
+        @property
+        def dtid(self) -> str: ...
+        @property
+        def participants(self) -> list[tuple[str, _ParticipantKind, str]]: ...
+
+    @final
+    class PeekPartition(Command):
+        __match_args__ = ()
+        def __new__(cls) -> Command.PeekPartition: ...
+
+    @final
+    class WritePartition(Command):
+        __match_args__ = ()
+        def __new__(cls) -> Command.WritePartition: ...
+
+    @final
+    class ReleaseParticipants(Command):
+        __match_args__ = ("prepared",)
+        def __new__(cls, prepared: bool) -> Command.ReleaseParticipants: ...
+        @property
+        def prepared(self) -> bool: ...
+
+#: What every driver performs alike (``laminar.engine.loop.perform_driver_side``).
+_DriverSideCommand: TypeAlias = Command.Reached | Command.Sleep | Command.Log
+#: A Kafka sink's commands that Kafka recovery, the group and the watcher share.
+_KafkaSinkCommand: TypeAlias = (
+    Command.InitSink
+    | Command.KnownEpoch
+    | Command.ReadMarker
+    | Command.SinkBegin
+    | Command.SinkCommit
+    | Command.SinkAbort
+    | Command.ProduceRedo
+    | Command.EndTxn
+)
+#: The decision records' reads that Kafka recovery, the group and the watcher share.
+_RecordsCommand: TypeAlias = (
+    Command.ReadSinkEpochs
+    | Command.ReadDecisions
+    | Command.RedoExists
+    | Command.ReadRedo
+    | Command.DeleteRedo
+)
+#: The distributed protocol's records and PostgreSQL's prepared transactions.
+_DistributedCommand: TypeAlias = (
+    Command.ReadStopFence
+    | Command.CreateDt
+    | Command.SetDtState
+    | Command.ReadDtState
+    | Command.ConcludeDt
+    | Command.ReadDtStates
+    | Command.ReadParticipants
+    | Command.ReadParticipantDecisions
+    | Command.MarkParticipants
+    | Command.ClaimEpoch
+    | Command.ListPrepared
+    | Command.CommitPrepared
+    | Command.RollbackPrepared
+    | Command.FenceProducer
+    | Command.RewriteDecision
+)
+#: What `SingleEpochMachine` emits.
+_SingleCommand: TypeAlias = (
+    _DriverSideCommand
+    | Command.SinkBegin
+    | Command.SinkWrite
+    | Command.SinkCommit
+    | Command.SinkAbort
+    | Command.SinkRecover
+)
+#: What `KafkaInDoubtMachine` emits.
+_KafkaInDoubtCommand: TypeAlias = (
+    _DriverSideCommand
+    | Command.RetryCommit
+    | Command.AbortProducer
+    | Command.ReinitProducer
+    | Command.ReadMarker
+)
+#: What `PostgresInDoubtMachine` emits.
+_PostgresInDoubtCommand: TypeAlias = (
+    _DriverSideCommand | Command.CommitPrepared | Command.RollbackPrepared | Command.ReadSinkEpochs
+)
+#: What `KafkaRecoveryMachine` emits.
+_KafkaRecoveryCommand: TypeAlias = (
+    _DriverSideCommand
+    | Command.InitSink
+    | Command.SinkBegin
+    | Command.SinkCommit
+    | Command.SinkAbort
+    | Command.ReadMarker
+    | Command.ProduceRedo
+    | Command.EndTxn
+    | Command.ReadDecisions
+    | Command.RedoExists
+    | Command.ReadRedo
+    | Command.DeleteRedo
+)
+#: What `ResolveMachine` emits (it runs Kafka recovery).
+_ResolveCommand: TypeAlias = (
+    _KafkaRecoveryCommand
+    | Command.FenceProducer
+    | Command.CommitPrepared
+    | Command.RollbackPrepared
+    | Command.ListPrepared
+    | Command.ReadDtState
+    | Command.SetDtState
+    | Command.ConcludeDt
+    | Command.ReadParticipants
+)
+#: What `WatcherPassMachine` emits (it runs resolutions).
+_WatcherCommand: TypeAlias = (
+    _ResolveCommand
+    | Command.Rollback
+    | Command.MarkParticipants
+    | Command.ReadDtStates
+    | Command.ReadParticipantDecisions
+    | Command.RewriteDecision
+)
+#: What `ScaleOutTaskMachine` emits.
+_TaskCommand: TypeAlias = (
+    _DriverSideCommand
+    | Command.InitSink
+    | Command.KnownEpoch
+    | Command.SinkBegin
+    | Command.SinkPrepare
+    | Command.SinkAbort
+    | Command.Commit
+    | Command.ReadDecisions
+    | Command.ReadSinkEpochs
+    | Command.ReadStopFence
+    | Command.CreateDt
+    | Command.ReadDtState
+    | Command.ListPrepared
+    | Command.RollbackPrepared
+    | Command.LockPartition
+    | Command.ClaimParticipants
+    | Command.PeekPartition
+    | Command.WritePartition
+    | Command.ReleaseParticipants
+)
+#: What `AtomicGroupMachine` emits (it runs watcher passes and the scale-out coordinator).
+_AtomicCommand: TypeAlias = (
+    _WatcherCommand
+    | Command.KnownEpoch
+    | Command.SinkPrepare
+    | Command.SinkWrite
+    | Command.RegisterGroup
+    | Command.ReadSinkEpochs
+    | Command.ReadOwnership
+    | Command.SetOwner
+    | Command.Commit
+    | Command.BumpGeneration
+    | Command.LockGroup
+    | Command.ReadGeneration
+    | Command.LockTable
+    | Command.WriteRows
+    | Command.ReplaceRedo
+    | Command.RecordDecision
+    | Command.CommitDecision
+    | Command.ClaimEpoch
+    | Command.CreateDt
+    | Command.RunTasks
+)
 
 @final
 class Event:
@@ -1630,10 +2193,14 @@ class Event:
     @property
     def kind(self) -> _EventKind: ...
 
-class _Machine:
-    """What every protocol machine has (docs/engine.md, "The driver loop")."""
+_C = TypeVar("_C", bound=Command)
 
-    def poll(self) -> Command | None:
+class _Machine(Generic[_C]):
+    """What every protocol machine has (docs/engine.md, "The driver loop"); ``_C`` is the union
+    of the command kinds it emits (a nominal parameter: `laminar.engine.loop.drive` checks that
+    the performer takes every one of them)."""
+
+    def poll(self) -> _C | None:
         """The next command to perform, or None once the machine has ended."""
     def handle(self, event: Event) -> None:
         """The result of the command ``poll`` returned last."""
@@ -1651,7 +2218,7 @@ class _Machine:
         """Raises the refusal as its ``laminar.errors`` class (the one error bridge)."""
 
 @final
-class AtomicGroupMachine(_Machine):
+class AtomicGroupMachine(_Machine[_AtomicCommand]):
     """An atomic group's coordinator (docs/protocol.md §3): start-up, epochs, retries."""
 
     def __new__(
@@ -1701,7 +2268,7 @@ class AtomicGroupMachine(_Machine):
     def last_committed(self, sink_id: str) -> int | None: ...
 
 @final
-class KafkaRecoveryMachine(_Machine):
+class KafkaRecoveryMachine(_Machine[_KafkaRecoveryCommand]):
     """Bringing Kafka sinks level with the decision log (EndTxn, init, redo or replay)."""
 
     def __new__(cls, sinks: Sequence[str]) -> Self: ...
@@ -1709,7 +2276,7 @@ class KafkaRecoveryMachine(_Machine):
     def awaiting(self) -> list[tuple[str, int]]: ...
 
 @final
-class ScaleOutTaskMachine(_Machine):
+class ScaleOutTaskMachine(_Machine[_TaskCommand]):
     """One attempt of one partition of a scale-out epoch (docs/protocol.md §4, "Task")."""
 
     def __new__(
@@ -1758,7 +2325,7 @@ class WatcherItem:
     def lingering(self) -> bool: ...
 
 @final
-class WatcherPassMachine(_Machine):
+class WatcherPassMachine(_Machine[_WatcherCommand]):
     """One pass of the resolution watcher (or, ``act=False``, the inspection of ``laminar
     status``)."""
 
@@ -1778,7 +2345,7 @@ class WatcherPassMachine(_Machine):
     def lingering(self) -> int: ...
 
 @final
-class ResolveMachine(_Machine):
+class ResolveMachine(_Machine[_ResolveCommand]):
     """``laminar resolve``: never against a recorded decision without ``force``."""
 
     def __new__(
@@ -1800,7 +2367,7 @@ class ResolveMachine(_Machine):
     ): ...
 
 @final
-class SingleEpochMachine(_Machine):
+class SingleEpochMachine(_Machine[_SingleCommand]):
     """One epoch of a lone sink, with the writer's retries and in-doubt resolution."""
 
     def __new__(
@@ -1819,7 +2386,7 @@ class SingleEpochMachine(_Machine):
     def attempts(self) -> int: ...
 
 @final
-class KafkaInDoubtMachine(_Machine):
+class KafkaInDoubtMachine(_Machine[_KafkaInDoubtCommand]):
     """A Kafka sink's commit whose outcome is unknown, resolved from the marker."""
 
     def __new__(cls, sink_id: str, epoch: int, commit_in_flight: bool) -> Self: ...
@@ -1829,7 +2396,7 @@ class KafkaInDoubtMachine(_Machine):
     def marker(self) -> int | None: ...
 
 @final
-class PostgresInDoubtMachine(_Machine):
+class PostgresInDoubtMachine(_Machine[_PostgresInDoubtCommand]):
     """A PostgreSQL sink's commit whose outcome is unknown, resolved from
     ``laminar.sink_epochs``."""
 

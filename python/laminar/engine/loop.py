@@ -9,7 +9,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, TypeVar
+
+from typing_extensions import assert_never
 
 from laminar import _telemetry
 from laminar._core import Command, Event
@@ -22,19 +24,12 @@ from laminar.errors import (
     LaminarError,
 )
 
-__all__ = ["Machine", "drive", "failed_event", "now_ms", "perform_driver_side"]
+if TYPE_CHECKING:
+    from laminar._core import _DriverSideCommand, _Machine
 
+__all__ = ["drive", "failed_event", "now_ms", "perform_driver_side"]
 
-class Machine(Protocol):
-    """What `drive` needs of a machine (every ``*Machine`` of `laminar._core`)."""
-
-    def poll(self) -> Command | None: ...
-    def handle(self, event: Event) -> None: ...
-    @property
-    def end(self) -> str | None: ...
-    @property
-    def failure(self) -> tuple[str, str] | None: ...
-    def raise_refusal(self) -> None: ...
+_C = TypeVar("_C", bound=Command)
 
 
 def now_ms() -> int:
@@ -53,8 +48,9 @@ def failed_event(err: LaminarError) -> Event:
     return Event.failed("fatal", str(err))
 
 
-def drive(machine: Machine, perform: Callable[[Command], Event]) -> None:
-    """Run ``machine`` to its end, performing each command (docs/engine.md §1).
+def drive(machine: _Machine[_C], perform: Callable[[_C], Event]) -> None:
+    """Run ``machine`` to its end, performing each command (docs/engine.md §1); ``perform``
+    takes every kind of command the machine emits (the machine's type parameter says which).
 
     Raises the refusal the machine ended on (through the core's one error bridge), or the
     error of the command it failed on — the very exception ``perform`` raised. An exception
@@ -86,16 +82,16 @@ def drive(machine: Machine, perform: Callable[[Command], Event]) -> None:
         raise FatalError(f"protocol driver: {message}")
 
 
-def perform_driver_side(c: Command, log: logging.Logger) -> Event | None:
-    """The commands every driver performs alike — ``reached`` (a crash point), ``log``,
-    ``sleep`` — or None for any other."""
-    if c.kind == "reached":
-        assert c.point is not None
-        crash_point(c.point)
-    elif c.kind == "log":
-        log.log(logging.WARNING if c.level == "warning" else logging.INFO, "%s", c.message)
-    elif c.kind == "sleep":
-        time.sleep((c.ms or 0) / 1000)
-    else:
-        return None
+def perform_driver_side(c: _DriverSideCommand, log: logging.Logger) -> Event:
+    """The commands every driver performs alike: ``reached`` (a crash point), ``log``,
+    ``sleep``."""
+    match c:
+        case Command.Reached(point):
+            crash_point(point)
+        case Command.Log(level, message):
+            log.log(logging.WARNING if level == "warning" else logging.INFO, "%s", message)
+        case Command.Sleep(ms):
+            time.sleep(ms / 1000)
+        case _:
+            assert_never(c)
     return Event.ack()

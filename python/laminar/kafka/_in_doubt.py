@@ -5,12 +5,18 @@ its witness, the outcome reported to the sink's own machine (`SinkTransaction`).
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
+
+from typing_extensions import assert_never
 
 from laminar._core import Command, Event, KafkaInDoubtMachine, SinkTransaction
 from laminar.engine.loop import drive, now_ms, perform_driver_side
-from laminar.errors import FatalError, FencedError
+from laminar.errors import FencedError
 from laminar.kafka._clients import Clients
 from laminar.kafka._witness import Witness
+
+if TYPE_CHECKING:
+    from laminar._core import _KafkaInDoubtCommand
 
 __all__ = ["resolve_in_doubt"]
 
@@ -33,19 +39,20 @@ def resolve_in_doubt(
     commit_in_flight = rt.failed_operation == "commit" and rt.producer is not None
     machine = KafkaInDoubtMachine(sink_id, epoch, commit_in_flight)
 
-    def perform(c: Command) -> Event:
-        if (event := perform_driver_side(c, log)) is not None:
-            return event
-        if c.kind == "retry_commit":
-            clients.retrying("commit_transaction", epoch, commit_timeout_s)
-        elif c.kind == "abort_producer":
-            clients.abort_producer_quietly()
-        elif c.kind == "reinit_producer":
-            clients.reinit_producer()
-        elif c.kind == "read_marker":
-            return Event.marker(witness.read_marker(), now_ms())
-        else:
-            raise FatalError(f"in-doubt resolution: unexpected command {c.kind!r}")
+    def perform(c: _KafkaInDoubtCommand) -> Event:
+        match c:
+            case Command.Reached() | Command.Log() | Command.Sleep():
+                return perform_driver_side(c, log)
+            case Command.RetryCommit():
+                clients.retrying("commit_transaction", epoch, commit_timeout_s)
+            case Command.AbortProducer():
+                clients.abort_producer_quietly()
+            case Command.ReinitProducer():
+                clients.reinit_producer()
+            case Command.ReadMarker():
+                return Event.marker(witness.read_marker(), now_ms())
+            case _:
+                assert_never(c)
         return Event.ack()
 
     try:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
+from typing_extensions import assert_never
 
 from laminar._core import Command, Event, PostgresInDoubtMachine, SinkTransaction
 from laminar._faults import crash_point
@@ -30,6 +31,9 @@ from laminar.postgres._steps import (
 )
 from laminar.postgres._steps import commit_prepared as _commit_prepared
 from laminar.postgres._steps import rollback_prepared as _rollback_prepared
+
+if TYPE_CHECKING:
+    from laminar._core import _PostgresInDoubtCommand
 
 __all__ = ["Recovery"]
 
@@ -170,17 +174,19 @@ class Recovery:
         assert committed is not None  # the machine ended ok: it read laminar.sink_epochs
         return committed, last
 
-    def _perform(self, c: Command, conn: psycopg.Connection[Any]) -> Event:
+    def _perform(self, c: _PostgresInDoubtCommand, conn: psycopg.Connection[Any]) -> Event:
         """One command of the in-doubt machine, on ``conn``."""
-        if (event := perform_driver_side(c, log)) is not None:
-            return event
-        if c.kind in ("commit_prepared", "rollback_prepared"):
-            assert c.gid is not None
-            finish = _commit_prepared if c.kind == "commit_prepared" else _rollback_prepared
-            return Event.found(finish(conn, c.gid))
-        if c.kind == "read_sink_epochs":
-            return Event.progress([(self.sink_id, committed_epoch(conn, self.sink_id))])
-        raise FatalError(f"in-doubt resolution: unexpected command {c.kind!r}")
+        match c:
+            case Command.Reached() | Command.Log() | Command.Sleep():
+                return perform_driver_side(c, log)
+            case Command.CommitPrepared(gid):
+                return Event.found(_commit_prepared(conn, gid))
+            case Command.RollbackPrepared(gid):
+                return Event.found(_rollback_prepared(conn, gid))
+            case Command.ReadSinkEpochs():
+                return Event.progress([(self.sink_id, committed_epoch(conn, self.sink_id))])
+            case _:
+                assert_never(c)
 
     # -- any of this sink's gids ----------------------------------------------------------------
 

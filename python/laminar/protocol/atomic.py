@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import astuple
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import psycopg
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -36,7 +36,19 @@ from laminar.kafka.sink import KafkaSink
 from laminar.metadata import register_sink
 from laminar.postgres._errors import map_pg_error
 from laminar.postgres.sink import PostgresSink
-from laminar.protocol.distributed import DistributedDriver, participant_factory
+from laminar.protocol.distributed import (
+    DistributedDriver,
+    DistributedDriverCommand,
+    participant_factory,
+)
+from laminar.protocol.driver import pg_mapped
+
+if TYPE_CHECKING:
+    from laminar._core import _AtomicCommand
+
+#: What `AtomicGroup` performs: every command of its `AtomicGroupMachine` (the group's decision
+#: records, its PostgreSQL sinks, the scale-out tasks) and `DistributedDriverCommand`.
+AtomicDriverCommand: TypeAlias = "_AtomicCommand | DistributedDriverCommand"
 
 __all__ = [
     "AtomicGroup",
@@ -186,6 +198,8 @@ class AtomicGroup(DistributedDriver):
         self._batch: pa.Table | pa.RecordBatch | None = None
         self._kept: dict[str, list[Any]] = {}
         self._locked_at: float | None = None
+        #: The epoch of the decision being recorded (named if its commit is lost).
+        self._deciding: int | None = None
 
     # -- what the writer reads ------------------------------------------------------------------
 
@@ -336,56 +350,93 @@ class AtomicGroup(DistributedDriver):
 
     # -- the commands (docs/engine.md §3) -------------------------------------------------------
 
-    def _perform(self, c: Command) -> Event:
-        kind = c.kind
-        _trace.mark(kind)  # each step's start (docs/benchmarks.md)
-        if kind == "init_sink" and c.sink_id in self.postgres_by_id:
-            self.postgres_by_id[c.sink_id].init_transactions()
-            return Event.ack()
-        if kind == "sleep":
-            self._locked_at = None  # a retry: its commit is measured anew
-        if kind == "sink_prepare":
-            return Event.prepared(str(self.kafka_by_id[c.sink_id or ""].prepare_transaction()))
-        if kind == "sink_write":
-            sink = self.kafka_by_id[c.sink_id or ""]
-            kept = self._kept.setdefault(sink.sink_id, []) if c.keep else None
-            sink.write(self._data(), records_out=kept)
-            return Event.ack()
-        if kind in ("lock_table", "write_rows"):
-            return self._postgres(c, self.postgres_by_id[c.sink_id or ""])
-        if kind == "run_tasks":
-            return self._run_tasks(c)
-        decision = _DECISION_COMMANDS.get(kind)
-        if decision is not None:
-            return decision(self, self._connect(), c)
-        return super()._perform(c)
+    @pg_mapped
+    def perform(self, c: AtomicDriverCommand) -> Event:
+        """Perform ``c``: the group's own commands here, the rest in `DistributedDriver`."""
+        _trace.mark(c.kind)  # each step's start (docs/benchmarks.md)
+        match c:
+            case Command.InitSink(sink_id) if sink_id in self.postgres_by_id:
+                self.postgres_by_id[sink_id].init_transactions()
+                return Event.ack()
+            case Command.Sleep():
+                self._locked_at = None  # a retry: its commit is measured anew
+                return super().perform(c)
+            case Command.SinkPrepare(sink_id):
+                return Event.prepared(str(self.kafka_by_id[sink_id].prepare_transaction()))
+            case Command.SinkWrite(sink_id, _, keep):
+                sink = self.kafka_by_id[sink_id]
+                kept = self._kept.setdefault(sink.sink_id, []) if keep else None
+                sink.write(self._data(), records_out=kept)
+                return Event.ack()
+            case Command.LockTable(sink_id):
+                # the table locked until the decision, its definition checked and the COPY
+                # planned: an incompatible change is a ConfigError before any byte is sent
+                self.postgres_by_id[sink_id].check_in_transaction(
+                    self._connect(), self._data().schema
+                )
+                return Event.ack()
+            case Command.WriteRows(sink_id, epoch):
+                sink = self.postgres_by_id[sink_id]
+                written = sink.write_in_transaction(
+                    self._connect(), epoch, self._data(), checked=True
+                )
+                return Event.claimed(written is not None)
+            case Command.RunTasks(_, epoch):
+                return self._run_tasks(epoch)
+            case Command.RegisterGroup():
+                return self._register(self._connect())
+            case Command.ReadOwnership(registry_id, members):
+                found = _records.read_ownership(self._connect(), registry_id, members)
+                if found is None:
+                    raise ConfigError(f"{registry_id!r} is not registered in laminar.sinks")
+                return Event.ownership(*found)
+            case Command.SetOwner(sink_ids, owner, epoch_base):
+                conn = self._connect()
+                _records.set_owner(conn, sink_ids, owner, epoch_base)
+                conn.commit()
+                return Event.ack()
+            case Command.BumpGeneration():
+                conn = self._connect()
+                generation = _records.bump_generation(conn, self.group_id)
+                conn.commit()
+                return Event.generation(generation)
+            case Command.ReadGeneration():
+                return Event.generation(_records.read_generation(self._connect(), self.group_id))
+            case Command.LockGroup():
+                if self._locked_at is None:
+                    self._locked_at = time.perf_counter()
+                conn = self._connect()
+                return Event.generation(
+                    _records.lock_group(conn, self.group_id, self.last_commit_ms)
+                )
+            case Command.ReplaceRedo(transactional_id, epoch, keep):
+                kept = self._kept.get(transactional_id, []) if keep else None
+                _records.replace_redo(self._connect(), transactional_id, epoch, kept)
+                return Event.ack()
+            case Command.RecordDecision(tid, epoch, previous_epoch, prepared_state, group_id):
+                self._deciding = epoch
+                _records.record_decision(
+                    self._connect(), tid, epoch, previous_epoch, prepared_state, group_id
+                )
+                return Event.ack()
+            case Command.CommitDecision():
+                return self._commit_decision(self._connect())
+            case _:
+                return super().perform(c)
 
-    def _postgres(self, c: Command, sink: PostgresSink) -> Event:
-        data, conn = self._data(), self._connect()
-        if c.kind == "lock_table":
-            # the table locked until the decision, its definition checked and the COPY planned:
-            # an incompatible change is a ConfigError before any byte is sent anywhere
-            sink.check_in_transaction(conn, data.schema)
-            return Event.ack()
-        assert c.epoch is not None
-        return Event.claimed(
-            sink.write_in_transaction(conn, c.epoch, data, checked=True) is not None
-        )
-
-    def _run_tasks(self, c: Command) -> Event:
-        assert c.epoch is not None
+    def _run_tasks(self, epoch: int) -> Event:
         if self._tasks is None:
             raise FatalError(f"{self.what()}: tasks to run with no epoch written (a driver bug)")
         try:
-            results = list(self._tasks(c.epoch))
+            results = list(self._tasks(epoch))
         except LaminarError:
             raise
         except Exception as err:
             # a Spark job that failed: nothing is decided, the epoch is rolled back and retried
             raise AbortableError(
-                f"scale-out epoch {c.epoch} of group {self.group_id!r} failed before its "
+                f"scale-out epoch {epoch} of group {self.group_id!r} failed before its "
                 f"decision and was rolled back: {err}",
-                epoch=c.epoch,
+                epoch=epoch,
             ) from err
         return Event.task_results([astuple(r) for r in results])
 
@@ -394,7 +445,7 @@ class AtomicGroup(DistributedDriver):
             raise FatalError(f"{self.what()}: a write command with no batch (a driver bug)")
         return self._batch
 
-    def _register(self, conn: psycopg.Connection[Any], c: Command) -> Event:
+    def _register(self, conn: psycopg.Connection[Any]) -> Event:
         config = {"sinks": [s.sink_id for s in self.sinks], "redo": self.redo}
         register_sink(conn, self.group_id, GROUP_KIND, config)
         for k in self.kafka:
@@ -402,51 +453,8 @@ class AtomicGroup(DistributedDriver):
         conn.commit()
         return Event.ack()
 
-    def _read_ownership(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        assert c.registry_id is not None
-        found = _records.read_ownership(conn, c.registry_id, c.sink_ids or [])
-        if found is None:
-            raise ConfigError(f"{c.registry_id!r} is not registered in laminar.sinks")
-        return Event.ownership(*found)
-
-    def _set_owner(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        assert c.owner is not None
-        assert c.epoch_base is not None
-        _records.set_owner(conn, c.sink_ids or [], c.owner, c.epoch_base)
-        conn.commit()
-        return Event.ack()
-
-    def _bump_generation(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        generation = _records.bump_generation(conn, self.group_id)
-        conn.commit()
-        return Event.generation(generation)
-
-    def _read_generation(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        return Event.generation(_records.read_generation(conn, self.group_id))
-
-    def _lock_group(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        if self._locked_at is None:
-            self._locked_at = time.perf_counter()
-        return Event.generation(_records.lock_group(conn, self.group_id, self.last_commit_ms))
-
-    def _replace_redo(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        assert c.transactional_id is not None
-        assert c.epoch is not None
-        kept = self._kept.get(c.transactional_id, []) if c.keep else None
-        _records.replace_redo(conn, c.transactional_id, c.epoch, kept)
-        return Event.ack()
-
-    def _record_decision(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        assert c.transactional_id is not None
-        assert c.epoch is not None
-        assert c.prepared_state is not None
-        assert c.group_id is not None
-        _records.record_decision(
-            conn, c.transactional_id, c.epoch, c.previous_epoch, c.prepared_state, c.group_id
-        )
-        return Event.ack()
-
-    def _commit_decision(self, conn: psycopg.Connection[Any], c: Command) -> Event:
+    def _commit_decision(self, conn: psycopg.Connection[Any]) -> Event:
+        epoch = self._deciding
         try:
             conn.commit()
         except psycopg.Error as e:
@@ -454,8 +462,8 @@ class AtomicGroup(DistributedDriver):
                 # the answer is lost, not the decision: the machine reads it back
                 raise InDoubtError(
                     f"{self.what()}: the connection was lost during the decision of epoch "
-                    f"{c.epoch}; its outcome is read back",
-                    epoch=c.epoch,
+                    f"{epoch}; its outcome is read back",
+                    epoch=epoch,
                 ) from e
             raise
         return Event.ack()
@@ -483,22 +491,6 @@ class AtomicGroup(DistributedDriver):
             retry_backoff_ms=self._backoff_ms,
             scale_out=self.scale_out,
         )
-
-
-_Handler = Callable[[AtomicGroup, psycopg.Connection[Any], Command], Event]
-
-#: The group's own commands on the decision connection (the rest: `KafkaDriver`).
-_DECISION_COMMANDS: dict[str, _Handler] = {
-    "register_group": AtomicGroup._register,
-    "read_ownership": AtomicGroup._read_ownership,
-    "set_owner": AtomicGroup._set_owner,
-    "bump_generation": AtomicGroup._bump_generation,
-    "lock_group": AtomicGroup._lock_group,
-    "read_generation": AtomicGroup._read_generation,
-    "replace_redo": AtomicGroup._replace_redo,
-    "record_decision": AtomicGroup._record_decision,
-    "commit_decision": AtomicGroup._commit_decision,
-}
 
 
 def _kafka_registry_config(sink: KafkaSink) -> dict[str, Any]:

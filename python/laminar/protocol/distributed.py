@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import psycopg
+from typing_extensions import assert_never
 
 from laminar._core import Command, Event, participant_base
 from laminar.engine import records as _records
@@ -32,10 +33,18 @@ from laminar.postgres._steps import (
     rollback_prepared,
 )
 from laminar.postgres.sink import PostgresSink
-from laminar.protocol.driver import KafkaDriver
+from laminar.protocol.driver import KafkaDriver, KafkaDriverCommand, pg_mapped
+
+if TYPE_CHECKING:
+    from laminar._core import _DistributedCommand
+
+#: What `DistributedDriver` performs: `KafkaDriverCommand` and the distributed protocol's
+#: (every command of `WatcherPassMachine` and `ResolveMachine`).
+DistributedDriverCommand: TypeAlias = "KafkaDriverCommand | _DistributedCommand"
 
 __all__ = [
     "DistributedDriver",
+    "DistributedDriverCommand",
     "KafkaSinkLookup",
     "kafka_participant",
     "participant_factory",
@@ -133,124 +142,104 @@ class DistributedDriver(KafkaDriver):
             return self._lookup(tid)
         return super().kafka_sink(tid)
 
-    def _records(self, c: Command) -> Event:
-        handler = _DT_COMMANDS.get(c.kind)
-        if handler is None:
-            return super()._records(c)
-        conn = self.connect()
-        idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        event = handler(self, conn, c)
-        if idle and not c.for_share and c.kind not in _LEFT_OPEN:
-            conn.commit()
-        return event
+    @pg_mapped
+    def perform(self, c: DistributedDriverCommand) -> Event:
+        """Perform ``c``: the distributed protocol's records here, the rest in `KafkaDriver`."""
+        match c:
+            case Command.CommitPrepared(gid):
+                # outside any transaction (PostgreSQL's own)
+                return Event.found(commit_prepared(self.connect(), gid))
+            case Command.RollbackPrepared(gid):
+                return Event.found(rollback_prepared(self.connect(), gid))
+            case Command.FenceProducer(transactional_id):
+                sink = self.kafka_sink(transactional_id)
+                if sink is None:
+                    return Event.missing()
+                sink.init_transactions()  # a fresh producer aborts what the participant left open
+                sink.close()
+                return Event.ack()
+            case Command.ReadStopFence(group_id):
+                # its lock covers the record's creation: the ``commit`` that follows ends it
+                return Event.stop_fence(*_records.read_stop_fence(self.connect(), group_id))
+            case Command.ReadDtState(dtid, for_share) if for_share:
+                # the task's claim: its transaction is ended by the claim's commit
+                state = _records.read_dt_state(self.connect(), dtid, for_share=True)
+                return Event.dt_state(state)  # type: ignore[arg-type]
+            case (
+                Command.CreateDt()
+                | Command.SetDtState()
+                | Command.ReadDtState()
+                | Command.ConcludeDt()
+                | Command.ReadDtStates()
+                | Command.ReadParticipants()
+                | Command.ReadParticipantDecisions()
+                | Command.MarkParticipants()
+                | Command.ClaimEpoch()
+                | Command.ListPrepared()
+                | Command.RewriteDecision()
+            ):
+                conn = self.connect()
+                idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                event = self._record(conn, c)
+                if idle:
+                    conn.commit()  # a statement on its own; inside a transaction: left to it
+                return event
+            case _:
+                return super().perform(c)
 
-    def _create_dt(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        assert c.dtid is not None
-        assert c.group_id is not None
-        assert c.epoch is not None
-        return Event.applied(_records.create_dt(conn, c.dtid, c.group_id, c.epoch))
-
-    def _read_stop_fence(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        assert c.group_id is not None
-        epoch, writer = _records.read_stop_fence(conn, c.group_id)
-        return Event.stop_fence(epoch, writer)
-
-    def _set_dt_state(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        assert c.dtid is not None
-        assert c.from_state is not None
-        assert c.to_state is not None
-        applied = _records.set_dt_state(conn, c.dtid, c.from_state, c.to_state, c.message or "")
-        return Event.applied(applied)
-
-    def _read_dt_state(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        assert c.dtid is not None
-        state = _records.read_dt_state(conn, c.dtid, for_share=bool(c.for_share))
-        return Event.dt_state(state)  # type: ignore[arg-type]
-
-    def _conclude_dt(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        assert c.dtid is not None
-        return Event.applied(_records.conclude_dt(conn, c.dtid, c.from_state))
-
-    def _read_dt_states(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        return Event.dt_rows(_records.read_dt_states(conn, c.group_id))  # type: ignore[arg-type]
-
-    def _read_participants(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        assert c.dtid is not None
-        return Event.participants(_records.read_participants(conn, c.dtid))  # type: ignore[arg-type]
-
-    def _read_participant_decisions(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        rows = _records.read_participant_decisions(conn)
-        return Event.participant_decisions(rows)  # type: ignore[arg-type]
-
-    def _mark_participants(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        assert c.dtid is not None
-        assert c.state is not None
-        _records.mark_participants(conn, c.dtid, c.names or [], c.state)
-        return Event.ack()
-
-    def _claim_epoch(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        assert c.sink_id is not None
-        assert c.epoch is not None
-        claimed = claim_epoch(conn, c.sink_id, c.epoch)
-        if claimed:
-            record_epoch_totals(conn, c.sink_id, int(c.row_count or 0), 0)
-        return Event.claimed(claimed)
-
-    def _list_prepared(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        return Event.prepared_list(
-            [(p.gid, p.sink_id, p.epoch, p.age_s) for p in list_prepared(conn)]
-        )
-
-    def _commit_prepared(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        assert c.gid is not None
-        return Event.found(commit_prepared(conn, c.gid))
-
-    def _rollback_prepared(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        assert c.gid is not None
-        return Event.found(rollback_prepared(conn, c.gid))
-
-    def _rewrite_decision(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        assert c.transactional_id is not None
-        assert c.epoch is not None
-        assert c.prepared_state is not None
-        _records.rewrite_decision(
-            conn, c.transactional_id, c.epoch, c.previous_epoch, c.prepared_state
-        )
-        return Event.ack()
-
-    def _fence_producer(self, conn: psycopg.Connection[Any], c: Command) -> Event:
-        assert c.transactional_id is not None
-        sink = self.kafka_sink(c.transactional_id)
-        if sink is None:
-            return Event.missing()
-        sink.init_transactions()  # a fresh producer aborts what the participant left open
-        sink.close()
-        return Event.ack()
+    def _record(self, conn: psycopg.Connection[Any], c: _DtRecordCommand) -> Event:
+        """A statement on the distributed protocol's records (or ``pg_prepared_xacts``)."""
+        match c:
+            case Command.CreateDt(dtid, group_id, epoch):
+                return Event.applied(_records.create_dt(conn, dtid, group_id, epoch))
+            case Command.SetDtState(dtid, from_state, to_state, message):
+                return Event.applied(
+                    _records.set_dt_state(conn, dtid, from_state, to_state, message)
+                )
+            case Command.ReadDtState(dtid):
+                state = _records.read_dt_state(conn, dtid, for_share=False)
+                return Event.dt_state(state)  # type: ignore[arg-type]
+            case Command.ConcludeDt(dtid, from_state):
+                return Event.applied(_records.conclude_dt(conn, dtid, from_state))
+            case Command.ReadDtStates(group_id):
+                return Event.dt_rows(_records.read_dt_states(conn, group_id))  # type: ignore[arg-type]
+            case Command.ReadParticipants(dtid):
+                return Event.participants(_records.read_participants(conn, dtid))  # type: ignore[arg-type]
+            case Command.ReadParticipantDecisions():
+                rows = _records.read_participant_decisions(conn)
+                return Event.participant_decisions(rows)  # type: ignore[arg-type]
+            case Command.MarkParticipants(dtid, names, state):
+                _records.mark_participants(conn, dtid, names, state)
+                return Event.ack()
+            case Command.ClaimEpoch(sink_id, epoch, row_count):
+                claimed = claim_epoch(conn, sink_id, epoch)
+                if claimed:
+                    record_epoch_totals(conn, sink_id, row_count, 0)
+                return Event.claimed(claimed)
+            case Command.ListPrepared():
+                return Event.prepared_list(
+                    [(p.gid, p.sink_id, p.epoch, p.age_s) for p in list_prepared(conn)]
+                )
+            case Command.RewriteDecision(transactional_id, epoch, previous_epoch, prepared_state):
+                _records.rewrite_decision(
+                    conn, transactional_id, epoch, previous_epoch, prepared_state
+                )
+                return Event.ack()
+            case _:
+                assert_never(c)
 
 
-_Handler = Callable[[DistributedDriver, psycopg.Connection[Any], Command], Event]
-
-_DT_COMMANDS: dict[str, _Handler] = {
-    "read_stop_fence": DistributedDriver._read_stop_fence,
-    "create_dt": DistributedDriver._create_dt,
-    "set_dt_state": DistributedDriver._set_dt_state,
-    "read_dt_state": DistributedDriver._read_dt_state,
-    "conclude_dt": DistributedDriver._conclude_dt,
-    "read_dt_states": DistributedDriver._read_dt_states,
-    "read_participants": DistributedDriver._read_participants,
-    "read_participant_decisions": DistributedDriver._read_participant_decisions,
-    "mark_participants": DistributedDriver._mark_participants,
-    "claim_epoch": DistributedDriver._claim_epoch,
-    "list_prepared": DistributedDriver._list_prepared,
-    "commit_prepared": DistributedDriver._commit_prepared,
-    "rollback_prepared": DistributedDriver._rollback_prepared,
-    "fence_producer": DistributedDriver._fence_producer,
-    "rewrite_decision": DistributedDriver._rewrite_decision,
-}
-
-#: Commands that run outside any transaction themselves (nothing to commit after them).
-_OUTSIDE_TRANSACTIONS = frozenset({"commit_prepared", "rollback_prepared", "fence_producer"})
-
-#: Commands whose transaction is left open after them: those that run outside any transaction
-#: themselves, and the fence read (its lock covers the record's creation, ended by a ``commit``).
-_LEFT_OPEN = _OUTSIDE_TRANSACTIONS | {"read_stop_fence"}
+if TYPE_CHECKING:
+    _DtRecordCommand: TypeAlias = (
+        Command.CreateDt
+        | Command.SetDtState
+        | Command.ReadDtState
+        | Command.ConcludeDt
+        | Command.ReadDtStates
+        | Command.ReadParticipants
+        | Command.ReadParticipantDecisions
+        | Command.MarkParticipants
+        | Command.ClaimEpoch
+        | Command.ListPrepared
+        | Command.RewriteDecision
+    )

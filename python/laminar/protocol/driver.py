@@ -8,17 +8,19 @@ loop.drive` (docs/engine.md §1); the driver decides nothing.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
+from typing_extensions import assert_never
 
 from laminar._core import Command, Event
 from laminar.engine import records as _records
 from laminar.engine.loop import now_ms, perform_driver_side
-from laminar.errors import FatalError, LaminarError
+from laminar.errors import LaminarError
 from laminar.kafka._redo import produce_blob
 from laminar.kafka._stalls import request_timeout_s, setup_timeout_s
 from laminar.kafka.log import (
@@ -29,7 +31,35 @@ from laminar.kafka.log import (
 )
 from laminar.postgres._errors import map_pg_error
 
-__all__ = ["KafkaDriver", "end_txn"]
+if TYPE_CHECKING:
+    from laminar._core import _DriverSideCommand, _KafkaSinkCommand, _RecordsCommand
+
+#: What `KafkaDriver` performs: every command of `KafkaRecoveryMachine`, and those of the other
+#: Kafka-facing machines that its subclasses share.
+KafkaDriverCommand: TypeAlias = (
+    "_DriverSideCommand | Command.Commit | Command.Rollback | _KafkaSinkCommand | _RecordsCommand"
+)
+
+__all__ = ["KafkaDriver", "KafkaDriverCommand", "end_txn", "pg_mapped"]
+
+_D = TypeVar("_D", bound="KafkaDriver")
+_C = TypeVar("_C", bound=Command)
+
+
+def pg_mapped(perform: Callable[[_D, _C], Event]) -> Callable[[_D, _C], Event]:
+    """A driver's ``perform`` whose psycopg errors become `laminar.errors` (`map_pg_error`),
+    named after the command and the driver."""
+
+    @functools.wraps(perform)
+    def mapped(driver: _D, command: _C) -> Event:
+        try:
+            return perform(driver, command)
+        except psycopg.Error as e:
+            epoch = getattr(command, "epoch", None)
+            what = f"{command.kind.replace('_', ' ')} ({driver.what()})"
+            raise map_pg_error(e, what, epoch=epoch) from e
+
+    return mapped
 
 
 def end_txn(
@@ -109,14 +139,38 @@ class KafkaDriver:
         #: Wire clients kept for the next ``end_txn`` (`close_clients`); None: one per call.
         self.end_txn_clients: dict[Any, KafkaLogClient] | None = None
 
-    def perform(self, command: Command) -> Event:
-        """Perform ``command``; psycopg errors become `laminar.errors` (`map_pg_error`)."""
-        try:
-            return self._perform(command)
-        except psycopg.Error as e:
-            raise map_pg_error(
-                e, f"{command.kind.replace('_', ' ')} ({self.what()})", epoch=command.epoch
-            ) from e
+    @pg_mapped
+    def perform(self, c: KafkaDriverCommand) -> Event:
+        """Perform ``c``; psycopg errors become `laminar.errors` (`map_pg_error`). Subclasses
+        perform their own commands and hand the rest here."""
+        match c:
+            case Command.Reached() | Command.Log() | Command.Sleep():
+                return perform_driver_side(c, self.log)
+            case Command.Commit():
+                return self._end_transaction(commit=True)
+            case Command.Rollback():
+                return self._end_transaction(commit=False)
+            case (
+                Command.InitSink()
+                | Command.KnownEpoch()
+                | Command.ReadMarker()
+                | Command.SinkBegin()
+                | Command.SinkCommit()
+                | Command.SinkAbort()
+                | Command.ProduceRedo()
+                | Command.EndTxn()
+            ):
+                return self._kafka(c)
+            case (
+                Command.ReadSinkEpochs()
+                | Command.ReadDecisions()
+                | Command.RedoExists()
+                | Command.ReadRedo()
+                | Command.DeleteRedo()
+            ):
+                return self._records(c)
+            case _:
+                assert_never(c)
 
     def what(self) -> str:
         """What the driver runs, for error messages."""
@@ -132,114 +186,84 @@ class KafkaDriver:
         """The sink a Kafka command names (None: the driver has no configuration for it)."""
         return self.kafka_by_id.get(sink_id)
 
-    def _perform(self, c: Command) -> Event:
-        kind = c.kind
-        done = perform_driver_side(c, self.log)
-        if done is not None:
-            return done
-        if kind in ("commit", "rollback"):
-            return self._end_transaction(commit=kind == "commit")
-        if kind in _KAFKA_COMMANDS:
-            sink = self.kafka_sink(c.sink_id or c.transactional_id or "")
-            if sink is None:
-                return Event.missing()
-            return self._kafka(c, sink)
-        return self._records(c)
-
     def _end_transaction(self, *, commit: bool) -> Event:
         conn = self.connect()
         with contextlib.suppress(psycopg.Error):
             conn.commit() if commit else conn.rollback()
         return Event.ack()
 
-    def _kafka(self, c: Command, sink: Any) -> Event:
-        kind, epoch = c.kind, c.epoch
-        if kind == "init_sink":
-            if self.init is not None:
-                self.init(sink)
-            else:
-                sink.init_transactions()
-        elif kind == "known_epoch":
-            return Event.marker(sink.tracker.last_committed_epoch, now_ms())
-        elif kind == "read_marker":
-            return Event.marker(sink.last_committed_epoch(), now_ms())
-        elif kind == "sink_begin":
-            assert epoch is not None
-            return Event.began(bool(sink.begin_transaction(epoch)))
-        elif kind == "sink_commit":
-            assert epoch is not None
-            sink.commit_transaction(epoch)
-        elif kind == "sink_abort":
-            # best effort: an abort that fails is cleaned up by the next fencing
-            if sink.transaction_state.holds_transaction():
-                try:
-                    sink.abort_transaction(epoch)
-                except LaminarError as err:
-                    self.log.warning("sink %s: abort of epoch %s failed: %s", c.sink_id, epoch, err)
-        elif kind == "produce_redo":
-            assert c.blob is not None
-            produce_blob(sink, self.blobs[c.blob])
-        elif kind == "end_txn":
-            assert c.transactional_id is not None
-            why = end_txn(
-                sink.client_settings().bootstrap_servers,
-                sink.client_settings().producer_config,
-                c.transactional_id,
-                int(c.producer_id or 0),
-                int(c.producer_epoch or 0),
-                timeout_s=sink.client_settings().commit_timeout_s,
-                clients=self.end_txn_clients,
-            )
-            return Event.end_txn(why)
+    def _kafka(self, c: _KafkaSinkCommand) -> Event:
+        sink = self.kafka_sink(c.transactional_id if isinstance(c, Command.EndTxn) else c.sink_id)
+        if sink is None:
+            return Event.missing()
+        match c:
+            case Command.InitSink():
+                if self.init is not None:
+                    self.init(sink)
+                else:
+                    sink.init_transactions()
+            case Command.KnownEpoch():
+                return Event.marker(sink.tracker.last_committed_epoch, now_ms())
+            case Command.ReadMarker():
+                return Event.marker(sink.last_committed_epoch(), now_ms())
+            case Command.SinkBegin(_, epoch):
+                return Event.began(bool(sink.begin_transaction(epoch)))
+            case Command.SinkCommit(_, epoch):
+                sink.commit_transaction(epoch)
+            case Command.SinkAbort(sink_id, epoch):
+                # best effort: an abort that fails is cleaned up by the next fencing
+                if sink.transaction_state.holds_transaction():
+                    try:
+                        sink.abort_transaction(epoch)
+                    except LaminarError as err:
+                        self.log.warning(
+                            "sink %s: abort of epoch %s failed: %s", sink_id, epoch, err
+                        )
+            case Command.ProduceRedo(blob=blob):
+                produce_blob(sink, self.blobs[blob])
+            case Command.EndTxn(transactional_id, producer_id, producer_epoch):
+                settings = sink.client_settings()
+                why = end_txn(
+                    settings.bootstrap_servers,
+                    settings.producer_config,
+                    transactional_id,
+                    producer_id,
+                    producer_epoch,
+                    timeout_s=settings.commit_timeout_s,
+                    clients=self.end_txn_clients,
+                )
+                return Event.end_txn(why)
+            case _:
+                assert_never(c)
         return Event.ack()
 
-    def _records(self, c: Command) -> Event:
+    def _records(self, c: _RecordsCommand) -> Event:
         conn = self.connect()
-        kind = c.kind
         idle = _idle(conn)
-        if kind == "read_sink_epochs":
-            event = Event.progress(_records.read_sink_epochs(conn, c.sink_ids or []))
-        elif kind == "read_decisions":
-            rows = _records.read_decisions(conn, c.sink_ids, group_id=c.group_id)
-            for row in rows:
-                sink = self.kafka_by_id.get(row.transactional_id)
-                if sink is not None:
-                    # a decision row proves the sink has written: lost marker and identity
-                    # groups must not make it look new (docs/protocol.md §1)
-                    sink.recorded_history = (
-                        f"laminar.txn_state records its decided epoch {row.epoch}"
-                    )
-            event = Event.decisions([r.event_row() for r in rows])
-        elif kind == "redo_exists":
-            assert c.transactional_id is not None
-            assert c.epoch is not None
-            event = Event.found(_records.redo_exists(conn, c.transactional_id, c.epoch))
-        elif kind == "read_redo":
-            assert c.transactional_id is not None
-            assert c.epoch is not None
-            self.blobs = _records.read_redo(conn, c.transactional_id, c.epoch)
-            event = Event.redo_read(len(self.blobs))
-        elif kind == "delete_redo":
-            assert c.transactional_id is not None
-            assert c.up_to is not None
-            _records.delete_redo(conn, c.transactional_id, c.up_to)
-            event = Event.ack()
-        else:
-            raise FatalError(f"protocol driver: {self.what()} cannot perform {kind!r}")
+        match c:
+            case Command.ReadSinkEpochs(sink_ids):
+                event = Event.progress(_records.read_sink_epochs(conn, sink_ids))
+            case Command.ReadDecisions(sink_ids, group_id):
+                rows = _records.read_decisions(conn, sink_ids, group_id=group_id)
+                for row in rows:
+                    sink = self.kafka_by_id.get(row.transactional_id)
+                    if sink is not None:
+                        # a decision row proves the sink has written: lost marker and identity
+                        # groups must not make it look new (docs/protocol.md §1)
+                        sink.recorded_history = (
+                            f"laminar.txn_state records its decided epoch {row.epoch}"
+                        )
+                event = Event.decisions([r.event_row() for r in rows])
+            case Command.RedoExists(transactional_id, epoch):
+                event = Event.found(_records.redo_exists(conn, transactional_id, epoch))
+            case Command.ReadRedo(transactional_id, epoch):
+                self.blobs = _records.read_redo(conn, transactional_id, epoch)
+                event = Event.redo_read(len(self.blobs))
+            case Command.DeleteRedo(transactional_id, up_to):
+                _records.delete_redo(conn, transactional_id, up_to)
+                event = Event.ack()
+            case _:
+                assert_never(c)
         if idle:
             conn.commit()  # a read or delete on its own: no transaction left open
         return event
-
-
-_KAFKA_COMMANDS = frozenset(
-    {
-        "init_sink",
-        "known_epoch",
-        "read_marker",
-        "sink_begin",
-        "sink_commit",
-        "sink_abort",
-        "produce_redo",
-        "end_txn",
-    }
-)

@@ -26,7 +26,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import psycopg
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -51,11 +51,20 @@ from laminar.postgres._errors import map_pg_error
 from laminar.postgres.sink import PostgresSink
 from laminar.protocol.distributed import (
     DistributedDriver,
+    DistributedDriverCommand,
     KafkaSinkLookup,
     kafka_participant,
     participant_factory,
     postgres_participant,
 )
+from laminar.protocol.driver import pg_mapped
+
+if TYPE_CHECKING:
+    from laminar._core import _TaskCommand
+
+#: What a task attempt's driver performs: every command of `ScaleOutTaskMachine` (its control
+#: connection, the participants, the partition's batches) and `DistributedDriverCommand`.
+TaskDriverCommand: TypeAlias = "_TaskCommand | DistributedDriverCommand"
 
 __all__ = [
     "RESULT_SCHEMA",
@@ -293,33 +302,33 @@ class _TaskDriver(DistributedDriver):
                 raise map_pg_error(e, f"scale-out task {self.part}: connecting") from e
         return self.conn
 
-    def _perform(self, c: Command) -> Event:
-        kind = c.kind
-        _trace.mark(kind, part=self.part)  # each step's start (docs/benchmarks.md)
-        if kind == "lock_partition":
-            assert c.key is not None
-            conn = self._connect()
-            _records.lock_partition(conn, c.key)
-            conn.commit()  # a session lock: it outlives the transaction
-            return Event.ack()
-        if kind == "claim_participants":
-            assert c.dtid is not None
-            conn = self._connect()
-            _records.claim_participants(conn, c.dtid, c.participants or [])
-            conn.commit()  # the claim, with the record's FOR SHARE read before it
-            return Event.ack()
-        if kind == "peek_partition":
-            self.first = next((b for b in self.batches if b.num_rows > 0), None)
-            return Event.found(self.first is not None)
-        if kind == "write_partition":
-            return Event.rows(self._write())
-        if kind == "sink_prepare":
-            sink = self.participants[c.sink_id or ""]
-            return Event.prepared(str(sink.prepare_transaction()))
-        if kind == "release_participants":
-            self._release(prepared=bool(c.prepared))
-            return Event.ack()
-        return super()._perform(c)
+    @pg_mapped
+    def perform(self, c: TaskDriverCommand) -> Event:
+        """Perform ``c``: the task's own commands here, the rest in `DistributedDriver`."""
+        _trace.mark(c.kind, part=self.part)  # each step's start (docs/benchmarks.md)
+        match c:
+            case Command.LockPartition(key):
+                conn = self._connect()
+                _records.lock_partition(conn, key)
+                conn.commit()  # a session lock: it outlives the transaction
+                return Event.ack()
+            case Command.ClaimParticipants(dtid, participants):
+                conn = self._connect()
+                _records.claim_participants(conn, dtid, participants)
+                conn.commit()  # the claim, with the record's FOR SHARE read before it
+                return Event.ack()
+            case Command.PeekPartition():
+                self.first = next((b for b in self.batches if b.num_rows > 0), None)
+                return Event.found(self.first is not None)
+            case Command.WritePartition():
+                return Event.rows(self._write())
+            case Command.SinkPrepare(sink_id):
+                return Event.prepared(str(self.participants[sink_id].prepare_transaction()))
+            case Command.ReleaseParticipants(prepared):
+                self._release(prepared=prepared)
+                return Event.ack()
+            case _:
+                return super().perform(c)
 
     def _write(self) -> int:
         count = nbytes = 0

@@ -9,11 +9,15 @@ the writer's retries. This driver only calls the sink (docs/engine.md §2, "sing
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from typing_extensions import assert_never
 
 from laminar._core import Command, Event, SingleEpochMachine
 from laminar.engine.loop import drive, now_ms, perform_driver_side
-from laminar.errors import FatalError
+
+if TYPE_CHECKING:
+    from laminar._core import _SingleCommand
 
 __all__ = ["write_single"]
 
@@ -40,24 +44,24 @@ def write_single(
         retry_backoff_ms=round(retry_backoff_s * 1000),
     )
 
-    def perform(c: Command) -> Event:
-        done = perform_driver_side(c, log)
-        if done is not None:
-            return done
-        if c.kind == "sink_begin":
-            return Event.began(bool(sink.begin_transaction(epoch)))
-        if c.kind == "sink_write":
-            sink.write(batch)
-        elif c.kind == "sink_commit":
-            # one sink needs no vote: it commits in one phase (Active -> Committing)
-            sink.commit_transaction(epoch)
-        elif c.kind == "sink_abort":
-            if sink.transaction_state.holds_transaction():
-                sink.abort_transaction(epoch)
-        elif c.kind == "sink_recover":
-            return Event.marker(sink.recover(), now_ms())
-        else:
-            raise FatalError(f"protocol driver: a lone sink cannot perform {c.kind!r}")
+    def perform(c: _SingleCommand) -> Event:
+        match c:
+            case Command.Reached() | Command.Log() | Command.Sleep():
+                return perform_driver_side(c, log)
+            case Command.SinkBegin():
+                return Event.began(bool(sink.begin_transaction(epoch)))
+            case Command.SinkWrite():
+                sink.write(batch)
+            case Command.SinkCommit():
+                # one sink needs no vote: it commits in one phase (Active -> Committing)
+                sink.commit_transaction(epoch)
+            case Command.SinkAbort():
+                if sink.transaction_state.holds_transaction():
+                    sink.abort_transaction(epoch)
+            case Command.SinkRecover():
+                return Event.marker(sink.recover(), now_ms())
+            case _:
+                assert_never(c)
         return Event.ack()
 
     drive(machine, perform)

@@ -68,8 +68,8 @@ pub mod watcher;
 mod sim;
 
 pub use command::{
-    Command, DtRow, Event, LogLevel, ParticipantKind, ParticipantResult, ParticipantRow,
-    PreparedGid, ResultStatus,
+    Command, CommandKind, DtRow, Event, LogLevel, ParticipantKind, ParticipantResult,
+    ParticipantRow, PreparedGid, ResultStatus,
 };
 pub use crash::{CrashPoint, Protocol};
 pub use failure::{Failure, FailureKind};

@@ -18,7 +18,14 @@ use crate::protocol::{Epoch, gid, names, records, retry};
 use crate::protocol::{Refusal, RefusalKind};
 
 /// A crash point (see `_core.pyi`).
-#[pyclass(module = "laminar._core", name = "CrashPoint", frozen, eq, hash)]
+#[pyclass(
+    module = "laminar._core",
+    name = "CrashPoint",
+    frozen,
+    eq,
+    hash,
+    from_py_object
+)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PyCrashPoint(pub CrashPoint);
 

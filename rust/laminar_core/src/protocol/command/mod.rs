@@ -280,66 +280,127 @@ pub enum Command {
     ReleaseParticipants { prepared: bool },
 }
 
-impl Command {
+/// Which command a [`Command`] is, without its fields: its name and the step of an epoch it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CommandKind {
+    Reached,
+    Sleep,
+    Log,
+    InitSink,
+    KnownEpoch,
+    SinkBegin,
+    SinkWrite,
+    SinkPrepare,
+    SinkCommit,
+    SinkAbort,
+    SinkRecover,
+    RetryCommit,
+    AbortProducer,
+    ReinitProducer,
+    ReadMarker,
+    ProduceRedo,
+    EndTxn,
+    FenceProducer,
+    RegisterGroup,
+    ReadSinkEpochs,
+    ReadOwnership,
+    SetOwner,
+    Commit,
+    Rollback,
+    BumpGeneration,
+    LockGroup,
+    ReadGeneration,
+    LockTable,
+    WriteRows,
+    ReplaceRedo,
+    RecordDecision,
+    RewriteDecision,
+    CommitDecision,
+    ReadDecisions,
+    RedoExists,
+    ReadRedo,
+    DeleteRedo,
+    ReadStopFence,
+    CreateDt,
+    SetDtState,
+    ReadDtState,
+    ConcludeDt,
+    ReadDtStates,
+    ReadParticipants,
+    ReadParticipantDecisions,
+    RunTasks,
+    ClaimEpoch,
+    MarkParticipants,
+    ListPrepared,
+    CommitPrepared,
+    RollbackPrepared,
+    LockPartition,
+    ClaimParticipants,
+    PeekPartition,
+    WritePartition,
+    ReleaseParticipants,
+}
+
+impl CommandKind {
     /// The command's name (snake_case), as [`CrashPoint::after`] and the drivers use it.
-    pub fn kind(&self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
-            Command::Reached { .. } => "reached",
-            Command::Sleep { .. } => "sleep",
-            Command::Log { .. } => "log",
-            Command::InitSink { .. } => "init_sink",
-            Command::KnownEpoch { .. } => "known_epoch",
-            Command::SinkBegin { .. } => "sink_begin",
-            Command::SinkWrite { .. } => "sink_write",
-            Command::SinkPrepare { .. } => "sink_prepare",
-            Command::SinkCommit { .. } => "sink_commit",
-            Command::SinkAbort { .. } => "sink_abort",
-            Command::SinkRecover { .. } => "sink_recover",
-            Command::RetryCommit { .. } => "retry_commit",
-            Command::AbortProducer { .. } => "abort_producer",
-            Command::ReinitProducer { .. } => "reinit_producer",
-            Command::ReadMarker { .. } => "read_marker",
-            Command::ProduceRedo { .. } => "produce_redo",
-            Command::EndTxn { .. } => "end_txn",
-            Command::FenceProducer { .. } => "fence_producer",
-            Command::RegisterGroup { .. } => "register_group",
-            Command::ReadSinkEpochs { .. } => "read_sink_epochs",
-            Command::ReadOwnership { .. } => "read_ownership",
-            Command::SetOwner { .. } => "set_owner",
-            Command::Commit => "commit",
-            Command::Rollback => "rollback",
-            Command::BumpGeneration { .. } => "bump_generation",
-            Command::LockGroup { .. } => "lock_group",
-            Command::ReadGeneration { .. } => "read_generation",
-            Command::LockTable { .. } => "lock_table",
-            Command::WriteRows { .. } => "write_rows",
-            Command::ReplaceRedo { .. } => "replace_redo",
-            Command::RecordDecision { .. } => "record_decision",
-            Command::RewriteDecision { .. } => "rewrite_decision",
-            Command::CommitDecision => "commit_decision",
-            Command::ReadDecisions { .. } => "read_decisions",
-            Command::RedoExists { .. } => "redo_exists",
-            Command::ReadRedo { .. } => "read_redo",
-            Command::DeleteRedo { .. } => "delete_redo",
-            Command::ReadStopFence { .. } => "read_stop_fence",
-            Command::CreateDt { .. } => "create_dt",
-            Command::SetDtState { .. } => "set_dt_state",
-            Command::ReadDtState { .. } => "read_dt_state",
-            Command::ConcludeDt { .. } => "conclude_dt",
-            Command::ReadDtStates { .. } => "read_dt_states",
-            Command::ReadParticipants { .. } => "read_participants",
-            Command::ReadParticipantDecisions => "read_participant_decisions",
-            Command::RunTasks { .. } => "run_tasks",
-            Command::ClaimEpoch { .. } => "claim_epoch",
-            Command::MarkParticipants { .. } => "mark_participants",
-            Command::ListPrepared => "list_prepared",
-            Command::CommitPrepared { .. } => "commit_prepared",
-            Command::RollbackPrepared { .. } => "rollback_prepared",
-            Command::LockPartition { .. } => "lock_partition",
-            Command::ClaimParticipants { .. } => "claim_participants",
-            Command::PeekPartition => "peek_partition",
-            Command::WritePartition => "write_partition",
-            Command::ReleaseParticipants { .. } => "release_participants",
+            CommandKind::Reached => "reached",
+            CommandKind::Sleep => "sleep",
+            CommandKind::Log => "log",
+            CommandKind::InitSink => "init_sink",
+            CommandKind::KnownEpoch => "known_epoch",
+            CommandKind::SinkBegin => "sink_begin",
+            CommandKind::SinkWrite => "sink_write",
+            CommandKind::SinkPrepare => "sink_prepare",
+            CommandKind::SinkCommit => "sink_commit",
+            CommandKind::SinkAbort => "sink_abort",
+            CommandKind::SinkRecover => "sink_recover",
+            CommandKind::RetryCommit => "retry_commit",
+            CommandKind::AbortProducer => "abort_producer",
+            CommandKind::ReinitProducer => "reinit_producer",
+            CommandKind::ReadMarker => "read_marker",
+            CommandKind::ProduceRedo => "produce_redo",
+            CommandKind::EndTxn => "end_txn",
+            CommandKind::FenceProducer => "fence_producer",
+            CommandKind::RegisterGroup => "register_group",
+            CommandKind::ReadSinkEpochs => "read_sink_epochs",
+            CommandKind::ReadOwnership => "read_ownership",
+            CommandKind::SetOwner => "set_owner",
+            CommandKind::Commit => "commit",
+            CommandKind::Rollback => "rollback",
+            CommandKind::BumpGeneration => "bump_generation",
+            CommandKind::LockGroup => "lock_group",
+            CommandKind::ReadGeneration => "read_generation",
+            CommandKind::LockTable => "lock_table",
+            CommandKind::WriteRows => "write_rows",
+            CommandKind::ReplaceRedo => "replace_redo",
+            CommandKind::RecordDecision => "record_decision",
+            CommandKind::RewriteDecision => "rewrite_decision",
+            CommandKind::CommitDecision => "commit_decision",
+            CommandKind::ReadDecisions => "read_decisions",
+            CommandKind::RedoExists => "redo_exists",
+            CommandKind::ReadRedo => "read_redo",
+            CommandKind::DeleteRedo => "delete_redo",
+            CommandKind::ReadStopFence => "read_stop_fence",
+            CommandKind::CreateDt => "create_dt",
+            CommandKind::SetDtState => "set_dt_state",
+            CommandKind::ReadDtState => "read_dt_state",
+            CommandKind::ConcludeDt => "conclude_dt",
+            CommandKind::ReadDtStates => "read_dt_states",
+            CommandKind::ReadParticipants => "read_participants",
+            CommandKind::ReadParticipantDecisions => "read_participant_decisions",
+            CommandKind::RunTasks => "run_tasks",
+            CommandKind::ClaimEpoch => "claim_epoch",
+            CommandKind::MarkParticipants => "mark_participants",
+            CommandKind::ListPrepared => "list_prepared",
+            CommandKind::CommitPrepared => "commit_prepared",
+            CommandKind::RollbackPrepared => "rollback_prepared",
+            CommandKind::LockPartition => "lock_partition",
+            CommandKind::ClaimParticipants => "claim_participants",
+            CommandKind::PeekPartition => "peek_partition",
+            CommandKind::WritePartition => "write_partition",
+            CommandKind::ReleaseParticipants => "release_participants",
         }
     }
 
@@ -348,65 +409,134 @@ impl Command {
     /// `commit`, `abort` or `recover`; None for a command that is no step of its own (a read, a
     /// lock, a log line).
     /// Every kind is named here, so a new one is classified where it is added.
-    pub fn step(&self) -> Option<&'static str> {
+    pub fn step(self) -> Option<&'static str> {
         match self {
-            Command::SinkBegin { .. }
-            | Command::LockGroup { .. }
-            | Command::CreateDt { .. }
-            | Command::ClaimParticipants { .. } => Some("begin"),
-            Command::SinkWrite { .. }
-            | Command::WriteRows { .. }
-            | Command::WritePartition
-            | Command::ProduceRedo { .. } => Some("write"),
-            Command::SinkPrepare { .. } => Some("prepare"),
-            Command::CommitDecision => Some("decide"),
-            Command::SinkCommit { .. }
-            | Command::RetryCommit { .. }
-            | Command::CommitPrepared { .. }
-            | Command::EndTxn { .. } => Some("commit"),
-            Command::SinkAbort { .. }
-            | Command::RollbackPrepared { .. }
-            | Command::AbortProducer { .. } => Some("abort"),
-            Command::SinkRecover { .. } => Some("recover"),
-            Command::Reached { .. }
-            | Command::Sleep { .. }
-            | Command::Log { .. }
-            | Command::InitSink { .. }
-            | Command::KnownEpoch { .. }
-            | Command::ReinitProducer { .. }
-            | Command::ReadMarker { .. }
-            | Command::FenceProducer { .. }
-            | Command::RegisterGroup { .. }
-            | Command::ReadSinkEpochs { .. }
-            | Command::ReadOwnership { .. }
-            | Command::SetOwner { .. }
-            | Command::Commit
-            | Command::Rollback
-            | Command::BumpGeneration { .. }
-            | Command::ReadGeneration { .. }
-            | Command::LockTable { .. }
-            | Command::ReplaceRedo { .. }
-            | Command::RecordDecision { .. }
-            | Command::RewriteDecision { .. }
-            | Command::ReadDecisions { .. }
-            | Command::RedoExists { .. }
-            | Command::ReadRedo { .. }
-            | Command::DeleteRedo { .. }
-            | Command::ReadStopFence { .. }
-            | Command::SetDtState { .. }
-            | Command::ReadDtState { .. }
-            | Command::ConcludeDt { .. }
-            | Command::ReadDtStates { .. }
-            | Command::ReadParticipants { .. }
-            | Command::ReadParticipantDecisions
-            | Command::RunTasks { .. }
-            | Command::ClaimEpoch { .. }
-            | Command::MarkParticipants { .. }
-            | Command::ListPrepared
-            | Command::LockPartition { .. }
-            | Command::PeekPartition
-            | Command::ReleaseParticipants { .. } => None,
+            CommandKind::SinkBegin
+            | CommandKind::LockGroup
+            | CommandKind::CreateDt
+            | CommandKind::ClaimParticipants => Some("begin"),
+            CommandKind::SinkWrite
+            | CommandKind::WriteRows
+            | CommandKind::WritePartition
+            | CommandKind::ProduceRedo => Some("write"),
+            CommandKind::SinkPrepare => Some("prepare"),
+            CommandKind::CommitDecision => Some("decide"),
+            CommandKind::SinkCommit
+            | CommandKind::RetryCommit
+            | CommandKind::CommitPrepared
+            | CommandKind::EndTxn => Some("commit"),
+            CommandKind::SinkAbort | CommandKind::RollbackPrepared | CommandKind::AbortProducer => {
+                Some("abort")
+            }
+            CommandKind::SinkRecover => Some("recover"),
+            CommandKind::Reached
+            | CommandKind::Sleep
+            | CommandKind::Log
+            | CommandKind::InitSink
+            | CommandKind::KnownEpoch
+            | CommandKind::ReinitProducer
+            | CommandKind::ReadMarker
+            | CommandKind::FenceProducer
+            | CommandKind::RegisterGroup
+            | CommandKind::ReadSinkEpochs
+            | CommandKind::ReadOwnership
+            | CommandKind::SetOwner
+            | CommandKind::Commit
+            | CommandKind::Rollback
+            | CommandKind::BumpGeneration
+            | CommandKind::ReadGeneration
+            | CommandKind::LockTable
+            | CommandKind::ReplaceRedo
+            | CommandKind::RecordDecision
+            | CommandKind::RewriteDecision
+            | CommandKind::ReadDecisions
+            | CommandKind::RedoExists
+            | CommandKind::ReadRedo
+            | CommandKind::DeleteRedo
+            | CommandKind::ReadStopFence
+            | CommandKind::SetDtState
+            | CommandKind::ReadDtState
+            | CommandKind::ConcludeDt
+            | CommandKind::ReadDtStates
+            | CommandKind::ReadParticipants
+            | CommandKind::ReadParticipantDecisions
+            | CommandKind::RunTasks
+            | CommandKind::ClaimEpoch
+            | CommandKind::MarkParticipants
+            | CommandKind::ListPrepared
+            | CommandKind::LockPartition
+            | CommandKind::PeekPartition
+            | CommandKind::ReleaseParticipants => None,
         }
+    }
+}
+
+impl Command {
+    /// Which command this is.
+    pub fn kind(&self) -> CommandKind {
+        match self {
+            Command::Reached { .. } => CommandKind::Reached,
+            Command::Sleep { .. } => CommandKind::Sleep,
+            Command::Log { .. } => CommandKind::Log,
+            Command::InitSink { .. } => CommandKind::InitSink,
+            Command::KnownEpoch { .. } => CommandKind::KnownEpoch,
+            Command::SinkBegin { .. } => CommandKind::SinkBegin,
+            Command::SinkWrite { .. } => CommandKind::SinkWrite,
+            Command::SinkPrepare { .. } => CommandKind::SinkPrepare,
+            Command::SinkCommit { .. } => CommandKind::SinkCommit,
+            Command::SinkAbort { .. } => CommandKind::SinkAbort,
+            Command::SinkRecover { .. } => CommandKind::SinkRecover,
+            Command::RetryCommit { .. } => CommandKind::RetryCommit,
+            Command::AbortProducer { .. } => CommandKind::AbortProducer,
+            Command::ReinitProducer { .. } => CommandKind::ReinitProducer,
+            Command::ReadMarker { .. } => CommandKind::ReadMarker,
+            Command::ProduceRedo { .. } => CommandKind::ProduceRedo,
+            Command::EndTxn { .. } => CommandKind::EndTxn,
+            Command::FenceProducer { .. } => CommandKind::FenceProducer,
+            Command::RegisterGroup { .. } => CommandKind::RegisterGroup,
+            Command::ReadSinkEpochs { .. } => CommandKind::ReadSinkEpochs,
+            Command::ReadOwnership { .. } => CommandKind::ReadOwnership,
+            Command::SetOwner { .. } => CommandKind::SetOwner,
+            Command::Commit => CommandKind::Commit,
+            Command::Rollback => CommandKind::Rollback,
+            Command::BumpGeneration { .. } => CommandKind::BumpGeneration,
+            Command::LockGroup { .. } => CommandKind::LockGroup,
+            Command::ReadGeneration { .. } => CommandKind::ReadGeneration,
+            Command::LockTable { .. } => CommandKind::LockTable,
+            Command::WriteRows { .. } => CommandKind::WriteRows,
+            Command::ReplaceRedo { .. } => CommandKind::ReplaceRedo,
+            Command::RecordDecision { .. } => CommandKind::RecordDecision,
+            Command::RewriteDecision { .. } => CommandKind::RewriteDecision,
+            Command::CommitDecision => CommandKind::CommitDecision,
+            Command::ReadDecisions { .. } => CommandKind::ReadDecisions,
+            Command::RedoExists { .. } => CommandKind::RedoExists,
+            Command::ReadRedo { .. } => CommandKind::ReadRedo,
+            Command::DeleteRedo { .. } => CommandKind::DeleteRedo,
+            Command::ReadStopFence { .. } => CommandKind::ReadStopFence,
+            Command::CreateDt { .. } => CommandKind::CreateDt,
+            Command::SetDtState { .. } => CommandKind::SetDtState,
+            Command::ReadDtState { .. } => CommandKind::ReadDtState,
+            Command::ConcludeDt { .. } => CommandKind::ConcludeDt,
+            Command::ReadDtStates { .. } => CommandKind::ReadDtStates,
+            Command::ReadParticipants { .. } => CommandKind::ReadParticipants,
+            Command::ReadParticipantDecisions => CommandKind::ReadParticipantDecisions,
+            Command::RunTasks { .. } => CommandKind::RunTasks,
+            Command::ClaimEpoch { .. } => CommandKind::ClaimEpoch,
+            Command::MarkParticipants { .. } => CommandKind::MarkParticipants,
+            Command::ListPrepared => CommandKind::ListPrepared,
+            Command::CommitPrepared { .. } => CommandKind::CommitPrepared,
+            Command::RollbackPrepared { .. } => CommandKind::RollbackPrepared,
+            Command::LockPartition { .. } => CommandKind::LockPartition,
+            Command::ClaimParticipants { .. } => CommandKind::ClaimParticipants,
+            Command::PeekPartition => CommandKind::PeekPartition,
+            Command::WritePartition => CommandKind::WritePartition,
+            Command::ReleaseParticipants { .. } => CommandKind::ReleaseParticipants,
+        }
+    }
+
+    /// The step of an epoch the command is ([`CommandKind::step`]).
+    pub fn step(&self) -> Option<&'static str> {
+        self.kind().step()
     }
 
     pub(crate) fn log(level: LogLevel, message: impl Into<String>) -> Command {
@@ -427,7 +557,7 @@ pub(crate) fn unexpected(command: &Command, event: &Event) -> Failure {
         FailureKind::Fatal,
         format!(
             "protocol driver bug: command {} was answered by event {}",
-            command.kind(),
+            command.kind().name(),
             event.kind()
         ),
     )
@@ -492,7 +622,7 @@ mod tests {
             (Command::Commit, None),
         ];
         for (command, step) in cases {
-            assert_eq!(command.step(), step, "{}", command.kind());
+            assert_eq!(command.step(), step, "{}", command.kind().name());
         }
     }
 }
