@@ -344,55 +344,176 @@ _SinkAnswerKind = Literal[
     "reopen",
 ]
 
-@final
+@disjoint_base
 class SinkAnswer:
-    """What `SinkTransaction` asks the sink to do (docs/engine.md, "The sink's transaction");
-    the fields a kind does not use are None (or False)."""
+    """What `SinkTransaction` asks the sink to do (docs/engine.md, "The sink's transaction"): a
+    class per answer, and each method's return type names the answers it gives, so the sink
+    matches them exhaustively."""
 
     @property
-    def kind(self) -> _SinkAnswerKind: ...
-    @property
-    def epoch(self) -> int | None:
-        """``abort_open`` / ``leave_prepared``: the open epoch; ``resolve``: the epoch in doubt."""
-    @property
-    def last(self) -> int | None:
-        """``skip``: the last committed epoch that makes the epoch a replay."""
-    @property
-    def older(self) -> bool:
-        """``skip``: the epoch is older than ``last`` (warn: Spark only replays its last batch)."""
-    @property
-    def commit(self) -> bool:
-        """``resolve``: the decision that was being sent was a commit (else a rollback)."""
+    def kind(self) -> _SinkAnswerKind:
+        """The answer's name (snake_case), for logs and tests."""
+    @final
+    class Recover(SinkAnswer):
+        __match_args__ = ()
+        def __new__(cls) -> SinkAnswer.Recover: ...
 
-@final
+    @final
+    class Open(SinkAnswer):
+        __match_args__ = ()
+        def __new__(cls) -> SinkAnswer.Open: ...
+
+    @final
+    class Skip(SinkAnswer):
+        __match_args__ = ("last", "older")
+        def __new__(cls, last: int, older: bool) -> SinkAnswer.Skip: ...
+        @property
+        def last(self) -> int:
+            """the last committed epoch that makes the epoch a replay."""
+        @property
+        def older(self) -> bool:
+            """the epoch is older than ``last`` (warn: Spark only replays its last batch)."""
+
+    @final
+    class CommitPrepared(SinkAnswer):
+        __match_args__ = ()
+        def __new__(cls) -> SinkAnswer.CommitPrepared: ...
+
+    @final
+    class Commit(SinkAnswer):
+        __match_args__ = ()
+        def __new__(cls) -> SinkAnswer.Commit: ...
+
+    @final
+    class InDoubt(SinkAnswer):
+        __match_args__ = ()
+        def __new__(cls) -> SinkAnswer.InDoubt: ...
+
+    @final
+    class RolledBack(SinkAnswer):
+        __match_args__ = ()
+        def __new__(cls) -> SinkAnswer.RolledBack: ...
+
+    @final
+    class Nothing(SinkAnswer):
+        __match_args__ = ()
+        def __new__(cls) -> SinkAnswer.Nothing: ...
+
+    @final
+    class RollbackPrepared(SinkAnswer):
+        __match_args__ = ()
+        def __new__(cls) -> SinkAnswer.RollbackPrepared: ...
+
+    @final
+    class Rollback(SinkAnswer):
+        __match_args__ = ()
+        def __new__(cls) -> SinkAnswer.Rollback: ...
+
+    @final
+    class Fenced(SinkAnswer):
+        __match_args__ = ()
+        def __new__(cls) -> SinkAnswer.Fenced: ...
+
+    @final
+    class Reopen(SinkAnswer):
+        __match_args__ = ()
+        def __new__(cls) -> SinkAnswer.Reopen: ...
+
+    @final
+    class AbortOpen(SinkAnswer):
+        __match_args__ = ("epoch",)
+        def __new__(cls, epoch: int) -> SinkAnswer.AbortOpen: ...
+        @property
+        def epoch(self) -> int:
+            """the open epoch."""
+
+    @final
+    class LeavePrepared(SinkAnswer):
+        __match_args__ = ("epoch",)
+        def __new__(cls, epoch: int) -> SinkAnswer.LeavePrepared: ...
+        @property
+        def epoch(self) -> int:
+            """the prepared epoch."""
+
+    @final
+    class ReadLast(SinkAnswer):
+        __match_args__ = ()
+        def __new__(cls) -> SinkAnswer.ReadLast: ...
+
+    @final
+    class Resolve(SinkAnswer):
+        __match_args__ = ("epoch", "commit")
+        def __new__(cls, epoch: int, commit: bool) -> SinkAnswer.Resolve: ...
+        @property
+        def epoch(self) -> int:
+            """the epoch in doubt."""
+        @property
+        def commit(self) -> bool:
+            """the decision that was being sent was a commit (else a rollback)."""
+
+@disjoint_base
 class LastCommitted:
     """Which evidence proves a Kafka sink's last committed epoch (docs/protocol.md §1, "The
-    decision"): ``marker`` (``epoch`` is the answer), ``read_identity`` (no marker: read the
-    identity, then ask `last_committed_without_marker`), ``witness`` (``history`` says what
-    proves the sink wrote) or ``new`` (nothing committed; the topic is not read)."""
+    decision"): ``Marker`` (``epoch`` is the answer), ``ReadIdentity`` (no marker: read the
+    identity, then ask `last_committed_without_marker`), ``Witness`` (``history`` says what
+    proves the sink wrote) or ``New`` (nothing committed; the topic is not read)."""
 
     @property
     def kind(self) -> Literal["marker", "read_identity", "witness", "new"]: ...
-    @property
-    def epoch(self) -> int | None: ...
-    @property
-    def history(self) -> Literal["identity", "decision_row", "producer_epoch"] | None: ...
-    @property
-    def producer_epoch(self) -> int | None: ...
+    @final
+    class Marker(LastCommitted):
+        __match_args__ = ("epoch",)
+        def __new__(cls, epoch: int) -> LastCommitted.Marker: ...
+        @property
+        def epoch(self) -> int: ...
 
-def last_committed_after_marker(marker: int | None, known: int | None) -> LastCommitted:
+    @final
+    class ReadIdentity(LastCommitted):
+        __match_args__ = ()
+        def __new__(cls) -> LastCommitted.ReadIdentity: ...
+
+    @final
+    class Witness(LastCommitted):
+        __match_args__ = ("history", "producer_epoch")
+        def __new__(
+            cls,
+            history: Literal["identity", "decision_row", "producer_epoch"],
+            producer_epoch: int | None,
+        ) -> LastCommitted.Witness: ...
+        @property
+        def history(self) -> Literal["identity", "decision_row", "producer_epoch"]: ...
+        @property
+        def producer_epoch(self) -> int | None: ...
+
+    @final
+    class New(LastCommitted):
+        __match_args__ = ()
+        def __new__(cls) -> LastCommitted.New: ...
+
+def last_committed_after_marker(
+    marker: int | None, known: int | None
+) -> LastCommitted.Marker | LastCommitted.ReadIdentity:
     """The marker read (None: no committed offset) and the epoch this instance committed
     itself: ``marker`` with the higher of the two, or ``read_identity``."""
 
 def last_committed_without_marker(
     identity: bool, decision_row: bool, producer_epoch: int | None
-) -> LastCommitted:
+) -> LastCommitted.Witness | LastCommitted.New:
     """Without a marker: ``witness`` if the identity, a decision row or a producer epoch > 0
     proves history (in that order), else ``new``."""
 
 def reuse_without_marker(found_by_writer: bool, writer: bool) -> bool:
     """Whether an answer found without a marker may be reused: a writer's always, a reader's
     only by readers."""
+
+#: What `SinkTransaction.abort_via` answers.
+_AbortAnswer: TypeAlias = (
+    SinkAnswer.Nothing
+    | SinkAnswer.RollbackPrepared
+    | SinkAnswer.Rollback
+    | SinkAnswer.Fenced
+    | SinkAnswer.Reopen
+)
 
 @final
 class SinkTransaction:
@@ -438,11 +559,13 @@ class SinkTransaction:
         """``init_transactions()``: refused while an epoch is being written or ended."""
     def learned_last(self, last: int | None) -> None:
         """The store's last committed epoch, kept while idle."""
-    def begin(self, epoch: int) -> SinkAnswer:
+    def begin(self, epoch: int) -> SinkAnswer.Recover | SinkAnswer.Skip | SinkAnswer.Open:
         """``recover`` | ``skip`` (counted as a replay) | ``open``; refused while one is open."""
     def opened(self, epoch: int, now_us: int | None = None) -> None:
         """The store let this process claim ``epoch``: its transaction is open."""
-    def store_holds(self, epoch: int, last: int | None) -> SinkAnswer:
+    def store_holds(
+        self, epoch: int, last: int | None
+    ) -> SinkAnswer.Recover | SinkAnswer.Skip | SinkAnswer.Open:
         """The store refused the claim: it holds ``last``; answers ``skip``."""
     def write(self) -> int:
         """The open epoch to write into; refused without one."""
@@ -452,19 +575,23 @@ class SinkTransaction:
         """The open epoch to prepare; refused without one."""
     def prepared(self, epoch: int) -> None:
         """``PREPARE TRANSACTION`` of ``epoch`` succeeded."""
-    def commit(self, epoch: int) -> SinkAnswer:
+    def commit(self, epoch: int) -> SinkAnswer.CommitPrepared | SinkAnswer.Commit:
         """``commit_prepared`` | ``commit`` (one phase); refused for another epoch or state and
         for a scale-out participant's one-phase commit."""
     def commit_started(self, epoch: int, now_us: int | None = None) -> None:
         """The COMMIT (PREPARED) of ``epoch`` is being sent."""
     def commit_ok(self, now_us: int | None = None) -> None:
         """The commit is confirmed."""
-    def commit_failed(self, connection_lost: bool, now_us: int | None = None) -> SinkAnswer:
+    def commit_failed(
+        self, connection_lost: bool, now_us: int | None = None
+    ) -> SinkAnswer.InDoubt | SinkAnswer.RolledBack:
         """``in_doubt`` (the commit pending for recovery) | ``rolled_back`` (a one-phase COMMIT
         the server answered)."""
     def commit_overtaken(self, committed: bool, now_us: int | None = None) -> None:
         """COMMIT PREPARED found no gid; the store says whether the epoch ``committed``."""
-    def abort(self, epoch: int) -> SinkAnswer:
+    def abort(
+        self, epoch: int
+    ) -> SinkAnswer.Nothing | SinkAnswer.RollbackPrepared | SinkAnswer.Rollback:
         """``nothing`` (already rolled back) | ``rollback_prepared`` | ``rollback``; the abort has
         started. Refused in any other state."""
     def abort_via(
@@ -472,7 +599,7 @@ class SinkTransaction:
         epoch: int,
         client: Literal["live", "given_up", "fenced"],
         now_us: int | None = None,
-    ) -> SinkAnswer:
+    ) -> _AbortAnswer:
         """Kafka's abort: ``nothing`` when idle (or a given-up client's open epoch, aborted
         without sending) | ``fenced`` (raise, nothing changes) | ``reopen`` (open a new client,
         then ask again) | ``abort(epoch)``'s answer for a live client."""
@@ -480,7 +607,7 @@ class SinkTransaction:
         """After a fatal error: the open epoch to roll back (the abort has started), if any."""
     def abort_ok(self, now_us: int | None = None) -> None:
         """The abort is confirmed."""
-    def abort_failed(self) -> SinkAnswer:
+    def abort_failed(self) -> SinkAnswer.InDoubt | SinkAnswer.Reopen:
         """The ROLLBACK (PREPARED) failed: in doubt, the abort pending; ``in_doubt`` |
         ``reopen`` (prepare not durable: replace the client, then ``abort_reopened``)."""
     def abort_reopened(self, now_us: int | None = None) -> None:
@@ -497,11 +624,11 @@ class SinkTransaction:
         ``marker`` is evidence of the last committed epoch."""
     def abort_overtaken(self, now_us: int | None = None) -> None:
         """ROLLBACK PREPARED found no gid and the epoch is committed (by another process)."""
-    def recover(self) -> SinkAnswer:
+    def recover(self) -> SinkAnswer.ReadLast | SinkAnswer.Resolve:
         """``read_last`` | ``resolve`` (the epoch in doubt, the pending decision)."""
     def resolved(self, committed: bool, last: int | None, now_us: int | None = None) -> None:
         """Recovery resolved the epoch in doubt; ``last``: the store's last committed epoch."""
-    def close(self) -> SinkAnswer:
+    def close(self) -> SinkAnswer.AbortOpen | SinkAnswer.LeavePrepared | SinkAnswer.Nothing:
         """``abort_open`` | ``leave_prepared`` | ``nothing``."""
 
 # --- persisted prepared-transaction state (core: prepared.rs) -------------------------------------

@@ -8,6 +8,7 @@ import pytest
 
 from laminar import EpochTracker
 from laminar._core import (
+    LastCommitted,
     SinkTransaction,
     last_committed_after_marker,
     last_committed_without_marker,
@@ -174,17 +175,27 @@ def test_kafka_reopened_and_marker_evidence_never_lower_the_last_epoch() -> None
 def test_which_evidence_proves_a_kafka_sinks_last_committed_epoch() -> None:
     """The binding of the core's rule (docs/protocol.md §1, "The decision"; its cases are Rust
     tests in protocol/sink/evidence.rs): each answer's kind and fields as the sink reads them."""
-    marker = last_committed_after_marker(7, 8)
-    assert (marker.kind, marker.epoch, marker.history) == ("marker", 8, None)
+    marker = last_committed_after_marker(7, 8)  # the higher of the marker and the known epoch
+    assert isinstance(marker, LastCommitted.Marker)
+    assert marker.epoch == 8
+    assert marker.kind == "marker"
+    assert isinstance(last_committed_after_marker(None, None), LastCommitted.ReadIdentity)
     assert last_committed_after_marker(None, None).kind == "read_identity"
-    assert last_committed_after_marker(None, None).epoch is None
     identity = last_committed_without_marker(True, False, None)
-    assert (identity.kind, identity.history) == ("witness", "identity")
-    assert last_committed_without_marker(False, True, 0).history == "decision_row"
+    assert isinstance(identity, LastCommitted.Witness)
+    assert (identity.kind, identity.history, identity.producer_epoch) == (
+        "witness",
+        "identity",
+        None,
+    )
+    row = last_committed_without_marker(False, True, 0)
+    assert isinstance(row, LastCommitted.Witness)
+    assert row.history == "decision_row"
     coordinator = last_committed_without_marker(False, False, 3)
+    assert isinstance(coordinator, LastCommitted.Witness)
     assert (coordinator.history, coordinator.producer_epoch) == ("producer_epoch", 3)
-    assert last_committed_without_marker(False, False, -1).kind == "new"
+    assert isinstance(last_committed_without_marker(False, False, -1), LastCommitted.New)
     assert last_committed_without_marker(False, False, None).kind == "new"
-    assert 'LastCommitted(kind="new"' in repr(last_committed_without_marker(False, False, 0))
+    assert repr(last_committed_without_marker(False, False, 0)) == "LastCommitted.New"
     assert reuse_without_marker(True, True)
     assert not reuse_without_marker(False, True)

@@ -90,7 +90,7 @@ class Witness:
         marker reads back."""
         writer = self.clients.rt.producer is not None
         proven = last_committed_after_marker(self.read_marker(stable=stable), known)
-        if proven.epoch is not None:
+        if isinstance(proven, LastCommitted.Marker):
             read = self.ensure_identity() if writer else ReadStats()
             self.found = StartupRead("marker", proven.epoch, read)
             return proven.epoch
@@ -231,7 +231,7 @@ class Witness:
                     bool(recorded),
                     self.clients.producer_identity()[1] if asked else None,
                 )
-                if proof.kind == "new":
+                if isinstance(proof, LastCommitted.New):
                     log.info(
                         "sink %s: %s, no identity and %s: a new sink; the topic is not read",
                         self.cfg.sink_id,
@@ -363,7 +363,7 @@ class Witness:
         _IDENTIFIED.add((self.cfg.bootstrap_servers, self.cfg.topic, self.cfg.sink_id))
 
 
-def _history(proof: LastCommitted, identity_group: str, recorded: str) -> str:
+def _history(proof: LastCommitted.Witness, identity_group: str, recorded: str) -> str:
     """The log's words for what proved that a sink without a marker wrote before."""
     if proof.history == "identity":
         return f"its identity ({identity_group}) is recorded"

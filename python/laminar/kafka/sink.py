@@ -48,6 +48,7 @@ from confluent_kafka import KafkaException
 
 from laminar._core import (
     PreparedTxnState,
+    SinkAnswer,
     check_kafka_schema,
 )
 from laminar._faults import crash_point
@@ -203,10 +204,10 @@ class KafkaSink(_SinkBase):
         rt = self._live()
         machine = self._machine
         answer = machine.begin(epoch)  # refused while an epoch is open
-        if answer.kind == "recover":
+        if isinstance(answer, SinkAnswer.Recover):
             self.recover()
             answer = machine.begin(epoch)
-        if answer.kind == "skip":
+        if isinstance(answer, SinkAnswer.Skip):
             return False
         machine.opened(epoch)
         try:
@@ -329,7 +330,7 @@ class KafkaSink(_SinkBase):
                 sink_id=self.sink_id,
                 epoch=epoch,
             )
-        if machine.commit(epoch).kind == "commit":  # one phase: from Active
+        if isinstance(machine.commit(epoch), SinkAnswer.Commit):  # one phase: from Active
             self._producing(rt).finish_writes(epoch)
         machine.commit_started(epoch)
         try:
@@ -339,7 +340,7 @@ class KafkaSink(_SinkBase):
             # after prepare — the machine says rolled back, the producer's transaction is aborted
             # and the caller retries the epoch. Any other failure leaves the outcome unknown.
             failure = machine.commit_failed(not isinstance(err, AbortableError))
-            if failure.kind == "rolled_back":
+            if isinstance(failure, SinkAnswer.RolledBack):
                 self._clients(rt).abort_producer_quietly()
                 raise
             rt.failed_operation = "commit"
@@ -361,12 +362,12 @@ class KafkaSink(_SinkBase):
         # whenever the cluster is still moving its coordinators, leaving this epoch open and its
         # retry refused.
         answer = machine.abort_via(epoch, _Runtime.client_of(rt))
-        if answer.kind == "reopen":
+        if isinstance(answer, SinkAnswer.Reopen):
             rt = self._live()  # its init settles the epoch
             answer = machine.abort_via(epoch, "live")
-        if answer.kind == "fenced" and rt is not None and rt.fenced is not None:
+        if isinstance(answer, SinkAnswer.Fenced) and rt is not None and rt.fenced is not None:
             raise rt.fenced
-        if answer.kind == "nothing":
+        if isinstance(answer, SinkAnswer.Nothing):
             return
         assert rt is not None  # a live producer
         try:
@@ -374,7 +375,7 @@ class KafkaSink(_SinkBase):
         except LaminarError as err:
             failure = machine.abort_failed()
             rt.failed_operation = "abort"
-            if isinstance(err, FencedError) or failure.kind != "reopen":
+            if isinstance(err, FencedError) or not isinstance(failure, SinkAnswer.Reopen):
                 if isinstance(err, FencedError):
                     rt.fenced = err
                 raise
@@ -415,7 +416,7 @@ class KafkaSink(_SinkBase):
             raise rt.fenced
         machine = self._machine
         answer = machine.recover()
-        if answer.kind == "resolve" and answer.epoch is not None:
+        if isinstance(answer, SinkAnswer.Resolve):
             return self._resolve_failed(rt, answer.epoch)
         if not machine.between_epochs:
             raise IllegalStateError(
@@ -444,7 +445,7 @@ class KafkaSink(_SinkBase):
         # The machine: abort an open or prepared epoch (a Kafka prepare is not durable).
         answer = self._machine.close()
         live = rt.producer is not None and rt.fenced is None
-        if live and answer.kind == "abort_open" and answer.epoch is not None:
+        if live and isinstance(answer, SinkAnswer.AbortOpen):
             with contextlib.suppress(LaminarError):
                 self.abort_transaction(answer.epoch)
         self._release_clients(rt)

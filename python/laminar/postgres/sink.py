@@ -47,6 +47,7 @@ from typing import Any, ClassVar
 
 import psycopg
 import pyarrow as pa  # type: ignore[import-untyped]
+from typing_extensions import assert_never
 
 from laminar._core import PreparedTxnState, SinkAnswer, epoch_committed
 from laminar._faults import crash_point
@@ -296,10 +297,10 @@ class PostgresSink(_SinkBase):
         already committed it — then nothing must be written."""
         epoch = check_epoch(epoch, sink_id=self.sink_id)
         answer = self._machine.begin(epoch)  # refused while an epoch is open
-        if answer.kind == "recover":
+        if isinstance(answer, SinkAnswer.Recover):
             self.recover()
             answer = self._machine.begin(epoch)
-        if answer.kind == "skip":
+        if isinstance(answer, SinkAnswer.Skip):
             return self._skip(epoch, answer)
         conn = self._ensure_ready()
         try:
@@ -319,7 +320,9 @@ class PostgresSink(_SinkBase):
             ) from e
         if not claimed:
             self._session.end_transaction_quietly()
-            return self._skip(epoch, self._machine.store_holds(epoch, current))
+            held = self._machine.store_holds(epoch, current)
+            assert isinstance(held, SinkAnswer.Skip)  # the core answers a held epoch so
+            return self._skip(epoch, held)
         crash_point("postgres.after_claim")
         self._machine.opened(epoch)
         self._readiness.checked = False
@@ -327,7 +330,7 @@ class PostgresSink(_SinkBase):
         self._recovery.prepare_sent = None
         return True
 
-    def _skip(self, epoch: int, answer: SinkAnswer) -> bool:
+    def _skip(self, epoch: int, answer: SinkAnswer.Skip) -> bool:
         """The machine's "skip": the epoch is committed already; warn when it is older."""
         if answer.older:
             log.warning(
@@ -450,7 +453,7 @@ class PostgresSink(_SinkBase):
         """
         epoch = check_epoch(epoch, sink_id=self.sink_id)
         # refused for another epoch or state, and for a scale-out participant's one-phase commit
-        if self._machine.commit(epoch).kind == "commit_prepared":
+        if isinstance(self._machine.commit(epoch), SinkAnswer.CommitPrepared):
             self._recovery.commit_epoch(epoch, self._machine, self._session, self._read_committed)
             return
         self._finish_epoch(epoch)
@@ -461,7 +464,7 @@ class PostgresSink(_SinkBase):
             conn.commit()
         except psycopg.Error as e:
             lost = classify(e, conn).connection_lost
-            if self._machine.commit_failed(lost).kind == "in_doubt":
+            if isinstance(self._machine.commit_failed(lost), SinkAnswer.InDoubt):
                 self._session.drop()
                 raise InDoubtError(
                     redact_text(
@@ -483,15 +486,20 @@ class PostgresSink(_SinkBase):
         prepare). Aborting an epoch the sink already rolled back itself is a no-op."""
         epoch = check_epoch(epoch, sink_id=self.sink_id)
         answer = self._machine.abort(epoch)  # the abort has started; refused for another epoch
-        if answer.kind == "nothing":
-            return
-        if answer.kind == "rollback_prepared":
-            self._recovery.rollback_epoch(epoch, self._machine, self._session, self._read_committed)
-            return
-        self._session.end_transaction_quietly()
-        # a PREPARE whose reply was lost: its gid is rolled back if it exists
-        self._recovery.rollback_sent(self._machine, self._session, epoch)
-        self._machine.abort_ok()
+        match answer:
+            case SinkAnswer.Nothing():
+                return
+            case SinkAnswer.RollbackPrepared():
+                self._recovery.rollback_epoch(
+                    epoch, self._machine, self._session, self._read_committed
+                )
+            case SinkAnswer.Rollback():
+                self._session.end_transaction_quietly()
+                # a PREPARE whose reply was lost: its gid is rolled back if it exists
+                self._recovery.rollback_sent(self._machine, self._session, epoch)
+                self._machine.abort_ok()
+            case _:
+                assert_never(answer)
 
     def _abort_after_error(self) -> None:
         """Roll back after a fatal error in this call, so the sink is usable again."""
@@ -502,16 +510,20 @@ class PostgresSink(_SinkBase):
     def close(self) -> None:
         """Close the connection; an open (unprepared) transaction is rolled back, a prepared
         one is left for the coordinator to decide."""
-        answer = self._machine.close()
-        if answer.kind == "abort_open" and answer.epoch is not None:
-            with contextlib.suppress(LaminarError):
-                self.abort_transaction(answer.epoch)
-        elif answer.kind == "leave_prepared":
-            log.info(
-                "sink %s: closing with prepared transaction %s left for the coordinator",
-                self.sink_id,
-                self._recovery.prepared_gid,
-            )
+        match self._machine.close():
+            case SinkAnswer.AbortOpen(epoch):
+                with contextlib.suppress(LaminarError):
+                    self.abort_transaction(epoch)
+            case SinkAnswer.LeavePrepared():
+                log.info(
+                    "sink %s: closing with prepared transaction %s left for the coordinator",
+                    self.sink_id,
+                    self._recovery.prepared_gid,
+                )
+            case SinkAnswer.Nothing():
+                pass
+            case unknown:
+                assert_never(unknown)
         self._session.drop()
         self._readiness.ready = None
 
@@ -539,14 +551,12 @@ class PostgresSink(_SinkBase):
         decision that was being sent; a gid that is gone is read from ``laminar.sink_epochs``.
         """
         answer = self._machine.recover()
-        if answer.kind == "read_last":
+        if isinstance(answer, SinkAnswer.ReadLast):
             last = self.last_committed_epoch()
             self._machine.learned_last(last)
             return last
-        epoch = answer.epoch
-        assert epoch is not None
         committed, last = self._recovery.resolve(
-            epoch, answer.commit, self._session, self._machine.writing is not None
+            answer.epoch, answer.commit, self._session, self._machine.writing is not None
         )
         self._machine.resolved(committed, last)
         self._recovery.prepared_gid = None

@@ -13,49 +13,66 @@ use crate::protocol::sink::{
 use crate::py::epoch::{PyEpochTracker, now_or_clock};
 use crate::py::errors::to_py_err;
 
-/// One answer of the machine: `kind` says what to do, the other fields are None (or False) when
-/// the kind does not use them.
-#[pyclass(module = "laminar._core", name = "SinkAnswer", frozen, get_all)]
+/// One answer of the machine: a class per answer (`SinkAnswer.Skip(last, older)`, …), so
+/// the sink matches each method's answers exhaustively (`_core.pyi` types each method's union).
+#[pyclass(module = "laminar._core", name = "SinkAnswer", frozen)]
 #[derive(Debug, Clone)]
-pub struct PySinkAnswer {
-    kind: &'static str,
-    epoch: Option<i64>,
-    last: Option<i64>,
-    older: bool,
-    commit: bool,
+pub enum PySinkAnswer {
+    Recover {},
+    Open {},
+    Skip { last: i64, older: bool },
+    CommitPrepared {},
+    Commit {},
+    InDoubt {},
+    RolledBack {},
+    Nothing {},
+    RollbackPrepared {},
+    Rollback {},
+    Fenced {},
+    Reopen {},
+    AbortOpen { epoch: i64 },
+    LeavePrepared { epoch: i64 },
+    ReadLast {},
+    Resolve { epoch: i64, commit: bool },
 }
 
 impl PySinkAnswer {
-    fn of(kind: &'static str) -> Self {
-        Self {
-            kind,
-            epoch: None,
-            last: None,
-            older: false,
-            commit: false,
-        }
-    }
-
     fn begin(a: BeginAnswer) -> Self {
         match a {
-            BeginAnswer::Recover => Self::of("recover"),
-            BeginAnswer::Open => Self::of("open"),
-            BeginAnswer::Skip { last, older } => Self {
-                last: Some(last),
-                older,
-                ..Self::of("skip")
-            },
+            BeginAnswer::Recover => Self::Recover {},
+            BeginAnswer::Open => Self::Open {},
+            BeginAnswer::Skip { last, older } => Self::Skip { last, older },
         }
     }
 }
 
 #[pymethods]
 impl PySinkAnswer {
+    /// The answer's name (snake_case), for logs and tests.
+    #[getter]
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Recover {} => "recover",
+            Self::Open {} => "open",
+            Self::Skip { .. } => "skip",
+            Self::CommitPrepared {} => "commit_prepared",
+            Self::Commit {} => "commit",
+            Self::InDoubt {} => "in_doubt",
+            Self::RolledBack {} => "rolled_back",
+            Self::Nothing {} => "nothing",
+            Self::RollbackPrepared {} => "rollback_prepared",
+            Self::Rollback {} => "rollback",
+            Self::Fenced {} => "fenced",
+            Self::Reopen {} => "reopen",
+            Self::AbortOpen { .. } => "abort_open",
+            Self::LeavePrepared { .. } => "leave_prepared",
+            Self::ReadLast {} => "read_last",
+            Self::Resolve { .. } => "resolve",
+        }
+    }
+
     fn __repr__(&self) -> String {
-        format!(
-            "SinkAnswer(kind={:?}, epoch={:?}, last={:?}, older={}, commit={})",
-            self.kind, self.epoch, self.last, self.older, self.commit
-        )
+        format!("SinkAnswer.{self:?}")
     }
 }
 
@@ -190,10 +207,10 @@ impl PySinkTransaction {
 
     fn commit(&mut self, py: Python<'_>, epoch: i64) -> PyResult<PySinkAnswer> {
         let answer = self.with(py, Some(epoch), false, |m| m.commit(epoch))?;
-        Ok(PySinkAnswer::of(match answer {
-            CommitAnswer::Prepared => "commit_prepared",
-            CommitAnswer::OnePhase => "commit",
-        }))
+        Ok(match answer {
+            CommitAnswer::Prepared => PySinkAnswer::CommitPrepared {},
+            CommitAnswer::OnePhase => PySinkAnswer::Commit {},
+        })
     }
 
     #[pyo3(signature = (epoch, now_us=None))]
@@ -217,10 +234,10 @@ impl PySinkTransaction {
     ) -> PyResult<PySinkAnswer> {
         let now = now_or_clock(py, now_us)?;
         let failure = self.with(py, None, true, |m| m.commit_failed(connection_lost, now))?;
-        Ok(PySinkAnswer::of(match failure {
-            CommitFailure::InDoubt => "in_doubt",
-            CommitFailure::RolledBack => "rolled_back",
-        }))
+        Ok(match failure {
+            CommitFailure::InDoubt => PySinkAnswer::InDoubt {},
+            CommitFailure::RolledBack => PySinkAnswer::RolledBack {},
+        })
     }
 
     #[pyo3(signature = (committed, now_us=None))]
@@ -277,10 +294,10 @@ impl PySinkTransaction {
 
     fn abort_failed(&mut self, py: Python<'_>) -> PyResult<PySinkAnswer> {
         let failure = self.with(py, None, true, SinkTxn::abort_failed)?;
-        Ok(PySinkAnswer::of(match failure {
-            AbortFailure::InDoubt => "in_doubt",
-            AbortFailure::Reopen => "reopen",
-        }))
+        Ok(match failure {
+            AbortFailure::InDoubt => PySinkAnswer::InDoubt {},
+            AbortFailure::Reopen => PySinkAnswer::Reopen {},
+        })
     }
 
     #[pyo3(signature = (now_us=None))]
@@ -321,11 +338,10 @@ impl PySinkTransaction {
 
     fn recover(&mut self, py: Python<'_>) -> PyResult<PySinkAnswer> {
         Ok(match self.read(py, SinkTxn::recover)? {
-            RecoverAnswer::ReadLast => PySinkAnswer::of("read_last"),
-            RecoverAnswer::Resolve { epoch, decision } => PySinkAnswer {
-                epoch: Some(epoch),
+            RecoverAnswer::ReadLast => PySinkAnswer::ReadLast {},
+            RecoverAnswer::Resolve { epoch, decision } => PySinkAnswer::Resolve {
+                epoch,
                 commit: decision == Decision::Commit,
-                ..PySinkAnswer::of("resolve")
             },
         })
     }
@@ -344,82 +360,73 @@ impl PySinkTransaction {
 
     fn close(&mut self, py: Python<'_>) -> PyResult<PySinkAnswer> {
         Ok(match self.read(py, SinkTxn::close)? {
-            CloseAnswer::AbortOpen(e) => PySinkAnswer {
-                epoch: Some(e),
-                ..PySinkAnswer::of("abort_open")
-            },
-            CloseAnswer::LeavePrepared(e) => PySinkAnswer {
-                epoch: Some(e),
-                ..PySinkAnswer::of("leave_prepared")
-            },
-            CloseAnswer::Nothing => PySinkAnswer::of("nothing"),
+            CloseAnswer::AbortOpen(epoch) => PySinkAnswer::AbortOpen { epoch },
+            CloseAnswer::LeavePrepared(epoch) => PySinkAnswer::LeavePrepared { epoch },
+            CloseAnswer::Nothing => PySinkAnswer::Nothing {},
         })
     }
 }
 
 fn abort_answer(answer: AbortAnswer) -> PySinkAnswer {
-    PySinkAnswer::of(match answer {
-        AbortAnswer::Nothing => "nothing",
-        AbortAnswer::RollbackPrepared => "rollback_prepared",
-        AbortAnswer::Rollback => "rollback",
-        AbortAnswer::Fenced => "fenced",
-        AbortAnswer::Reopen => "reopen",
-    })
+    match answer {
+        AbortAnswer::Nothing => PySinkAnswer::Nothing {},
+        AbortAnswer::RollbackPrepared => PySinkAnswer::RollbackPrepared {},
+        AbortAnswer::Rollback => PySinkAnswer::Rollback {},
+        AbortAnswer::Fenced => PySinkAnswer::Fenced {},
+        AbortAnswer::Reopen => PySinkAnswer::Reopen {},
+    }
 }
 
-/// Registers `SinkTransaction` and `SinkAnswer`.
-/// Which evidence proves a Kafka sink's last committed epoch (`protocol::sink::evidence`):
-/// `kind` is "marker" (`epoch` is the answer), "read_identity" (no marker: read the identity and
-/// ask `last_committed_without_marker`), "witness" (`history` says what proves the sink wrote:
-/// "identity", "decision_row" or "producer_epoch", with `producer_epoch`) or "new".
-#[pyclass(module = "laminar._core", name = "LastCommitted", frozen, get_all)]
+/// Which evidence proves a Kafka sink's last committed epoch (`protocol::sink::evidence`), a
+/// class each: `Marker` (`epoch` is the answer), `ReadIdentity` (no marker: read the identity and
+/// ask `last_committed_without_marker`), `Witness` (`history` says what proves the sink wrote:
+/// "identity", "decision_row" or "producer_epoch", with `producer_epoch`) or `New`.
+#[pyclass(module = "laminar._core", name = "LastCommitted", frozen)]
 #[derive(Debug, Clone)]
-pub struct PyLastCommitted {
-    kind: &'static str,
-    epoch: Option<i64>,
-    history: Option<&'static str>,
-    producer_epoch: Option<i64>,
+pub enum PyLastCommitted {
+    Marker {
+        epoch: i64,
+    },
+    ReadIdentity {},
+    Witness {
+        history: String,
+        producer_epoch: Option<i64>,
+    },
+    New {},
 }
 
 impl From<LastCommitted> for PyLastCommitted {
     fn from(answer: LastCommitted) -> Self {
-        let of = |kind| Self {
-            kind,
-            epoch: None,
-            history: None,
-            producer_epoch: None,
+        let witness = |history: &str, producer_epoch| Self::Witness {
+            history: history.to_string(),
+            producer_epoch,
         };
         match answer {
-            LastCommitted::Marker(epoch) => Self {
-                epoch: Some(epoch),
-                ..of("marker")
-            },
-            LastCommitted::ReadIdentity => of("read_identity"),
-            LastCommitted::New => of("new"),
-            LastCommitted::Witness(History::Identity) => Self {
-                history: Some("identity"),
-                ..of("witness")
-            },
-            LastCommitted::Witness(History::DecisionRow) => Self {
-                history: Some("decision_row"),
-                ..of("witness")
-            },
-            LastCommitted::Witness(History::ProducerEpoch(e)) => Self {
-                history: Some("producer_epoch"),
-                producer_epoch: Some(e),
-                ..of("witness")
-            },
+            LastCommitted::Marker(epoch) => Self::Marker { epoch },
+            LastCommitted::ReadIdentity => Self::ReadIdentity {},
+            LastCommitted::New => Self::New {},
+            LastCommitted::Witness(History::Identity) => witness("identity", None),
+            LastCommitted::Witness(History::DecisionRow) => witness("decision_row", None),
+            LastCommitted::Witness(History::ProducerEpoch(e)) => witness("producer_epoch", Some(e)),
         }
     }
 }
 
 #[pymethods]
 impl PyLastCommitted {
+    /// The evidence's name (snake_case), for logs and tests.
+    #[getter]
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Marker { .. } => "marker",
+            Self::ReadIdentity {} => "read_identity",
+            Self::Witness { .. } => "witness",
+            Self::New {} => "new",
+        }
+    }
+
     fn __repr__(&self) -> String {
-        format!(
-            "LastCommitted(kind={:?}, epoch={:?}, history={:?}, producer_epoch={:?})",
-            self.kind, self.epoch, self.history, self.producer_epoch
-        )
+        format!("LastCommitted.{self:?}")
     }
 }
 
@@ -445,6 +452,7 @@ fn reuse_without_marker(found_by_writer: bool, writer: bool) -> bool {
     evidence::reuse_without_marker(found_by_writer, writer)
 }
 
+/// Registers `SinkTransaction`, `SinkAnswer`, `LastCommitted` and the evidence rules.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySinkTransaction>()?;
     m.add_class::<PySinkAnswer>()?;
