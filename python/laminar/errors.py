@@ -1,5 +1,9 @@
 """Laminar's one error taxonomy (KIP-691), raised the same way by every sink.
 
+Each class is one failure kind of the core (``failure_kind``: ``abortable``, ``in_doubt``,
+``fenced`` or ``fatal``), decided once where the error is raised: the engine hands the kind to the
+core's machines as it is (`laminar.engine.loop.failed_event`), never re-deriving it.
+
 The flags mirror librdkafka's ``KafkaError``: ``retriable`` (the same call may succeed if repeated),
 ``requires_abort`` (the epoch's transaction must be aborted, then the epoch can be retried) and
 ``fatal`` (close the sink and stop). Each error carries the sink id and epoch it concerns when
@@ -22,7 +26,7 @@ known, and the root cause stays in ``__cause__`` (errors are wrapped at most onc
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 __all__ = [
     "AbortableError",
@@ -39,9 +43,16 @@ __all__ = [
 ]
 
 
+#: The core's failure kinds (docs/engine.md §1): what a machine does after a command failed.
+FailureKind = Literal["abortable", "in_doubt", "fenced", "fatal"]
+
+
 class LaminarError(Exception):
     """Base of every error Laminar raises on purpose."""
 
+    #: The core's kind of this failure (a class attribute: the class raised is the
+    #: classification).
+    failure_kind: ClassVar[FailureKind] = "fatal"
     retriable: ClassVar[bool] = False
     requires_abort: ClassVar[bool] = False
     fatal: ClassVar[bool] = False
@@ -83,6 +94,7 @@ def _rebuild(
 class AbortableError(LaminarError):
     """The epoch's transaction must be aborted; the epoch can then be retried."""
 
+    failure_kind = "abortable"
     retriable = True
     requires_abort = True
 
@@ -95,6 +107,8 @@ class FatalError(LaminarError):
 
 class FencedError(FatalError):
     """Another instance now owns this transactional id or sink: this one is a zombie."""
+
+    failure_kind = "fenced"
 
 
 class AuthorizationError(FatalError):
@@ -126,6 +140,8 @@ class RecordTooLargeError(AbortableError, DataError):
 
 class InDoubtError(LaminarError):
     """A commit whose outcome is unknown; never answered by an abort, recovery resolves it."""
+
+    failure_kind = "in_doubt"
 
 
 class IllegalStateError(LaminarError):

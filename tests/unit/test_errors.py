@@ -8,6 +8,8 @@ import pytest
 
 import laminar
 from laminar import errors
+from laminar._core import retry_delay
+from laminar.engine.loop import failed_event
 from laminar.errors import (
     AbortableError,
     AuthorizationError,
@@ -20,6 +22,8 @@ from laminar.errors import (
     InvalidStateEncoding,
     LaminarError,
 )
+from laminar.kafka._security import KafkaLogError
+from laminar.kafka.conn import BrokerUnavailableError
 
 ALL = [
     AbortableError,
@@ -116,3 +120,32 @@ def test_the_rust_bridge_raises_classes_of_this_tree() -> None:
         laminar.PreparedTxnState.parse("garbage")
     with pytest.raises(ValueError, match="bad_prefix"):
         laminar.PreparedTxnState.parse("garbage")
+
+
+@pytest.mark.parametrize(
+    ("error", "kind", "retriable"),
+    [
+        (errors.AbortableError("x"), "abortable", True),
+        (errors.RecordTooLargeError("x"), "abortable", False),
+        (errors.InDoubtError("x"), "in_doubt", False),
+        (errors.FencedError("x"), "fenced", False),
+        (errors.FatalError("x"), "fatal", False),
+        (errors.ConfigError("x"), "fatal", False),
+        (errors.AuthorizationError("x"), "fatal", False),
+        (errors.DataError("x"), "fatal", False),
+        (errors.IllegalStateError("x"), "fatal", False),
+        (BrokerUnavailableError("x"), "abortable", True),
+        (KafkaLogError("x"), "fatal", False),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, Exception) else str(v),
+)
+def test_each_error_class_is_one_failure_kind_the_engine_hands_the_core(
+    error: errors.LaminarError, kind: str, retriable: bool
+) -> None:
+    """The class raised is the classification (docs/engine.md §1): `failed_event` reads it, and
+    the core's retry rule takes it as it is — an abortable error that is not retriable (a record
+    too large) is given up, an in-doubt one retried."""
+    assert (error.failure_kind, error.retriable) == (kind, retriable)
+    assert failed_event(error).kind == "failed"
+    delay = retry_delay(1, 3, 0.1, error.failure_kind, retriable=error.retriable)
+    assert (delay is not None) == (kind == "in_doubt" or (kind == "abortable" and retriable))

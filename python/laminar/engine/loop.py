@@ -17,10 +17,7 @@ from laminar import _telemetry
 from laminar._core import Command, Event
 from laminar._faults import crash_point
 from laminar.errors import (
-    AbortableError,
     FatalError,
-    FencedError,
-    InDoubtError,
     LaminarError,
 )
 
@@ -38,14 +35,9 @@ def now_ms() -> int:
 
 
 def failed_event(err: LaminarError) -> Event:
-    """The ``failed`` event for an error a command raised (docs/engine.md §1, ``kind_of``)."""
-    if isinstance(err, AbortableError):
-        return Event.failed("abortable", str(err), retriable=err.retriable)
-    if isinstance(err, InDoubtError):
-        return Event.failed("in_doubt", str(err))
-    if isinstance(err, FencedError):
-        return Event.failed("fenced", str(err))
-    return Event.failed("fatal", str(err))
+    """The ``failed`` event for an error a command raised: the kind its class carries
+    (`laminar.errors`, classified where it was raised), with ``retriable``."""
+    return Event.failed(err.failure_kind, str(err), retriable=err.retriable)
 
 
 def drive(machine: _Machine[_C], perform: Callable[[_C], Event]) -> None:

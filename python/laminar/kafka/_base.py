@@ -26,7 +26,6 @@ from laminar._settings import Setting, is_deferred, resolve, resolve_mapping
 from laminar._sink import TransactionalSink
 from laminar.errors import (
     ConfigError,
-    FencedError,
     LaminarError,
 )
 from laminar.kafka._avro import check_avro_settings
@@ -135,7 +134,7 @@ class PartSettings:
         if topic:
             ctx = dataclasses.replace(ctx, topic=topic)
         mapped = map_kafka_error(error, operation, ctx, hint=hint, reached=rt.reached)
-        if isinstance(mapped, FencedError):
+        if mapped.failure_kind == "fenced":
             rt.fenced = mapped
         return mapped
 

@@ -10,9 +10,7 @@ from typing import Any, Literal
 
 from confluent_kafka import KafkaError
 
-from laminar.errors import (
-    FencedError,
-)
+from laminar.errors import LaminarError
 
 #: Records librdkafka dropped before the brokers acknowledged them: by an abort or a close of
 #: ours, or because the transaction failed (an AddPartitionsToTxn refused, say) — which is why a
@@ -30,7 +28,7 @@ class _Runtime:
     def __init__(self) -> None:
         self.producer: Any = None
         self.consumer: Any = None
-        self.fenced: FencedError | None = None
+        self.fenced: LaminarError | None = None  # failure_kind "fenced"
         #: Whether the cluster answered this process (metadata): a time-out after that is a
         #: failover to wait out, not an address to fix (`map_kafka_error`'s ``reached``).
         self.reached = False

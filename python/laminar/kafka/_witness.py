@@ -30,7 +30,6 @@ from laminar.kafka import _shape as shape
 from laminar.kafka._base import WITNESS_MAX_RECORDS_ENV, PartSettings
 from laminar.kafka._clients import Clients
 from laminar.kafka.log import (
-    BrokerUnavailableError,
     ClientSecurity,
     KafkaLogClient,
     KafkaLogError,
@@ -160,7 +159,7 @@ class Witness:
                 pause = failover_pause_s(attempt, deadline - time.monotonic())
                 # the one classification decides what is a failover (an AbortableError that is
                 # retriable); the core's pause decides whether time is left for another try
-                if not (isinstance(error, AbortableError) and error.retriable) or pause is None:
+                if error.failure_kind != "abortable" or not error.retriable or pause is None:
                     raise error from e
                 log.info(
                     "sink %s: reading the marker met %s; asking again in %.2f s",
@@ -193,7 +192,7 @@ class Witness:
         if isinstance(error, AuthorizationError):
             # refused credentials or a missing ACL (the error names it): fix the grant, restart
             return AuthorizationError(text, sink_id=self.cfg.sink_id)
-        if isinstance(error, BrokerUnavailableError):
+        if error.failure_kind == "abortable":  # the wire client's classification (a failover)
             return AbortableError(
                 f"{text}. The cluster did not answer within init_timeout_s="
                 f"{self.cfg.init_timeout_s:g} s (a broker down or a coordinator moving); "

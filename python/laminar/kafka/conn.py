@@ -78,7 +78,13 @@ class BrokerUnavailableError(KafkaLogError):
     transactional id, still loading it): what a failover looks like from a client. Looking the
     role up again and retrying can help (`laminar.kafka.log.KafkaLogClient` does, within its
     bound); when the bound passes the client raises it with what it tried. ``address`` is the
-    broker's ``host:port`` when one was involved; ``code`` the Kafka error code, if any."""
+    broker's ``host:port`` when one was involved; ``code`` the Kafka error code, if any.
+
+    Its failure kind is ``abortable`` and retriable: nothing was written, the call can be
+    retried once the cluster has a holder for the role again."""
+
+    failure_kind = "abortable"
+    retriable = True
 
     def __init__(
         self, message: str, *, address: str | None = None, code: int = 0, stalled: bool = False

@@ -55,10 +55,8 @@ from laminar._faults import crash_point
 from laminar._input import check_epoch, materialize
 from laminar._types import ArrowData
 from laminar.errors import (
-    AbortableError,
     ConfigError,
     DataError,
-    FencedError,
     IllegalStateError,
     LaminarError,
 )
@@ -185,7 +183,7 @@ class KafkaSink(_SinkBase):
             self._clients(rt).open_producer()
             last = self._read_last_committed(rt, stable=True)  # after our own InitProducerId
         except LaminarError as err:
-            if not isinstance(err, FencedError):
+            if err.failure_kind != "fenced":
                 # Unreachable brokers, bad credentials, a missing topic: the clients would
                 # otherwise go on reconnecting (and logging) in the background until close().
                 # A start-up that failed retriably (a failover outlasting init_timeout_s) is
@@ -339,12 +337,12 @@ class KafkaSink(_SinkBase):
             # The broker refused the commit (an abortable error): nothing was committed, even
             # after prepare — the machine says rolled back, the producer's transaction is aborted
             # and the caller retries the epoch. Any other failure leaves the outcome unknown.
-            failure = machine.commit_failed(not isinstance(err, AbortableError))
+            failure = machine.commit_failed(err.failure_kind != "abortable")
             if isinstance(failure, SinkAnswer.RolledBack):
                 self._clients(rt).abort_producer_quietly()
                 raise
             rt.failed_operation = "commit"
-            if isinstance(err, FencedError):
+            if err.failure_kind == "fenced":
                 rt.fenced = err
             raise
         crash_point("kafka.after_commit")
@@ -375,8 +373,8 @@ class KafkaSink(_SinkBase):
         except LaminarError as err:
             failure = machine.abort_failed()
             rt.failed_operation = "abort"
-            if isinstance(err, FencedError) or not isinstance(failure, SinkAnswer.Reopen):
-                if isinstance(err, FencedError):
+            if err.failure_kind == "fenced" or not isinstance(failure, SinkAnswer.Reopen):
+                if err.failure_kind == "fenced":
                     rt.fenced = err
                 raise
             # An abort never commits; replacing the producer makes it final (the broker aborts

@@ -74,7 +74,7 @@ class Recovery:
         try:
             found = _commit_prepared(session.connection(), gid)
         except (psycopg.Error, LaminarError) as e:
-            lost = isinstance(e, AbortableError) or (
+            lost = (isinstance(e, LaminarError) and e.failure_kind == "abortable") or (
                 isinstance(e, psycopg.Error) and classify(e, session.conn).connection_lost
             )
             # in doubt, lost or not, with the decision kept: recover() completes the COMMIT

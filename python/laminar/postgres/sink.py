@@ -56,7 +56,6 @@ from laminar._redact import redact_dsn, redact_text
 from laminar._settings import Setting, is_deferred
 from laminar._types import ArrowData
 from laminar.errors import (
-    AbortableError,
     AuthorizationError,
     ConfigError,
     DataError,
@@ -385,7 +384,7 @@ class PostgresSink(_SinkBase):
             # Whatever the server refused (a type, a column, a lost connection), the next epoch
             # reads the table's definition again rather than trusting the cached one.
             ready.forget()
-            if not isinstance(error, AbortableError):
+            if error.failure_kind != "abortable":
                 self._abort_after_error()
             raise error from e
         self._epoch_rows = (self._epoch_rows or 0) + rows
@@ -405,7 +404,7 @@ class PostgresSink(_SinkBase):
             )
         except psycopg.Error as e:
             error = self._session.error(e, f"recording epoch {epoch} in laminar.sink_epochs", epoch)
-            if not isinstance(error, AbortableError):
+            if error.failure_kind != "abortable":
                 self._abort_after_error()
             raise error from e
 

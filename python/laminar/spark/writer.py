@@ -296,13 +296,12 @@ class ExactlyOnceWriter:
                 return EpochResult(epoch, committed=committed, attempts=attempt)
             except (AbortableError, InDoubtError) as err:
                 # the one retry rule, the group machine's too (docs/engine.md §2, "retry")
-                in_doubt = isinstance(err, InDoubtError)
                 delay = retry_delay(
                     attempt,
                     self.retries,
                     self.retry_backoff_s,
-                    "in_doubt" if in_doubt else "abortable",
-                    retriable=in_doubt or err.retriable,
+                    err.failure_kind,
+                    retriable=err.retriable,
                     awaiting=bool(group.awaiting),
                 )
                 if delay is None:
