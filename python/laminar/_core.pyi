@@ -2631,7 +2631,7 @@ def parse_gid(text: str) -> tuple[str, str | None, int, int] | None:
     """``(sink_part, sink_id, epoch, part)`` of a laminar gid (``sink_id`` None: hashed), or
     None if ``text`` is not one."""
 
-# --- client time-outs derived from a sink's budgets (core: protocol/budget.rs) -------------------
+# --- client time-outs derived from a sink's budgets (core: protocol/retry/clients.rs) -------------
 
 __all__ += [
     "KafkaTimeouts",
@@ -2678,7 +2678,7 @@ def kafka_timeouts(
     setup_timeout_ms: int | None = None,
 ) -> KafkaTimeouts:
     """The client time-outs of a Kafka sink with these budgets (the core's one rule,
-    ``protocol::budget``); the producer's explicit ``socket.timeout.ms`` /
+    ``protocol::retry``); the producer's explicit ``socket.timeout.ms`` /
     ``socket.connection.setup.timeout.ms`` win. ``ConfigError`` for a ``socket.timeout.ms``
     librdkafka refuses beside the transaction time-out."""
 

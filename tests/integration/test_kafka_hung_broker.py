@@ -9,7 +9,7 @@ record once with its exact value, Kafka judged by its committed records with con
 replayed) and nothing is left open.
 
 The bound is the client time-outs derived from the sink's budgets (the core's
-``protocol::budget``, docs/kafka.md "Budgets") against the cluster fencing the silent broker
+``protocol::retry``, docs/kafka.md "Budgets") against the cluster fencing the silent broker
 (``broker.session.timeout.ms``) and re-sending a transaction's markers past it (the brokers'
 ``request.timeout.ms``): librdkafka's defaults (60 s requests, 30 s set-ups, 10 s reconnect
 back-off, a call waiting on the hung broker it cached) made these epochs take 23-61 s.

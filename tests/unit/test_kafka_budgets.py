@@ -1,4 +1,4 @@
-"""The client time-outs derived from a KafkaSink's budgets (the core's ``protocol::budget``, bound
+"""The client time-outs derived from a KafkaSink's budgets (the core's ``protocol::retry``, bound
 as `laminar._core.kafka_timeouts` / `attempt_next`; docs/kafka.md "Budgets"): the values at the
 defaults and at their limits, a user's setting winning, the settings librdkafka would refuse named
 at once, and the producer and marker consumer configurations carrying them."""

@@ -25,7 +25,7 @@ SERVERS = [("a", 9092), ("b", 9092), ("c", 9092)]
 
 
 def test_the_set_up_deadline_is_a_quarter_of_the_request_time_out() -> None:
-    # the request time-out is an eighth of the bound, 2 to 30 s (protocol::budget)
+    # the request time-out is an eighth of the bound, 2 to 30 s (protocol::retry)
     assert (request_timeout_s(30.0), setup_timeout_s(30.0)) == (3.75, 1.0)
     assert (request_timeout_s(60.0), setup_timeout_s(60.0)) == (7.5, 1.875)
     assert (request_timeout_s(600.0), setup_timeout_s(600.0)) == (30.0, 2.0)

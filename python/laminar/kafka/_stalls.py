@@ -7,7 +7,7 @@ balancer, half dead) would otherwise hold every call of `laminar.kafka.log.Kafka
 whole bound before the next bootstrap server is tried. So a new connection has a **set-up
 deadline** — connecting, TLS, ApiVersions and SASL — and each request a **request time-out**,
 both well below the call's bound: the core's budget rule (`laminar._core.kafka_timeouts`,
-``protocol::budget``) derives them, and a user's ``socket.connection.setup.timeout.ms`` /
+``protocol::retry``) derives them, and a user's ``socket.connection.setup.timeout.ms`` /
 ``socket.timeout.ms`` win (`user_millis` reads them as librdkafka does). A server whose set-up or
 request timed out is remembered by the process (`StallMemory`) and tried after the others by every
 later connection, until it answers again. Pure logic: the clock comes in as an argument.

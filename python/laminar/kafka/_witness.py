@@ -133,7 +133,7 @@ class Witness:
         """The marker group's offset on (topic, 0) through the marker consumer. A failover it
         meets (the group coordinator moving or not yet elected, as on a new cluster whose
         offsets topic is being created: NOT_COORDINATOR) is asked again after the core's pause
-        while the budget lasts — the start-up's, when in one (`protocol::budget`)."""
+        while the budget lasts — the start-up's, when in one (`protocol::retry`)."""
         rt = self.clients.rt
         deadline = time.monotonic() + rt.budget_left(self.cfg.init_timeout_s)
         attempt = 0

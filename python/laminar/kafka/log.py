@@ -135,7 +135,7 @@ class KafkaLogClient:
     leader (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, …), group or transaction coordinator
     (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) — is forgotten,
     the role looked up again (Metadata, FindCoordinator, through any bootstrap server that
-    answers) and the request retried after the core's pause (``protocol::budget``: 50 ms doubling
+    answers) and the request retried after the core's pause (``protocol::retry``: 50 ms doubling
     to 1 s). Past the bound the request raises `BrokerUnavailableError`, which says what was
     tried: a replicated cluster that moves a leader or a coordinator within the bound is never an
     error. ``until`` bounds every call by the deadline of the operation they belong to.

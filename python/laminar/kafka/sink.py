@@ -176,7 +176,7 @@ class KafkaSink(_SinkBase):
         self._rt = rt
         rt.fenced = None
         # one budget for the whole start-up, whatever failovers its calls meet (core rule:
-        # protocol::budget::failover_pause)
+        # protocol::retry::failover_pause)
         rt.startup_deadline = time.monotonic() + self._init_timeout_s
         try:
             self._clients(rt).open_consumer()

@@ -42,7 +42,6 @@
 //! The simulation (`sim`, tests only) stands on all of them.
 
 pub mod atomic;
-pub mod budget;
 pub mod command;
 pub mod crash;
 pub mod distributed;

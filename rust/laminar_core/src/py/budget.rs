@@ -1,10 +1,10 @@
-//! Binds `protocol::budget`: the client time-outs derived from a sink's budgets (seconds in and
+//! Binds `protocol::retry`: the client time-outs derived from a sink's budgets (seconds in and
 //! out, as the sinks hold them; librdkafka's settings in whole milliseconds).
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::protocol::budget::{
+use crate::protocol::retry::{
     AttemptNext, KafkaBudgets, KafkaOverrides, KafkaTimeouts, TxnCall, after_attempt,
     failover_pause, postgres_answer_ms,
 };
@@ -76,7 +76,7 @@ impl PyKafkaTimeouts {
     }
 }
 
-/// The client time-outs of a Kafka sink with these budgets (`protocol::budget`); the producer's
+/// The client time-outs of a Kafka sink with these budgets (`protocol::retry`); the producer's
 /// explicit `socket.timeout.ms` / `socket.connection.setup.timeout.ms` win. `ConfigError` for a
 /// `socket.timeout.ms` librdkafka refuses beside the transaction time-out.
 #[pyfunction]
@@ -107,7 +107,7 @@ fn kafka_timeouts(
 }
 
 /// What follows a failed attempt of librdkafka transactional call `call` (its confluent-kafka
-/// name; `protocol::budget::after_attempt`): `"retry"` on the same producer, `"replace"` the
+/// name; `protocol::retry::after_attempt`): `"retry"` on the same producer, `"replace"` the
 /// producer, or `"give_up"`.
 #[pyfunction]
 #[pyo3(signature = (call, *, retriable, silent, ran_out, attempt, retries, time_left))]
@@ -138,7 +138,7 @@ fn attempt_next(
 }
 
 /// The pause in seconds before attempt `attempt` + 1 of a call that met a failover, with
-/// `left_s` left of its operation's budget, or None to give up (`protocol::budget`).
+/// `left_s` left of its operation's budget, or None to give up (`protocol::retry`).
 #[pyfunction]
 #[pyo3(signature = (attempt, left_s))]
 fn failover_pause_s(attempt: u32, left_s: f64) -> Option<f64> {
@@ -152,7 +152,7 @@ fn failover_pause_s(attempt: u32, left_s: f64) -> Option<f64> {
 }
 
 /// The PostgreSQL performer's deadline on one wait for the server's answer, in seconds, for a
-/// sink whose budget for one answer is `statement_timeout_s` (`protocol::budget`).
+/// sink whose budget for one answer is `statement_timeout_s` (`protocol::retry`).
 #[pyfunction]
 fn postgres_answer_timeout(statement_timeout_s: f64) -> PyResult<f64> {
     let statement_ms = millis("statement_timeout_s", statement_timeout_s)?;

@@ -30,15 +30,10 @@ use crate::protocol::command::{Command, DecisionSelection, Event, LogLevel, unex
 use crate::protocol::crash::CrashPoint;
 use crate::protocol::failure::Failure;
 use crate::protocol::records::{DecisionRecord, decision_record, epoch_committed};
+use crate::protocol::retry::{MARKER_POLL_MS, marker_wait_ms};
 use crate::protocol::{
     Core, End, Epoch, Idle, NoChild, Refusal, RefusalKind, Steps, core_accessors,
 };
-
-/// How long the marker is read again after an accepted `EndTxn` (markers land shortly after the
-/// commit), and how long between reads.
-pub const MARKER_WAIT_MS: u64 = 3_000;
-/// The pause between two reads of the marker while waiting for it.
-pub const MARKER_POLL_MS: u64 = 100;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -234,11 +229,7 @@ impl KafkaRecovery {
         let Some(d) = self.decided_epoch() else {
             return self.judge();
         };
-        let wait = if self.end_txn_refusal.is_some() {
-            0
-        } else {
-            MARKER_WAIT_MS
-        };
+        let wait = marker_wait_ms(self.end_txn_refusal.is_some());
         let deadline = *self.deadline_ms.get_or_insert(now_ms + wait);
         let sink_id = self.sink().to_owned();
         if epoch_committed(marker, d) {

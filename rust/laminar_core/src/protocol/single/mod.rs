@@ -21,13 +21,10 @@ use crate::protocol::command::{Command, Event, LogLevel, unexpected};
 
 use crate::protocol::failure::{Failure, FailureKind};
 use crate::protocol::records::epoch_committed;
-use crate::protocol::retry::retry_delay_ms;
+use crate::protocol::retry::{recover_delay_ms, retry_delay_ms};
 use crate::protocol::{
     Core, End, Epoch, Idle, NoChild, Refusal, RefusalKind, Steps, core_accessors,
 };
-
-/// The longest pause between two recovery attempts.
-pub const MAX_RECOVER_DELAY_MS: u64 = 10_000;
 
 /// One epoch of a lone sink.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,7 +182,9 @@ impl SingleEpoch {
                 if matches!(f.kind, FailureKind::Abortable { .. }) =>
             {
                 self.recover_tries += 1;
-                if self.recover_tries > self.c.retries.max(1) * 4 {
+                let Some(delay) =
+                    recover_delay_ms(self.recover_tries, self.c.retries, self.c.retry_backoff_ms)
+                else {
                     let refusal = Refusal::new(
                         RefusalKind::StillInDoubt,
                         format!(
@@ -196,12 +195,7 @@ impl SingleEpoch {
                     );
                     self.ending = Some(End::Refused(refusal.for_sink(sink_id).for_epoch(epoch)));
                     return;
-                }
-                let delay = self
-                    .c
-                    .retry_backoff_ms
-                    .saturating_mul(1 << (self.recover_tries - 1).min(20))
-                    .min(MAX_RECOVER_DELAY_MS);
+                };
                 self.core.out.push(Command::warn(format!(
                     "sink {sink_id}: recovery of in-doubt epoch {epoch} failed ({f}); retry in \
                      {:.1}s",
