@@ -555,6 +555,10 @@ class SinkTransaction:
     @property
     def prepared_epoch(self) -> int | None:
         """The prepared epoch awaiting its decision, if any."""
+    @property
+    def pending(self) -> Literal["commit", "abort"] | None:
+        """The decision a failed commit or abort left pending: the epoch stays in doubt until
+        it is resolved (Kafka's in-doubt resolution retries a pending commit first)."""
     def init(self) -> None:
         """``init_transactions()``: refused while an epoch is being written or ended."""
     def learned_last(self, last: int | None) -> None:

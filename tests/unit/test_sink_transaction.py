@@ -9,6 +9,7 @@ import pytest
 from laminar import EpochTracker
 from laminar._core import (
     LastCommitted,
+    SinkAnswer,
     SinkTransaction,
     last_committed_after_marker,
     last_committed_without_marker,
@@ -169,6 +170,32 @@ def test_kafka_reopened_and_marker_evidence_never_lower_the_last_epoch() -> None
     assert (m.tracker.state.name, m.tracker.last_committed_epoch) == ("Idle", 4)
     m.saw_committed(2)
     m.resolved_by_marker(None, None)
+    assert m.tracker.last_committed_epoch == 4
+
+
+def test_kafka_the_pending_decision_is_the_machines_until_the_marker_or_a_new_producer() -> None:
+    """Which end of an in-doubt epoch recovery retries first (a commit still in flight) is the
+    machine's ``pending``, not bookkeeping of the sink's (docs/engine.md, "The sink's
+    transaction")."""
+    m = kafka_machine()
+    m.begin(4)
+    m.opened(4)
+    assert m.pending is None
+    m.commit(4)
+    m.commit_started(4)
+    assert isinstance(m.commit_failed(True), SinkAnswer.InDoubt)
+    assert (m.pending, m.in_doubt) == ("commit", 4)
+    m.resolved_by_marker(None, None)  # the marker did not decide: still pending
+    assert m.pending == "commit"
+    m.resolved_by_marker(True, 4)
+    assert (m.pending, m.in_doubt, m.tracker.last_committed_epoch) == (None, None, 4)
+    m.begin(5)
+    m.opened(5)
+    m.abort_via(5, "live")
+    assert isinstance(m.abort_failed(), SinkAnswer.Reopen)
+    assert m.pending == "abort"
+    m.reopened(4)  # the new producer's init aborted it
+    assert m.pending is None
     assert m.tracker.last_committed_epoch == 4
 
 

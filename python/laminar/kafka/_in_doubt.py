@@ -36,7 +36,7 @@ def resolve_in_doubt(
     this only performs its commands and reports the outcome to ``txn``. Raises what the machine
     ended on (`FencedError`: fenced, or another instance committed past this epoch)."""
     rt = clients.rt
-    commit_in_flight = rt.failed_operation == "commit" and rt.producer is not None
+    commit_in_flight = txn.pending == "commit" and rt.producer is not None
     machine = KafkaInDoubtMachine(sink_id, epoch, commit_in_flight)
 
     def perform(c: _KafkaInDoubtCommand) -> Event:
@@ -63,7 +63,5 @@ def resolve_in_doubt(
         rt.fenced = err
         raise
     finally:
-        committed = machine.committed
-        txn.resolved_by_marker(committed, machine.marker)
-        if machine.end == "ok" or (machine.end == "refused" and committed is not None):
-            rt.failed_operation = None
+        # the sink's machine clears the pending decision once the marker decided
+        txn.resolved_by_marker(machine.committed, machine.marker)

@@ -52,7 +52,6 @@ class _Runtime:
         self.records = 0
         self.last_epoch: int | None = None
         self.attempt = 0
-        self.failed_operation: str | None = None
         # the last committed epoch found without a marker: (answer, whether a writer found it)
         self.without_marker: tuple[int | None, bool] | None = None
         #: When the start-up under way must end (``time.monotonic()``), None outside one: its

@@ -341,7 +341,7 @@ class KafkaSink(_SinkBase):
             if isinstance(failure, SinkAnswer.RolledBack):
                 self._clients(rt).abort_producer_quietly()
                 raise
-            rt.failed_operation = "commit"
+            # in doubt: the machine keeps the commit pending for recover()
             if err.failure_kind == "fenced":
                 rt.fenced = err
             raise
@@ -371,8 +371,7 @@ class KafkaSink(_SinkBase):
         try:
             self._clients(rt).retrying("abort_transaction", epoch, self._commit_timeout_s)
         except LaminarError as err:
-            failure = machine.abort_failed()
-            rt.failed_operation = "abort"
+            failure = machine.abort_failed()  # in doubt, the abort pending
             if err.failure_kind == "fenced" or not isinstance(failure, SinkAnswer.Reopen):
                 if err.failure_kind == "fenced":
                     rt.fenced = err
@@ -500,5 +499,3 @@ class KafkaSink(_SinkBase):
         """After a new producer's init: the machine aborts whatever this instance had open and
         decides an in-doubt commit by ``last`` (`SinkTransaction.reopened`)."""
         self._machine.reopened(last)
-        if self._rt is not None:
-            self._rt.failed_operation = None

@@ -159,6 +159,18 @@ impl PySinkTransaction {
         self.read(py, SinkTxn::prepared_epoch)
     }
 
+    /// The decision a failed commit or abort left pending (the epoch is in doubt until it is
+    /// resolved): "commit", "abort", or None.
+    #[getter]
+    fn pending(&mut self, py: Python<'_>) -> PyResult<Option<&'static str>> {
+        self.read(py, |m| {
+            m.pending().map(|d| match d {
+                Decision::Commit => "commit",
+                Decision::Abort => "abort",
+            })
+        })
+    }
+
     fn init(&mut self, py: Python<'_>) -> PyResult<()> {
         self.with(py, None, false, |m| m.init())
     }
