@@ -1450,6 +1450,7 @@ __all__ += [
     "owner_decision",
     "participant_base",
     "participant_matches",
+    "participant_open",
     "postgres_participant_name",
     "refusal_error",
     "retry_delay",
@@ -2614,6 +2615,11 @@ def kafka_participant_name(participant_id: str) -> str:
 
 def participant_matches(resource: str, gid: str) -> bool:
     """Whether a prepared gid is the participant a ``dt_participant`` row names (exact)."""
+
+def participant_open(state: str) -> bool:
+    """Whether a scale-out participant in ``state`` (``laminar.dt_participant.state``) may still
+    hold its transaction open: claimed or prepared, not yet committed or rolled back
+    (``ValueError``: no such state)."""
 
 # --- the PostgreSQL gid's format (core: protocol/gid.rs) ----------------------------------------
 

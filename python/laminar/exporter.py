@@ -39,7 +39,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from laminar._core import participant_base
+from laminar._core import participant_base, participant_open
 from laminar._redact import redact_dsn, redact_text
 from laminar._stats import BUCKETS_S
 from laminar.metadata import applied_version
@@ -333,7 +333,7 @@ def _transactions(
     dt_age = {dtid: a for dtid, _, _, _, a in snap.distributed}
     open_kafka: dict[str, dict[str, float]] = {s: {} for s, k in kinds.items() if k == "kafka"}
     for dtid, _, kind, resource, state in snap.participants:
-        if kind == "kafka" and state not in ("committed", "rolled_back"):
+        if kind == "kafka" and participant_open(state):  # the core's rule
             open_kafka.setdefault(_base(resource), {})[resource] = dt_age.get(dtid, 0.0)
     for tid, _, behind in snap.kafka_behind:
         seen = open_kafka.setdefault(_base(tid), {})

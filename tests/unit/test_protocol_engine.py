@@ -186,3 +186,12 @@ def test_the_driver_loop_raises_a_refusal_through_the_bridge() -> None:
     with pytest.raises(ConfigError) as caught:
         drive(machine, lambda command: Event.ack())
     assert caught.value.refusal == "epoch_backwards"  # type: ignore[attr-defined]
+
+
+def test_a_participant_is_open_until_resolved_by_the_cores_rule() -> None:
+    """The exporter counts a scale-out Kafka participant as an open transaction by this rule
+    (its cases are the Rust tests of ParticipantState)."""
+    assert [_core.participant_open(s) for s in ("claimed", "prepared")] == [True, True]
+    assert [_core.participant_open(s) for s in ("committed", "rolled_back")] == [False, False]
+    with pytest.raises(ValueError, match="unknown participant state 'done'"):
+        _core.participant_open("done")

@@ -13,6 +13,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use super::errors::refusal_to_py_err;
+use crate::protocol::command::ParticipantState;
 use crate::protocol::crash::{CrashPoint, Position, Protocol};
 use crate::protocol::{Epoch, gid, names, records, retry};
 use crate::protocol::{Refusal, RefusalKind};
@@ -271,6 +272,20 @@ fn participant_matches(resource: &str, gid: &str) -> bool {
     names::participant_matches(resource, gid)
 }
 
+/// Whether a scale-out participant in `state` (as `laminar.dt_participant.state` stores it)
+/// may still hold its transaction open (ValueError: no such state).
+#[pyfunction]
+fn participant_open(state: &str) -> PyResult<bool> {
+    ParticipantState::from_name(state)
+        .map(ParticipantState::open)
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "unknown participant state {state:?}; expected claimed, prepared, committed or \
+                 rolled_back"
+            ))
+        })
+}
+
 /// The gid of `sink_id`'s `epoch`, partition `part` (ValueError: a negative epoch).
 #[pyfunction]
 #[pyo3(signature = (sink_id, epoch, part = 0))]
@@ -310,6 +325,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(postgres_participant_name, m)?)?;
     m.add_function(wrap_pyfunction!(kafka_participant_name, m)?)?;
     m.add_function(wrap_pyfunction!(participant_matches, m)?)?;
+    m.add_function(wrap_pyfunction!(participant_open, m)?)?;
     m.add_function(wrap_pyfunction!(make_gid, m)?)?;
     m.add_function(wrap_pyfunction!(gid_prefix, m)?)?;
     m.add_function(wrap_pyfunction!(parse_gid, m)?)?;

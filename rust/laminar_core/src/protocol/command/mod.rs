@@ -51,6 +51,27 @@ impl ParticipantState {
             ParticipantState::RolledBack => "rolled_back",
         }
     }
+
+    /// The state a stored name denotes, if any.
+    pub fn from_name(name: &str) -> Option<ParticipantState> {
+        [
+            ParticipantState::Claimed,
+            ParticipantState::Prepared,
+            ParticipantState::Committed,
+            ParticipantState::RolledBack,
+        ]
+        .into_iter()
+        .find(|s| s.name() == name)
+    }
+
+    /// Whether a participant in this state may still hold its transaction open (claimed by a
+    /// task attempt, or prepared), not yet committed or rolled back by its resolution.
+    pub fn open(self) -> bool {
+        match self {
+            ParticipantState::Claimed | ParticipantState::Prepared => true,
+            ParticipantState::Committed | ParticipantState::RolledBack => false,
+        }
+    }
 }
 
 /// How loud a [`Command::Log`] line is.
@@ -624,5 +645,15 @@ mod tests {
         for (command, step) in cases {
             assert_eq!(command.step(), step, "{}", command.kind().name());
         }
+    }
+
+    #[test]
+    fn a_participant_is_open_until_its_resolution_commits_or_rolls_it_back() {
+        for state in ["claimed", "prepared", "committed", "rolled_back"] {
+            let parsed = ParticipantState::from_name(state).expect("a stored name");
+            assert_eq!(parsed.name(), state);
+            assert_eq!(parsed.open(), matches!(state, "claimed" | "prepared"));
+        }
+        assert_eq!(ParticipantState::from_name("done"), None);
     }
 }
