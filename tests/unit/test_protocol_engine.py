@@ -193,5 +193,5 @@ def test_a_participant_is_open_until_resolved_by_the_cores_rule() -> None:
     (its cases are the Rust tests of ParticipantState)."""
     assert [_core.participant_open(s) for s in ("claimed", "prepared")] == [True, True]
     assert [_core.participant_open(s) for s in ("committed", "rolled_back")] == [False, False]
-    with pytest.raises(ValueError, match="unknown participant state 'done'"):
+    with pytest.raises(ValueError, match='unknown participant state "done"'):
         _core.participant_open("done")
