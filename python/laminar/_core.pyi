@@ -2647,6 +2647,7 @@ __all__ += [
     "KafkaTimeouts",
     "attempt_next",
     "failover_pause_s",
+    "identity_wait_s",
     "kafka_timeouts",
     "postgres_answer_timeout",
 ]
@@ -2697,6 +2698,11 @@ def failover_pause_s(attempt: int, left_s: float) -> float | None:
     ``attempt``, from 1; 50 ms doubling to 1 s), or None to give up: when the pause would end
     past the deadline of the operation it belongs to (``left_s`` left of its budget — a sink's
     whole start-up shares one ``init_timeout_s``)."""
+
+def identity_wait_s(statistics_interval_ms: int) -> float:
+    """How long to wait for librdkafka's report of the producer id and epoch after an init or
+    an abort, with reports every ``statistics_interval_ms``: two intervals and half a second, at
+    most 5 s (then the identity is recorded as unknown)."""
 
 def postgres_answer_timeout(statement_timeout_s: float) -> float:
     """The PostgreSQL performer's deadline on one wait for the server's answer, in seconds, for

@@ -13,7 +13,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
-from laminar._core import TransactionalProducer, attempt_next
+from laminar._core import TransactionalProducer, attempt_next, identity_wait_s
 from laminar.errors import (
     AbortableError,
     ConfigError,
@@ -208,7 +208,7 @@ class Clients:
         if self.rt.identity is not None:
             return self.rt.identity
         interval_ms = int(self.cfg.producer_config.get("statistics.interval.ms", 100))
-        deadline = time.monotonic() + min(5.0, 2 * interval_ms / 1000 + 0.5)
+        deadline = time.monotonic() + identity_wait_s(interval_ms)  # the core's budget
         while True:
             identity = self.rt.fresh_identity()
             if identity is not None:

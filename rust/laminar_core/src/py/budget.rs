@@ -5,7 +5,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::protocol::retry::{
-    AttemptNext, KafkaBudgets, KafkaOverrides, KafkaTimeouts, TxnCall, after_attempt,
+    self, AttemptNext, KafkaBudgets, KafkaOverrides, KafkaTimeouts, TxnCall, after_attempt,
     failover_pause, postgres_answer_ms,
 };
 use crate::py::errors::IntoPyResult;
@@ -159,11 +159,19 @@ fn postgres_answer_timeout(statement_timeout_s: f64) -> PyResult<f64> {
     Ok(postgres_answer_ms(statement_ms) as f64 / 1000.0)
 }
 
+/// How long to wait for librdkafka's report of the producer id and epoch, in seconds
+/// (`protocol::retry::identity_wait_ms`).
+#[pyfunction]
+fn identity_wait_s(statistics_interval_ms: u64) -> f64 {
+    retry::identity_wait_ms(statistics_interval_ms) as f64 / 1000.0
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyKafkaTimeouts>()?;
     m.add_function(wrap_pyfunction!(kafka_timeouts, m)?)?;
     m.add_function(wrap_pyfunction!(postgres_answer_timeout, m)?)?;
     m.add_function(wrap_pyfunction!(attempt_next, m)?)?;
     m.add_function(wrap_pyfunction!(failover_pause_s, m)?)?;
+    m.add_function(wrap_pyfunction!(identity_wait_s, m)?)?;
     Ok(())
 }

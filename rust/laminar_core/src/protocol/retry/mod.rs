@@ -12,6 +12,7 @@
 //! | an operation (`init_timeout_s`: a start-up; a wire call's `retry_for_s`; `EndTxn`) | the calls that meet a failover | [`failover_pause`] |
 //! | the clients' time-outs | librdkafka's and the wire client's requests and set-ups | [`KafkaBudgets::timeouts`] |
 //! | one answer of PostgreSQL (`statement_timeout_s`) | a wait on the server | [`postgres_answer_ms`] |
+//! | the producer identity (`statistics.interval.ms`) | waiting for librdkafka's report of the producer id and epoch | [`identity_wait_ms`] |
 
 mod clients;
 
@@ -90,6 +91,20 @@ pub fn marker_wait_ms(end_txn_refused: bool) -> u64 {
     if end_txn_refused { 0 } else { MARKER_WAIT_MS }
 }
 
+/// The longest wait for the producer identity.
+pub const IDENTITY_WAIT_MAX_MS: u64 = 5_000;
+
+/// How long a Kafka sink waits for librdkafka's first statistics report after an init or an
+/// abort (it carries the producer id and epoch a prepared state records), with reports every
+/// `statistics_interval_ms`: two intervals and half a second, at most [`IDENTITY_WAIT_MAX_MS`];
+/// then the identity is recorded as unknown (-1).
+pub fn identity_wait_ms(statistics_interval_ms: u64) -> u64 {
+    statistics_interval_ms
+        .saturating_mul(2)
+        .saturating_add(500)
+        .min(IDENTITY_WAIT_MAX_MS)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,5 +173,12 @@ mod tests {
     fn the_marker_is_waited_for_only_after_an_accepted_end_txn() {
         assert_eq!(marker_wait_ms(false), MARKER_WAIT_MS);
         assert_eq!(marker_wait_ms(true), 0);
+    }
+
+    #[test]
+    fn the_identity_is_waited_for_two_reports_and_never_past_five_seconds() {
+        assert_eq!(identity_wait_ms(100), 700);
+        assert_eq!(identity_wait_ms(20), 540);
+        assert_eq!(identity_wait_ms(60_000), IDENTITY_WAIT_MAX_MS);
     }
 }
