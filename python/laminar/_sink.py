@@ -26,11 +26,13 @@ each step of the lifecycle is decided by the core's ``SinkTransaction`` over tha
 from __future__ import annotations
 
 import abc
+import logging
 from typing import Any, ClassVar
 
 from laminar._core import (
     EpochTracker,
     PreparedTxnState,
+    SinkAnswer,
     SinkTransaction,
     TransactionalSinkMetrics,
     TransactionState,
@@ -38,6 +40,8 @@ from laminar._core import (
 from laminar._types import ArrowData
 
 __all__ = ["TransactionalSink"]
+
+log = logging.getLogger("laminar.sink")
 
 
 class TransactionalSink(abc.ABC):
@@ -100,6 +104,32 @@ class TransactionalSink(abc.ABC):
     def metrics(self) -> TransactionalSinkMetrics:
         """Commits, aborts, events, bytes, commit latency (mean/max/p50/p99), commit failures."""
         return self.tracker.metrics()
+
+    # -- the replay rule, performed for every sink ---------------------------------------------
+
+    def _replayed(self, epoch: int) -> bool:
+        """Whether ``epoch`` is a replay to skip (docs/protocol.md §1, §2): the core's
+        `SinkTransaction.begin` decides by its rule (``epoch_committed``) — after ``recover()``
+        when an earlier epoch is in doubt — and nothing may then be written."""
+        answer = self._machine.begin(epoch)  # refused while an epoch is open
+        if isinstance(answer, SinkAnswer.Recover):
+            self.recover()
+            answer = self._machine.begin(epoch)
+        if isinstance(answer, SinkAnswer.Skip):
+            self._skipped(epoch, answer)
+            return True
+        return False
+
+    def _skipped(self, epoch: int, answer: SinkAnswer.Skip) -> None:
+        """The core's "skip": warn when the epoch is older than the last committed one."""
+        if answer.older:
+            log.warning(
+                "sink %s: epoch %d is older than the last committed epoch %d; Spark only replays "
+                "the last batch, so a query restarted from another checkpoint may be writing",
+                self.sink_id,
+                epoch,
+                answer.last,
+            )
 
     # -- lifecycle ----------------------------------------------------------------------------
 

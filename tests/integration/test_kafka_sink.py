@@ -143,7 +143,9 @@ def test_an_aborted_epoch_leaves_nothing_committed(
     sink.close()
 
 
-def test_replayed_epochs_are_skipped_after_a_restart(kafka_bootstrap: str, topic: str) -> None:
+def test_replayed_epochs_are_skipped_after_a_restart(
+    kafka_bootstrap: str, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
     tid = f"tid-{topic}"
     first = laminar.exactly_once(make_sink(kafka_bootstrap, topic, tid))
     for epoch in range(3):
@@ -152,8 +154,12 @@ def test_replayed_epochs_are_skipped_after_a_restart(kafka_bootstrap: str, topic
     restarted_sink = make_sink(kafka_bootstrap, topic, tid)
     restarted = laminar.exactly_once(restarted_sink)
     assert restarted.write_epoch(2, epoch_table(2)).skipped  # Spark replays the last batch
+    assert "older than the last committed" not in caplog.text
+    with caplog.at_level(logging.WARNING, logger="laminar.sink"):
+        assert restarted.write_epoch(1, epoch_table(1)).skipped  # not Spark's: it warns
+    assert "epoch 1 is older than the last committed epoch 2" in caplog.text
     assert restarted.write_epoch(3, epoch_table(3)).committed
-    assert restarted_sink.metrics.replays_skipped == 1
+    assert restarted_sink.metrics.replays_skipped == 2
     assert restarted_sink.last_committed_epoch() == 3
     assert_exactly_once(committed(kafka_bootstrap, topic), ids(range(4)))
     restarted.close()

@@ -4,6 +4,7 @@ hostile identifiers, validation before any row is sent."""
 from __future__ import annotations
 
 import json
+import logging
 import pickle
 import threading
 from typing import Any
@@ -94,13 +95,17 @@ def test_rows_stay_invisible_until_commit_and_vanish_on_abort(pg_dsn: str, table
     sink.close()
 
 
-def test_replayed_epochs_are_skipped(pg_dsn: str, table: str) -> None:
+def test_replayed_epochs_are_skipped(
+    pg_dsn: str, table: str, caplog: pytest.LogCaptureFixture
+) -> None:
     sink = PostgresSink(pg_dsn, table)
     writer = laminar.exactly_once(sink)
     for epoch in range(3):
         assert writer.write_epoch(epoch, batch(epoch)).committed
     assert writer.write_epoch(2, batch(2)).skipped
-    assert writer.write_epoch(1, batch(1)).skipped
+    with caplog.at_level(logging.WARNING, logger="laminar.sink"):
+        assert writer.write_epoch(1, batch(1)).skipped
+    assert "epoch 1 is older than the last committed epoch 2" in caplog.text
     assert count_by_epoch(pg_dsn, table) == {0: 5, 1: 5, 2: 5}
     assert sink.metrics.replays_skipped == 2
     writer.close()

@@ -38,7 +38,8 @@ ROWS_PER_EPOCH = 10
 #: The system directories of a machine without a Rust toolchain (no ~/.cargo/bin).
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 #: What ``import laminar`` needs, and nothing else (no build or dev tools).
-RUNTIME_DEPENDENCIES = {"pyarrow", "confluent-kafka", "psycopg"}
+#: typing-extensions: `assert_never` on Python 3.10 (the exhaustive command performers).
+RUNTIME_DEPENDENCIES = {"pyarrow", "confluent-kafka", "psycopg", "typing-extensions"}
 
 # pip installing the wheel's binary dependencies into fresh virtualenvs takes a while.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]

@@ -201,11 +201,7 @@ class KafkaSink(_SinkBase):
         epoch = check_epoch(epoch, sink_id=self.sink_id)
         rt = self._live()
         machine = self._machine
-        answer = machine.begin(epoch)  # refused while an epoch is open
-        if isinstance(answer, SinkAnswer.Recover):
-            self.recover()
-            answer = machine.begin(epoch)
-        if isinstance(answer, SinkAnswer.Skip):
+        if self._replayed(epoch):
             return False
         machine.opened(epoch)
         try:

@@ -295,12 +295,8 @@ class PostgresSink(_SinkBase):
         """Open ``epoch``'s transaction and claim the epoch; False (nothing open) if the sink id
         already committed it — then nothing must be written."""
         epoch = check_epoch(epoch, sink_id=self.sink_id)
-        answer = self._machine.begin(epoch)  # refused while an epoch is open
-        if isinstance(answer, SinkAnswer.Recover):
-            self.recover()
-            answer = self._machine.begin(epoch)
-        if isinstance(answer, SinkAnswer.Skip):
-            return self._skip(epoch, answer)
+        if self._replayed(epoch):
+            return False
         conn = self._ensure_ready()
         try:
             if self._two_phase_part is None:
@@ -321,25 +317,14 @@ class PostgresSink(_SinkBase):
             self._session.end_transaction_quietly()
             held = self._machine.store_holds(epoch, current)
             assert isinstance(held, SinkAnswer.Skip)  # the core answers a held epoch so
-            return self._skip(epoch, held)
+            self._skipped(epoch, held)
+            return False
         crash_point("postgres.after_claim")
         self._machine.opened(epoch)
         self._readiness.checked = False
         self._epoch_rows = self._epoch_bytes = 0
         self._recovery.prepare_sent = None
         return True
-
-    def _skip(self, epoch: int, answer: SinkAnswer.Skip) -> bool:
-        """The machine's "skip": the epoch is committed already; warn when it is older."""
-        if answer.older:
-            log.warning(
-                "sink %s: epoch %d is older than the last committed epoch %d; Spark only replays "
-                "the last batch, so a query restarted from another checkpoint may be writing",
-                self.sink_id,
-                epoch,
-                answer.last,
-            )
-        return False
 
     def _write_rows(
         self, conn: psycopg.Connection[Any], data: pa.Table, epoch: int | None
