@@ -2192,8 +2192,9 @@ _KafkaRecoveryCommand: TypeAlias = (
     | Command.ReadRedo
     | Command.DeleteRedo
 )
-#: What `ResolveMachine` emits (it runs Kafka recovery).
-_ResolveCommand: TypeAlias = (
+#: What a resolution of one distributed transaction emits (`protocol/resolution.rs`, which runs
+#: Kafka recovery): the watcher, `ResolveMachine` and the scale-out coordinator run it.
+_ResolutionCommand: TypeAlias = (
     _KafkaRecoveryCommand
     | Command.FenceProducer
     | Command.CommitPrepared
@@ -2204,14 +2205,17 @@ _ResolveCommand: TypeAlias = (
     | Command.ConcludeDt
     | Command.ReadParticipants
 )
-#: What `WatcherPassMachine` emits (it runs resolutions).
-_WatcherCommand: TypeAlias = (
-    _ResolveCommand
-    | Command.Rollback
-    | Command.MarkParticipants
+#: What `ResolveMachine` emits (``laminar resolve``: it runs resolutions and Kafka recovery).
+_ResolveCommand: TypeAlias = (
+    _ResolutionCommand
     | Command.ReadDtStates
     | Command.ReadParticipantDecisions
+    | Command.MarkParticipants
     | Command.RewriteDecision
+)
+#: What `WatcherPassMachine` emits (it runs resolutions and Kafka recovery).
+_WatcherCommand: TypeAlias = (
+    _ResolutionCommand | Command.Rollback | Command.ReadDtStates | Command.ReadParticipantDecisions
 )
 #: What `ScaleOutTaskMachine` emits.
 _TaskCommand: TypeAlias = (
@@ -2257,6 +2261,7 @@ _AtomicCommand: TypeAlias = (
     | Command.ClaimEpoch
     | Command.CreateDt
     | Command.RunTasks
+    | Command.MarkParticipants
 )
 
 @final

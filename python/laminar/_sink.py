@@ -41,8 +41,6 @@ from laminar._types import ArrowData
 
 __all__ = ["TransactionalSink"]
 
-log = logging.getLogger("laminar.sink")
-
 
 class TransactionalSink(abc.ABC):
     """Base class of Laminar's sinks: the lifecycle, state and metrics every sink shares."""
@@ -105,6 +103,9 @@ class TransactionalSink(abc.ABC):
         """Commits, aborts, events, bytes, commit latency (mean/max/p50/p99), commit failures."""
         return self.tracker.metrics()
 
+    #: The logger of the sink's own lines.
+    _logger_name: ClassVar[str] = "laminar"
+
     # -- the replay rule, performed for every sink ---------------------------------------------
 
     def _replayed(self, epoch: int) -> bool:
@@ -121,9 +122,10 @@ class TransactionalSink(abc.ABC):
         return False
 
     def _skipped(self, epoch: int, answer: SinkAnswer.Skip) -> None:
-        """The core's "skip": warn when the epoch is older than the last committed one."""
+        """The core's "skip": warn when the epoch is older than the last committed one (on the
+        sink's own logger: ``laminar.postgres.sink``, ``laminar.kafka``)."""
         if answer.older:
-            log.warning(
+            logging.getLogger(self._logger_name).warning(
                 "sink %s: epoch %d is older than the last committed epoch %d; Spark only replays "
                 "the last batch, so a query restarted from another checkpoint may be writing",
                 self.sink_id,

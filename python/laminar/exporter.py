@@ -130,6 +130,16 @@ def _kafka_items(conn: psycopg.Connection[Any], kafka_sink: Callable[[str], Any]
     return [i for i in items if i.kind == "kafka_behind"]
 
 
+def _open(state: str) -> bool:
+    """Whether a participant in ``state`` may hold its transaction open (the core's
+    `participant_open`); a state the core does not know (a row written by hand) counts as open
+    rather than failing the scrape."""
+    try:
+        return participant_open(state)
+    except ValueError:
+        return True
+
+
 def _base(transactional_id: str) -> str:
     """A Kafka participant's sink (``<tid>.p<n>`` → ``<tid>``), else the id itself."""
     found = participant_base(transactional_id)
@@ -333,7 +343,7 @@ def _transactions(
     dt_age = {dtid: a for dtid, _, _, _, a in snap.distributed}
     open_kafka: dict[str, dict[str, float]] = {s: {} for s, k in kinds.items() if k == "kafka"}
     for dtid, _, kind, resource, state in snap.participants:
-        if kind == "kafka" and participant_open(state):  # the core's rule
+        if kind == "kafka" and _open(state):
             open_kafka.setdefault(_base(resource), {})[resource] = dt_age.get(dtid, 0.0)
     for tid, _, behind in snap.kafka_behind:
         seen = open_kafka.setdefault(_base(tid), {})

@@ -155,7 +155,7 @@ def test_replayed_epochs_are_skipped_after_a_restart(
     restarted = laminar.exactly_once(restarted_sink)
     assert restarted.write_epoch(2, epoch_table(2)).skipped  # Spark replays the last batch
     assert "older than the last committed" not in caplog.text
-    with caplog.at_level(logging.WARNING, logger="laminar.sink"):
+    with caplog.at_level(logging.WARNING, logger="laminar.kafka"):
         assert restarted.write_epoch(1, epoch_table(1)).skipped  # not Spark's: it warns
     assert "epoch 1 is older than the last committed epoch 2" in caplog.text
     assert restarted.write_epoch(3, epoch_table(3)).committed

@@ -103,7 +103,7 @@ def test_replayed_epochs_are_skipped(
     for epoch in range(3):
         assert writer.write_epoch(epoch, batch(epoch)).committed
     assert writer.write_epoch(2, batch(2)).skipped
-    with caplog.at_level(logging.WARNING, logger="laminar.sink"):
+    with caplog.at_level(logging.WARNING, logger="laminar.postgres.sink"):
         assert writer.write_epoch(1, batch(1)).skipped
     assert "epoch 1 is older than the last committed epoch 2" in caplog.text
     assert count_by_epoch(pg_dsn, table) == {0: 5, 1: 5, 2: 5}

@@ -84,6 +84,20 @@ def test_a_group_with_an_epoch_in_doubt() -> None:
     assert got[("laminar_prepared_transactions", (("group", ""), ("sink", "public.lone")))] == 0
 
 
+def test_concluded_participants_are_not_open_and_an_unknown_state_counts_as_open() -> None:
+    """The core's rule (`participant_open`) decides which Kafka participants are open; a state it
+    does not know (a row written by hand) counts as open instead of failing the scrape."""
+    snap = snapshot()
+    p0, p1 = snap.participants
+    snap.participants = [(*p0[:4], "committed"), (*p1[:4], "aborted")]
+    got = samples(list(families(snap)))
+    kafka = (("group", GROUP), ("sink", "laminar-demo-orders"))
+    assert got[("laminar_kafka_open_transactions", kafka)] == 1  # p1: "aborted" is unknown
+    snap.participants = [(*p0[:4], "committed"), (*p1[:4], "rolled_back")]
+    got = samples(list(families(snap)))
+    assert got[("laminar_kafka_open_transactions", kafka)] == 0
+
+
 def test_counters_and_the_commit_latency_histogram() -> None:
     got = samples(list(families(snapshot())))
     g = (("group", GROUP),)

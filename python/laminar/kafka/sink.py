@@ -104,6 +104,8 @@ class KafkaSink(_SinkBase):
     ``retries`` (local retries of retriable send-offsets/commit/abort errors).
     """
 
+    _logger_name = "laminar.kafka"
+
     kind: ClassVar[str] = "kafka"
     _runtime_attrs: ClassVar[tuple[str, ...]] = ("_rt", "_resolved", "_part_settings")
 

@@ -112,6 +112,8 @@ class PostgresSink(_SinkBase):
     "A hung server").
     """
 
+    _logger_name = "laminar.postgres.sink"
+
     kind: ClassVar[str] = "postgres"
     #: The parts live in one process: unpickled, the sink builds new ones (`_assemble`).
     _runtime_attrs: ClassVar[tuple[str, ...]] = (

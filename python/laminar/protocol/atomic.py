@@ -403,6 +403,7 @@ class AtomicGroup(DistributedDriver):
             case Command.ReadGeneration():
                 return Event.generation(_records.read_generation(self._connect(), self.group_id))
             case Command.LockGroup():
+                self._deciding = None  # a new decision transaction: RecordDecision names it
                 if self._locked_at is None:
                     self._locked_at = time.perf_counter()
                 conn = self._connect()
