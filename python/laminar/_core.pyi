@@ -2138,10 +2138,10 @@ _RecordsCommand: TypeAlias = (
     | Command.ReadRedo
     | Command.DeleteRedo
 )
-#: The distributed protocol's records and PostgreSQL's prepared transactions.
-_DistributedCommand: TypeAlias = (
-    Command.ReadStopFence
-    | Command.CreateDt
+#: Statements on the distributed protocol's records (and ``pg_prepared_xacts``): each committed
+#: at once when no transaction is open.
+_DistributedRecordCommand: TypeAlias = (
+    Command.CreateDt
     | Command.SetDtState
     | Command.ReadDtState
     | Command.ConcludeDt
@@ -2151,10 +2151,15 @@ _DistributedCommand: TypeAlias = (
     | Command.MarkParticipants
     | Command.ClaimEpoch
     | Command.ListPrepared
+    | Command.RewriteDecision
+)
+#: The distributed protocol's records and PostgreSQL's prepared transactions.
+_DistributedCommand: TypeAlias = (
+    _DistributedRecordCommand
+    | Command.ReadStopFence
     | Command.CommitPrepared
     | Command.RollbackPrepared
     | Command.FenceProducer
-    | Command.RewriteDecision
 )
 #: What `SingleEpochMachine` emits.
 _SingleCommand: TypeAlias = (

@@ -36,7 +36,7 @@ from laminar.postgres.sink import PostgresSink
 from laminar.protocol.driver import KafkaDriver, KafkaDriverCommand, pg_mapped
 
 if TYPE_CHECKING:
-    from laminar._core import _DistributedCommand
+    from laminar._core import _DistributedCommand, _DistributedRecordCommand
 
 #: What `DistributedDriver` performs: `KafkaDriverCommand` and the distributed protocol's
 #: (every command of `WatcherPassMachine` and `ResolveMachine`).
@@ -187,7 +187,7 @@ class DistributedDriver(KafkaDriver):
             case _:
                 return super().perform(c)
 
-    def _record(self, conn: psycopg.Connection[Any], c: _DtRecordCommand) -> Event:
+    def _record(self, conn: psycopg.Connection[Any], c: _DistributedRecordCommand) -> Event:
         """A statement on the distributed protocol's records (or ``pg_prepared_xacts``)."""
         match c:
             case Command.CreateDt(dtid, group_id, epoch):
@@ -227,19 +227,3 @@ class DistributedDriver(KafkaDriver):
                 return Event.ack()
             case _:
                 assert_never(c)
-
-
-if TYPE_CHECKING:
-    _DtRecordCommand: TypeAlias = (
-        Command.CreateDt
-        | Command.SetDtState
-        | Command.ReadDtState
-        | Command.ConcludeDt
-        | Command.ReadDtStates
-        | Command.ReadParticipants
-        | Command.ReadParticipantDecisions
-        | Command.MarkParticipants
-        | Command.ClaimEpoch
-        | Command.ListPrepared
-        | Command.RewriteDecision
-    )
