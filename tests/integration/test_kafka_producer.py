@@ -217,6 +217,17 @@ def test_a_broker_that_never_answers_is_bounded(topic_name: str) -> None:
         server.close()
 
 
+def test_a_flush_of_any_length_waits_rather_than_panics(topic_name: str) -> None:
+    # flush_timeout_s=float("inf") passes the sink's check (> 0); it means "as long as it takes",
+    # not a Rust panic; nothing queued returns at once
+    producer = TransactionalProducer(
+        {"bootstrap.servers": "127.0.0.1:9", "transactional.id": topic_name}
+    )
+    for timeout in (float("inf"), 1e300, None, -1.0, 0.0):
+        assert producer.flush(timeout) == 0
+    del producer
+
+
 def test_a_fatal_error_is_reported_as_fatal(
     kafka_broker: Any, kafka_bootstrap: str, topic_name: str
 ) -> None:

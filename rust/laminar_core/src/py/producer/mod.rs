@@ -69,6 +69,16 @@ fn millis(timeout_s: Option<f64>) -> c_int {
     }
 }
 
+/// A flush's wait: `timeout` seconds, or (None, negative, too large to count) as long as it
+/// takes.
+fn flush_wait(timeout: Option<f64>) -> Duration {
+    const FOREVER: Duration = Duration::from_secs(u32::MAX as u64);
+    match timeout {
+        Some(s) if s >= 0.0 => Duration::try_from_secs_f64(s).map_or(FOREVER, |d| d.min(FOREVER)),
+        _ => FOREVER,
+    }
+}
+
 fn cstring(what: &str, value: String) -> PyResult<CString> {
     CString::new(value)
         .map_err(|_| PyValueError::new_err(format!("{what} contains a NUL character")))
@@ -702,10 +712,7 @@ impl PyProducer {
     #[pyo3(signature = (timeout = None))]
     fn flush(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<i32> {
         let handle: &Handle = &self.handle;
-        let wait = match timeout {
-            Some(s) if s >= 0.0 => Duration::from_secs_f64(s),
-            _ => Duration::from_secs(u32::MAX as u64),
-        };
+        let wait = flush_wait(timeout);
         let left = py.detach(|| handle.flush(wait));
         self.dispatch(py)?;
         Ok(left)
