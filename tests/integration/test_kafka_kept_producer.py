@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 
 import laminar
+from laminar import _faults
+from laminar.errors import AbortableError
 from laminar.kafka import _clients, _kept
 from laminar.kafka.log import KafkaLogClient
 from laminar.protocol.distributed import kafka_participant
@@ -293,3 +295,45 @@ def test_a_kept_producer_no_task_takes_is_released(
     again.close()
     assert opened == [f"{tid}.p0"] * 2
     assert committed(kafka_bootstrap, topic_name, f"{tid}.p0") == []
+
+
+def test_a_start_up_ending_a_kept_producer_keeps_to_one_budget(
+    kafka_bootstrap: str, topic_name: str, kafka_broker: Any, opened: list[str]
+) -> None:
+    """The marker unreadable all along (the group coordinator moving at every read): the kept
+    producer's end gives up and the new producer's start-up too, within one ``init_timeout_s``
+    for both — not one each. Once the failover is over the sink starts and writes once."""
+    kafka_broker.create_topic(topic_name, 2)
+    tid = f"tid-{topic_name}"
+
+    def budgeted() -> laminar.KafkaSink:
+        sink = make_sink(kafka_bootstrap, topic_name, tid, init_timeout_s=3.0)
+        return kafka_participant(sink, 0)
+
+    first = budgeted()
+    first.init_transactions()
+    assert first.begin_transaction(1)
+    first.write(epoch_table(1, 4))
+    first.prepare_transaction()
+    first.release_prepared()
+    again = budgeted()
+    _faults.rearm_failures("kafka.committed@1:100000")
+    try:
+        started = time.monotonic()
+        with pytest.raises(AbortableError):
+            again.init_transactions()
+        elapsed = time.monotonic() - started
+        injected = list(_faults.injected)
+    finally:
+        _faults.rearm_failures("")
+    assert injected.count("kafka.committed") >= 2, injected  # the kept end's read, then the new
+    # one budget: 3.0 s measured; a budget each for the kept end and the new start-up: 4.7 s
+    assert elapsed <= 3.0 + 1.0, elapsed
+    again.init_transactions()
+    assert again.last_committed_epoch() is None
+    assert again.begin_transaction(1)
+    again.write(epoch_table(1, 6))
+    again.prepare_transaction()
+    again.commit_transaction(1)
+    again.close()
+    assert_exact(kafka_bootstrap, topic_name, f"{tid}.p0", {1: 6})

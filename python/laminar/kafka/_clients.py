@@ -173,13 +173,13 @@ class Clients:
         )
 
     def end_kept(self, commit: bool) -> None:
-        """End the transaction a kept producer prepared (`KafkaSink._resume_kept`): commit it
-        (the coordinator completed it: only the producer's own state follows) or abort it, in
-        one bounded attempt — a failure, not retried, opens a new producer instead. The fault
-        points of the epoch's own calls are not reached here."""
+        """End the transaction a kept producer prepared (`laminar.kafka._kept.resume`): commit
+        it (the coordinator completed it: only the producer's own state follows) or abort it, in
+        one attempt bounded by what is left of the start-up — a failure, not retried, opens a new
+        producer instead. The fault points of the epoch's own calls are not reached here."""
         operation = "commit_transaction" if commit else "abort_transaction"
         timeouts = self.cfg.timeouts
-        attempt_s = timeouts.attempt_s(self.cfg.commit_timeout_s)
+        attempt_s = self.rt.budget_left(timeouts.attempt_s(self.cfg.commit_timeout_s))
         try:
             _bounded_call(
                 self.rt.producer,

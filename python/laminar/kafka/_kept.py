@@ -139,11 +139,14 @@ def resume(
     cfg: PartSettings,
     clients_for: Callable[[_Runtime], Clients],
     witness_for: Callable[[_Runtime], Witness],
+    deadline: float,
 ) -> _Runtime | None:
     """The runtime kept for the sink of ``cfg`` (no longer kept), its producer's prepared
     transaction ended by the core's rule (`kept_transaction_committed`: commit what the marker
     proves committed, else abort); None if none is kept, or the kept producer failed that call
-    (fenced by a newer one, say): the start-up then opens new clients, as it would have."""
+    (fenced by a newer one, say): the start-up then opens new clients, as it would have. Its
+    calls are the start-up's: they end by its ``deadline`` (``time.monotonic()``), one
+    ``init_timeout_s`` for the whole start-up however it goes."""
     kept = take(key_of(cfg))
     if kept is None:
         return None
@@ -152,7 +155,7 @@ def resume(
     rt.without_marker = None
     rt.partition_counts.clear()
     rt.client_errors.clear()
-    rt.startup_deadline = time.monotonic() + cfg.init_timeout_s
+    rt.startup_deadline = deadline
     try:
         # the last committed value at once, a pending one never (`Witness.read_marker`)
         marker = witness_for(rt).committed_through_consumer()

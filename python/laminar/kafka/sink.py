@@ -33,8 +33,8 @@ layout"): `_base` (the settings, the public properties, the error wording), `_cl
 flush), `_witness.Witness` (which evidence proves the last committed epoch; the identity),
 `_in_doubt.resolve_in_doubt` (the perform table of an in-doubt commit), `_runtime` (the live
 state of the writing process) and `_kept` (that state kept after a prepare for the process's
-next start-up of the sink: a scale-out task's producer reused). The parts are made per call over that live state and talk
-through their arguments.
+next start-up of the sink: a scale-out task's producer reused). The parts are made per call over
+that live state and talk through their arguments.
 """
 
 from __future__ import annotations
@@ -176,16 +176,18 @@ class KafkaSink(_SinkBase):
     def init_transactions(self) -> None:
         """Open the producer, fence any previous instance, read back the last committed epoch,
         and resolve whatever this instance left open or in doubt."""
+        # one budget for the whole start-up, whatever failovers its calls meet (core rule:
+        # protocol::retry::failover_pause), a kept producer's end included
+        deadline = time.monotonic() + self._init_timeout_s
         rt = self._rt
         # a runtime this process kept after a prepare, its transaction ended (`_kept.resume`)
-        kept = _kept.resume(self._parts(), self._clients, self._witness) if rt is None else None
+        kept = None
         if rt is None:
+            kept = _kept.resume(self._parts(), self._clients, self._witness, deadline)
             rt = kept or _Runtime()
         self._rt = rt
         rt.fenced = None
-        # one budget for the whole start-up, whatever failovers its calls meet (core rule:
-        # protocol::retry::failover_pause)
-        rt.startup_deadline = time.monotonic() + self._init_timeout_s
+        rt.startup_deadline = deadline
         try:
             if kept:
                 self._clients(rt).check_topic()  # as a new producer's start-up checks it
