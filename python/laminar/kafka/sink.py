@@ -176,11 +176,10 @@ class KafkaSink(_SinkBase):
     def init_transactions(self) -> None:
         """Open the producer, fence any previous instance, read back the last committed epoch,
         and resolve whatever this instance left open or in doubt."""
-        # one budget for the whole start-up, whatever failovers its calls meet (core rule:
-        # protocol::retry::failover_pause), a kept producer's end included
+        # one budget for the whole start-up, a kept producer's end included (`_kept.resume`),
+        # whatever failovers its calls meet (core rule: protocol::retry::failover_pause)
         deadline = time.monotonic() + self._init_timeout_s
         rt = self._rt
-        # a runtime this process kept after a prepare, its transaction ended (`_kept.resume`)
         kept = None
         if rt is None:
             kept = _kept.resume(self._parts(), self._clients, self._witness, deadline)
