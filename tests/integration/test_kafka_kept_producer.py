@@ -49,6 +49,26 @@ def participant(bootstrap: str, topic: str, tid: str) -> laminar.KafkaSink:
     return kafka_participant(make_sink(bootstrap, topic, tid), 0)
 
 
+def prepared_and_released(sink: laminar.KafkaSink, epoch: int, rows: int) -> Any:
+    """A task's part: ``sink`` prepares ``epoch`` (its rows) and releases its producer, which
+    this process keeps; the `PreparedTxnState`."""
+    sink.init_transactions()
+    assert sink.begin_transaction(epoch)
+    sink.write(epoch_table(epoch, rows))
+    state = sink.prepare_transaction()
+    sink.release_prepared()
+    return state
+
+
+def written(sink: laminar.KafkaSink, epoch: int, rows: int) -> None:
+    """``sink`` (started) writes ``epoch`` alone, one phase, and closes."""
+    assert sink.begin_transaction(epoch)
+    sink.write(epoch_table(epoch, rows))
+    sink.prepare_transaction()
+    sink.commit_transaction(epoch)
+    sink.close()
+
+
 def assert_exact(bootstrap: str, topic: str, tid: str, epochs: dict[int, int]) -> None:
     """Each epoch's rows (``{epoch: rows}``) committed once by ``tid``, with their values."""
     records = committed(bootstrap, topic, tid)
@@ -104,19 +124,11 @@ def test_an_undecided_epoch_is_aborted_and_written_again_by_the_kept_producer(
     kafka_broker.create_topic(topic_name, 2)
     tid = f"tid-{topic_name}"
     first = participant(kafka_bootstrap, topic_name, tid)
-    first.init_transactions()
-    assert first.begin_transaction(1)
-    first.write(epoch_table(1, 7))  # a first attempt's rows: never committed
-    first.prepare_transaction()
-    first.release_prepared()  # no coordinator decided it
+    prepared_and_released(first, 1, 7)  # a first attempt's rows: never committed
     retry = participant(kafka_bootstrap, topic_name, tid)
     retry.init_transactions()  # the kept producer aborts epoch 1's open transaction
     assert retry.last_committed_epoch() is None
-    assert retry.begin_transaction(1)
-    retry.write(epoch_table(1, 5))
-    retry.prepare_transaction()
-    retry.commit_transaction(1)
-    retry.close()
+    written(retry, 1, 5)
     assert opened == [f"{tid}.p0"]  # one producer for both attempts
     assert_exact(kafka_bootstrap, topic_name, f"{tid}.p0", {1: 5})
 
@@ -127,11 +139,7 @@ def test_an_epoch_the_coordinator_committed_is_skipped_and_the_next_written(
     kafka_broker.create_topic(topic_name, 2)
     tid = f"tid-{topic_name}"
     first = participant(kafka_bootstrap, topic_name, tid)
-    first.init_transactions()
-    assert first.begin_transaction(1)
-    first.write(epoch_table(1, 6))
-    state = first.prepare_transaction()
-    first.release_prepared()
+    state = prepared_and_released(first, 1, 6)
     # the coordinator's completion (scale-out commit): EndTxn with the prepared identity
     with KafkaLogClient(kafka_bootstrap) as client:
         client.end_txn(f"{tid}.p0", state.producer_id, state.producer_epoch, commit=True)
@@ -187,11 +195,7 @@ def test_a_kept_producer_fenced_elsewhere_is_replaced(
     kafka_broker.create_topic(topic_name, 2)
     tid = f"tid-{topic_name}"
     first = participant(kafka_bootstrap, topic_name, tid)
-    first.init_transactions()
-    assert first.begin_transaction(1)
-    first.write(epoch_table(1, 3))
-    first.prepare_transaction()
-    first.release_prepared()
+    prepared_and_released(first, 1, 3)
     # another worker's task for the same participant (settings of its own here: this process
     # keeps the first's for it) opens its own producer, whose InitProducerId fences the kept
     # one and aborts epoch 1
@@ -199,19 +203,11 @@ def test_a_kept_producer_fenced_elsewhere_is_replaced(
         make_sink(kafka_bootstrap, topic_name, tid, producer_config={"linger.ms": 1}), 0
     )
     other.init_transactions()
-    assert other.begin_transaction(1)
-    other.write(epoch_table(1, 4))
-    other.prepare_transaction()
-    other.commit_transaction(1)
-    other.close()
+    written(other, 1, 4)
     again = participant(kafka_bootstrap, topic_name, tid)
     again.init_transactions()  # the kept producer is fenced: a new one is opened
     assert again.last_committed_epoch() == 1
-    assert again.begin_transaction(2)
-    again.write(epoch_table(2, 2))
-    again.prepare_transaction()
-    again.commit_transaction(2)
-    again.close()
+    written(again, 2, 2)
     assert opened == [f"{tid}.p0"] * 3
     assert_exact(kafka_bootstrap, topic_name, f"{tid}.p0", {1: 4, 2: 2})
 
@@ -262,11 +258,7 @@ def test_a_process_killed_after_the_kept_producer_ended_its_epoch_loses_nothing(
     restarted = participant(kafka_bootstrap, topic_name, tid)
     restarted.init_transactions()
     assert restarted.last_committed_epoch() is None
-    assert restarted.begin_transaction(1)
-    restarted.write(epoch_table(1, 8))
-    restarted.prepare_transaction()
-    restarted.commit_transaction(1)
-    restarted.close()
+    written(restarted, 1, 8)
     assert_exact(kafka_bootstrap, topic_name, f"{tid}.p0", {1: 8})
 
 
@@ -276,11 +268,7 @@ def test_a_kept_producer_no_task_takes_is_released(
     kafka_broker.create_topic(topic_name, 2)
     tid = f"tid-{topic_name}"
     first = participant(kafka_bootstrap, topic_name, tid)
-    first.init_transactions()
-    assert first.begin_transaction(1)
-    first.write(epoch_table(1, 3))
-    first.prepare_transaction()
-    first.release_prepared()
+    prepared_and_released(first, 1, 3)
     kept = _kept.take(_kept.key_of(first._parts()))
     assert kept is not None
     assert kept.rt.producer is not None
@@ -311,11 +299,7 @@ def test_a_start_up_ending_a_kept_producer_keeps_to_one_budget(
         return kafka_participant(sink, 0)
 
     first = budgeted()
-    first.init_transactions()
-    assert first.begin_transaction(1)
-    first.write(epoch_table(1, 4))
-    first.prepare_transaction()
-    first.release_prepared()
+    prepared_and_released(first, 1, 4)
     again = budgeted()
     _faults.rearm_failures("kafka.committed@1:100000")
     try:
@@ -331,9 +315,5 @@ def test_a_start_up_ending_a_kept_producer_keeps_to_one_budget(
     assert elapsed <= 3.0 + 1.0, elapsed
     again.init_transactions()
     assert again.last_committed_epoch() is None
-    assert again.begin_transaction(1)
-    again.write(epoch_table(1, 6))
-    again.prepare_transaction()
-    again.commit_transaction(1)
-    again.close()
+    written(again, 1, 6)
     assert_exact(kafka_bootstrap, topic_name, f"{tid}.p0", {1: 6})
