@@ -320,7 +320,6 @@ __all__ += [
     "LastCommitted",
     "SinkAnswer",
     "SinkTransaction",
-    "kept_transaction_committed",
     "last_committed_after_marker",
     "last_committed_without_marker",
     "reuse_without_marker",
@@ -506,10 +505,6 @@ def last_committed_without_marker(
 def reuse_without_marker(found_by_writer: bool, writer: bool) -> bool:
     """Whether an answer found without a marker may be reused: a writer's always, a reader's
     only by readers."""
-
-def kept_transaction_committed(prepared: int, marker: int | None) -> bool:
-    """How a kept producer ends the transaction it prepared epoch ``prepared`` with: commit
-    when the marker proves that epoch committed, else abort (docs/protocol.md §4)."""
 
 #: What `SinkTransaction.abort_via` answers.
 _AbortAnswer: TypeAlias = (

@@ -91,17 +91,16 @@ def bounded_call(
     timeout_s: float,
     *,
     grace_s: float | None = None,
-    injectable: bool = True,
 ) -> None:
     """``producer.<method>(*args)`` on a helper thread, waited for at most ``timeout_s`` plus
     ``grace_s`` (the sink's, from the core's budget rule: docs/kafka.md "Budgets"; without it
     half the time-out, 2 to 10 s). Raises what the call raised, or `StuckCallError`. (The
     failover tests fail the call here with librdkafka's own retriable error:
-    `laminar._faults.fail_point`, unless ``injectable`` is False.)"""
-    if injectable and fail_point(f"kafka.{method}"):
+    `laminar._faults.fail_point`.)"""
+    if fail_point(f"kafka.{method}"):
         code = _INJECTED.get(method, KafkaError._TIMED_OUT)
         raise KafkaException(KafkaError(code, "injected (LAMINAR_FAIL_AT)", retriable=True))
-    if injectable and fail_point("kafka.stuck"):
+    if fail_point("kafka.stuck"):
         raise StuckCallError(method)
     job = _Job(producer, getattr(producer, method), args)
     with _LOCK:

@@ -172,30 +172,6 @@ class Clients:
             epoch=epoch,
         )
 
-    def end_kept(self, commit: bool) -> None:
-        """End the transaction a kept producer prepared (`laminar.kafka._kept.resume`): commit
-        it (the coordinator completed it: only the producer's own state follows) or abort it, in
-        one attempt bounded by what is left of the start-up — a failure, not retried, opens a new
-        producer instead. The fault points of the epoch's own calls are not reached here."""
-        operation = "commit_transaction" if commit else "abort_transaction"
-        timeouts = self.cfg.timeouts
-        attempt_s = self.rt.budget_left(timeouts.attempt_s(self.cfg.commit_timeout_s))
-        try:
-            _bounded_call(
-                self.rt.producer,
-                operation,
-                (attempt_s,),
-                attempt_s,
-                grace_s=timeouts.grace_s,
-                injectable=False,
-            )
-        except _StuckCallError:
-            producer, self.rt.producer = self.rt.producer, None
-            _retire(producer)  # or destroyed once its stuck call returns (_calls.ABANDONED)
-            raise
-        if not commit:
-            self.rt.identity_changed()  # an abort may bump the producer epoch
-
     def abort_producer_quietly(self) -> None:
         """Abort the producer's transaction after a failed commit; if that fails too (or the
         producer was given up after a stuck call), a new producer's init aborts it."""

@@ -31,10 +31,9 @@ class holds the lifecycle and its parts, each in its own module (docs/engine.md,
 layout"): `_base` (the settings, the public properties, the error wording), `_clients.Clients`
 (producer and consumer, bounded and retried calls), `_produce.Producing` (producing, markers,
 flush), `_witness.Witness` (which evidence proves the last committed epoch; the identity),
-`_in_doubt.resolve_in_doubt` (the perform table of an in-doubt commit), `_runtime` (the live
-state of the writing process) and `_kept` (that state kept after a prepare for the process's
-next start-up of the sink: a scale-out task's producer reused). The parts are made per call over
-that live state and talk through their arguments.
+`_in_doubt.resolve_in_doubt` (the perform table of an in-doubt commit) and `_runtime` (the live
+state of the writing process). The parts are made per call over that live state and talk
+through their arguments.
 """
 
 from __future__ import annotations
@@ -61,7 +60,6 @@ from laminar.errors import (
     IllegalStateError,
     LaminarError,
 )
-from laminar.kafka import _kept
 from laminar.kafka import _shape as shape
 from laminar.kafka._avro import AvroPlan, plan_avro, resolve_registry
 from laminar.kafka._base import WITNESS_MAX_RECORDS_ENV, _SinkBase
@@ -176,25 +174,16 @@ class KafkaSink(_SinkBase):
     def init_transactions(self) -> None:
         """Open the producer, fence any previous instance, read back the last committed epoch,
         and resolve whatever this instance left open or in doubt."""
-        # one budget for the whole start-up, a kept producer's end included (`_kept.resume`),
-        # whatever failovers its calls meet (core rule: protocol::retry::failover_pause)
-        deadline = time.monotonic() + self._init_timeout_s
-        rt = self._rt
-        kept = None
-        if rt is None:
-            kept = _kept.resume(self._parts(), self._clients, self._witness, deadline)
-            rt = kept or _Runtime()
+        rt = self._rt or _Runtime()
         self._rt = rt
         rt.fenced = None
-        rt.startup_deadline = deadline
+        # one budget for the whole start-up, whatever failovers its calls meet (core rule:
+        # protocol::retry::failover_pause)
+        rt.startup_deadline = time.monotonic() + self._init_timeout_s
         try:
-            if kept:
-                self._clients(rt).check_topic()  # as a new producer's start-up checks it
-            else:
-                self._clients(rt).open_consumer()
-                self._clients(rt).open_producer()
-            # after our own InitProducerId, or the kept producer's EndTxn: nothing pending
-            last = self._read_last_committed(rt, stable=True)
+            self._clients(rt).open_consumer()
+            self._clients(rt).open_producer()
+            last = self._read_last_committed(rt, stable=True)  # after our own InitProducerId
         except LaminarError as err:
             if err.failure_kind != "fenced":
                 # Unreachable brokers, bad credentials, a missing topic: the clients would
@@ -437,21 +426,11 @@ class KafkaSink(_SinkBase):
     def release_prepared(self) -> None:
         """Release the clients *without* aborting a prepared transaction: it stays open on the
         broker for a coordinator's ``EndTxn`` with the producer id/epoch of its
-        `PreparedTxnState` (scale-out participants, docs/protocol.md §4). The process keeps
-        them for its next start-up of this sink (`_kept`), which ends that transaction by the
-        marker before it writes; the next ``init_transactions`` of this transactional id
-        elsewhere fences them (and aborts the transaction unless the coordinator completed it)."""
+        `PreparedTxnState` (scale-out participants, docs/protocol.md §4). librdkafka's destroy
+        does not abort; the next ``init_transactions`` of this transactional id would."""
         rt = self._rt
-        if rt is None:
-            return
-        epoch = self._machine.prepared_epoch
-        if epoch is not None and rt.producer is not None and rt.fenced is None:
-            # kept for this process's next task of this participant: the transaction stays
-            # open all the same; the next start-up ends it by the marker (`_kept.resume`)
-            _kept.keep(_kept.key_of(self._parts()), rt, epoch)
-            self._rt = None
-            return
-        self._release_clients(rt)
+        if rt is not None:
+            self._release_clients(rt)
 
     def close(self) -> None:
         """Abort an open transaction (best effort) and release the clients."""

@@ -464,12 +464,6 @@ fn reuse_without_marker(found_by_writer: bool, writer: bool) -> bool {
     evidence::reuse_without_marker(found_by_writer, writer)
 }
 
-/// Whether a kept producer ends its prepared transaction by committing it (else aborting it).
-#[pyfunction]
-fn kept_transaction_committed(prepared: i64, marker: Option<i64>) -> bool {
-    evidence::kept_transaction_committed(prepared, marker)
-}
-
 /// Registers `SinkTransaction`, `SinkAnswer`, `LastCommitted` and the evidence rules.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySinkTransaction>()?;
@@ -477,6 +471,5 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyLastCommitted>()?;
     m.add_function(wrap_pyfunction!(last_committed_after_marker, m)?)?;
     m.add_function(wrap_pyfunction!(last_committed_without_marker, m)?)?;
-    m.add_function(wrap_pyfunction!(reuse_without_marker, m)?)?;
-    m.add_function(wrap_pyfunction!(kept_transaction_committed, m)?)
+    m.add_function(wrap_pyfunction!(reuse_without_marker, m)?)
 }

@@ -71,27 +71,9 @@ pub fn reuse_without_marker(found_by_writer: bool, writer: bool) -> bool {
     found_by_writer || !writer
 }
 
-/// How a kept producer ends the transaction it prepared `prepared` with before it writes
-/// again (docs/protocol.md §4, "A kept producer"): commit when the marker proves that epoch
-/// committed (the coordinator completed it: the EndTxn only brings the producer's own state
-/// along), else abort — what a new producer's InitProducerId would do to it. Either way the
-/// brokers end where a new producer would leave them.
-pub fn kept_transaction_committed(prepared: Epoch, marker: Option<Epoch>) -> bool {
-    marker.is_some_and(|m| m >= prepared)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_kept_producer_commits_only_what_the_marker_proves_committed() {
-        assert!(kept_transaction_committed(4, Some(4)));
-        assert!(kept_transaction_committed(4, Some(9)));
-        assert!(!kept_transaction_committed(4, Some(3)));
-        assert!(!kept_transaction_committed(4, None));
-        assert!(!kept_transaction_committed(0, None));
-    }
 
     #[test]
     fn the_marker_proves_it_raised_to_the_instances_own_commit() {
