@@ -101,7 +101,7 @@ def test_the_union_a_machine_is_typed_with_names_every_kind_it_emits(
 
 def test_the_in_doubt_machines_are_typed_with_their_own_kinds() -> None:
     """`KafkaInDoubt` and `PostgresInDoubt` share a file: each ``impl`` block is read alone."""
-    text = code(PROTOCOL / "single/in_doubt.rs")
+    text = code(PROTOCOL / "sink/in_doubt.rs")
     kafka, postgres = text.split("impl PostgresInDoubt", 1)
     for part, alias in ((kafka, "_KafkaInDoubtCommand"), (postgres, "_PostgresInDoubtCommand")):
         kinds = set(re.findall(r"\bCommand::([A-Z]\w+)", part))

@@ -1,6 +1,7 @@
 """`KafkaSink`'s clients in the writing process (`Clients`): opening and closing the producer (the
 core's `TransactionalProducer`, docs/kafka.md "Producing") and the marker consumer, the topic and
-connection checks, transactional calls under a time bound with bounded retries, and the producer
+connection checks, transactional calls under a time bound with bounded retries, a commit of
+unknown outcome resolved with them (the core's `KafkaInDoubtMachine` performed), and the producer
 id/epoch from librdkafka's statistics."""
 
 from __future__ import annotations
@@ -9,15 +10,27 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
+from typing_extensions import assert_never
 
-from laminar._core import TransactionalProducer, attempt_next, identity_wait_s
+from laminar._core import (
+    Command,
+    Event,
+    KafkaInDoubtMachine,
+    SinkTransaction,
+    TransactionalProducer,
+    attempt_next,
+    identity_wait_s,
+)
+from laminar.engine.loop import drive, now_ms, perform_driver_side
 from laminar.errors import (
     AbortableError,
     ConfigError,
     FatalError,
+    FencedError,
     IllegalStateError,
     InDoubtError,
     LaminarError,
@@ -39,6 +52,9 @@ from laminar.kafka._errors import (
     is_silence,
 )
 from laminar.kafka._runtime import _Runtime
+
+if TYPE_CHECKING:
+    from laminar._core import _KafkaInDoubtCommand
 
 log = logging.getLogger("laminar.kafka")
 
@@ -199,6 +215,47 @@ class Clients:
                 )
         with contextlib.suppress(LaminarError):
             self.reinit_producer()
+
+    # -- a commit of unknown outcome ----------------------------------------------------------
+
+    def resolve_in_doubt(
+        self, epoch: int, txn: SinkTransaction, read_marker: Callable[[], int | None]
+    ) -> None:
+        """Drive the core's `KafkaInDoubtMachine` for ``epoch`` (docs/protocol.md §1): retry a
+        commit that is still in flight (librdkafka allows it), else re-initialise the producer,
+        and let the marker (``read_marker``: the witness's) decide; this only performs its
+        commands and reports the outcome to ``txn``, the sink's own machine. Raises what the
+        machine ended on (`FencedError`: fenced, or another instance committed past this
+        epoch)."""
+        commit_in_flight = txn.pending == "commit" and self.rt.producer is not None
+        machine = KafkaInDoubtMachine(self.cfg.sink_id, epoch, commit_in_flight)
+
+        def perform(c: _KafkaInDoubtCommand) -> Event:
+            match c:
+                case Command.Reached() | Command.Log() | Command.Sleep():
+                    return perform_driver_side(c, log)
+                case Command.RetryCommit():
+                    self.retrying("commit_transaction", epoch, self.cfg.commit_timeout_s)
+                case Command.AbortProducer():
+                    self.abort_producer_quietly()
+                case Command.ReinitProducer():
+                    self.reinit_producer()
+                case Command.ReadMarker():
+                    return Event.marker(read_marker(), now_ms())
+                case _:
+                    assert_never(c)
+            return Event.ack()
+
+        try:
+            drive(machine, perform)
+        except FencedError as err:
+            # fenced, or refused: the brokers answer but not this producer's commit (Tansu
+            # drops a fenced producer's requests), or another instance committed past this epoch
+            self.rt.fenced = err
+            raise
+        finally:
+            # the sink's machine clears the pending decision once the marker decided
+            txn.resolved_by_marker(machine.committed, machine.marker)
 
     # -- producer identity --------------------------------------------------------------------
 

@@ -29,10 +29,9 @@ prepared Kafka transaction dies with its producer) decides each step of the life
 abort means, what close and a new producer's init settle); this module performs its answers. The
 class holds the lifecycle and its parts, each in its own module (docs/engine.md, "Package
 layout"): `_base` (the settings, the public properties, the error wording), `_clients.Clients`
-(producer and consumer, bounded and retried calls), `_produce.Producing` (producing, markers,
-flush), `_witness.Witness` (which evidence proves the last committed epoch; the identity),
-`_in_doubt.resolve_in_doubt` (the perform table of an in-doubt commit) and `_runtime` (the live
-state of the writing process). The parts are made per call over that live state and talk
+(producer and consumer, bounded and retried calls, an in-doubt commit resolved with them),
+`_produce.Producing` (producing, markers, flush), `_witness.Witness` (which evidence proves the
+last committed epoch; the identity) and `_runtime` (the live state of the writing process). The parts are made per call over that live state and talk
 through their arguments.
 """
 
@@ -64,7 +63,6 @@ from laminar.kafka import _shape as shape
 from laminar.kafka._avro import AvroPlan, plan_avro, resolve_registry
 from laminar.kafka._base import WITNESS_MAX_RECORDS_ENV, _SinkBase
 from laminar.kafka._clients import Clients
-from laminar.kafka._in_doubt import resolve_in_doubt
 from laminar.kafka._produce import Producing
 from laminar.kafka._runtime import _Runtime
 from laminar.kafka._witness import _IDENTIFIED, StartupRead, Witness
@@ -483,14 +481,12 @@ class KafkaSink(_SinkBase):
     # -- in-doubt resolution ------------------------------------------------------------------
 
     def _resolve_failed(self, rt: _Runtime, epoch: int | None) -> int | None:
-        """Resolve an in-doubt commit of ``epoch`` (`resolve_in_doubt`: the core's
-        `KafkaInDoubtMachine` performed); the last committed epoch after it."""
+        """Resolve an in-doubt commit of ``epoch`` (`Clients.resolve_in_doubt`: the core's
+        `KafkaInDoubtMachine` performed, the witness reading the marker); the last committed
+        epoch after it."""
         assert epoch is not None
         witness = self._witness(rt)
-        clients = witness.clients
-        resolve_in_doubt(
-            self.sink_id, epoch, clients, witness, self._machine, self._commit_timeout_s
-        )
+        witness.clients.resolve_in_doubt(epoch, self._machine, witness.read_marker)
         return self.tracker.last_committed_epoch
 
     def _reopened(self, last: int | None) -> None:

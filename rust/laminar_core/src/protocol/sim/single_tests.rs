@@ -10,7 +10,8 @@ use crate::protocol::crash::{CrashPoint, Protocol};
 use crate::protocol::failure::FailureKind;
 use crate::protocol::sim::driver::perform;
 use crate::protocol::sim::{Crash, Proc, World, drive, points_of};
-use crate::protocol::single::{KafkaInDoubt, SingleConfig, SingleEpoch};
+use crate::protocol::single::{SingleConfig, SingleEpoch};
+use crate::protocol::sink::KafkaInDoubt;
 use crate::protocol::{End, Epoch, Machine, RefusalKind};
 
 const EPOCHS: Epoch = 3;

@@ -18,9 +18,9 @@ use crate::protocol::sim::driver::{
 use crate::protocol::sim::kafka::KafkaErr;
 use crate::protocol::sim::pg::{Pg, PreparedTxn};
 use crate::protocol::sim::{Crash, Record, World};
-use crate::protocol::single::{KafkaInDoubt, PostgresInDoubt};
 use crate::protocol::sink::{
-    AbortAnswer, AbortFailure, BeginAnswer, Client, CommitAnswer, RecoverAnswer,
+    AbortAnswer, AbortFailure, BeginAnswer, Client, CommitAnswer, KafkaInDoubt, PostgresInDoubt,
+    RecoverAnswer,
 };
 use crate::protocol::{End, Epoch};
 

@@ -1,19 +1,13 @@
 //! One sink alone (docs/protocol.md §1, §2): its epoch with the writer's retries
-//! ([`SingleEpoch`]), and the resolution of a commit whose outcome is unknown
-//! ([`KafkaInDoubt`], [`PostgresInDoubt`]) — never a blind abort: the durable record decides.
+//! ([`SingleEpoch`]); a commit whose outcome is unknown is resolved by the sink's own
+//! machines (`protocol::sink::{KafkaInDoubt, PostgresInDoubt}`) — never a blind abort: the
+//! durable record decides.
 //!
 //! ```text
 //! SingleEpoch:     sink_begin (false: skipped) -> sink_write -> sink_commit
 //!                  abortable: sink_abort, sleep, again; in doubt: sink_recover (sleeping while
 //!                  it cannot reach the server) -> committed, or again
-//! KafkaInDoubt:    [retry_commit (librdkafka allows it) | abort_producer] -> read_marker
-//!                  -> reinit_producer -> read_marker; a marker past the epoch: fenced
-//! PostgresInDoubt: [commit_prepared | rollback_prepared of the pending gid] -> read_sink_epochs
 //! ```
-
-mod in_doubt;
-
-pub use in_doubt::{KafkaInDoubt, PostgresInDoubt};
 
 use crate::protocol::plan::{EpochPlan, SinkProgress, plan_epoch};
 

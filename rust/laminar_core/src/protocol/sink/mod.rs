@@ -3,10 +3,11 @@
 //! A sink (`PostgresSink`, `KafkaSink`) asks this machine at each call of the transactional-sink
 //! contract what to do, performs the answer against its store, and reports the outcome back; the
 //! machine holds the [`EpochTracker`] (state, history, metrics), the decision a failed COMMIT or
-//! ROLLBACK left pending, and the rules: the replay rule ([`epoch_committed`], written once), which commit an
-//! epoch takes (prepared or one phase), what a failed COMMIT means (connection lost: in doubt,
-//! else rolled back), what an abort and a close do. Refusals are [`CoreError::IllegalState`]
-//! (raised as `IllegalStateError`) and change nothing.
+//! ROLLBACK left pending, and the rules: the replay rule ([`epoch_committed`], written once),
+//! which commit an epoch takes (prepared or one phase), what an abort and a close do. What a
+//! failed COMMIT or ROLLBACK means and how an epoch in doubt is resolved are the `in_doubt`
+//! module's. Refusals are [`CoreError::IllegalState`] (raised as `IllegalStateError`) and change
+//! nothing.
 //!
 //! A sink whose prepare is not durable (`KafkaSink`: a prepared Kafka transaction dies with its
 //! producer) builds the machine with [`SinkTxn::durable_prepare`] false: a commit the broker
@@ -17,23 +18,18 @@
 
 use crate::error::{CoreError, CoreResult};
 use crate::protocol::epoch::{BeginDecision, EpochTracker, RecordState};
-use crate::protocol::state::{Epoch, InDoubtOutcome, TransactionEvent, TransactionState};
+use crate::protocol::state::{Epoch, TransactionEvent, TransactionState};
 
 use crate::protocol::records::epoch_committed;
 
 pub mod evidence;
+mod in_doubt;
+
+pub use in_doubt::{
+    AbortFailure, CommitFailure, Decision, KafkaInDoubt, PostgresInDoubt, RecoverAnswer,
+};
 #[cfg(test)]
 mod tests;
-
-/// The decision a failed COMMIT or ROLLBACK was sending: recovery finishes a pending prepared
-/// transaction with it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
-    /// `COMMIT` / `COMMIT PREPARED` was being sent.
-    Commit,
-    /// `ROLLBACK PREPARED` was being sent.
-    Abort,
-}
 
 /// What `begin(epoch)` asks the sink to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,16 +55,6 @@ pub enum CommitAnswer {
     Prepared,
     /// Record the totals, then `COMMIT` the open transaction.
     OnePhase,
-}
-
-/// What a failed COMMIT leaves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CommitFailure {
-    /// The outcome is unknown (the transaction is `Failed` with the commit pending): recovery
-    /// decides from the store, never a blind abort.
-    InDoubt,
-    /// The server answered: the transaction is rolled back, the epoch can be written again.
-    RolledBack,
 }
 
 /// What `abort(epoch)` asks the sink to do.
@@ -99,16 +85,6 @@ pub enum Client {
     Fenced,
 }
 
-/// What a failed abort leaves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AbortFailure {
-    /// In doubt with the abort pending (`Failed`): recovery finishes it.
-    InDoubt,
-    /// (prepare not durable) Replace the client: its init aborts the transaction; then report
-    /// [`SinkTxn::abort_reopened`].
-    Reopen,
-}
-
 /// What `close()` asks the sink to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CloseAnswer {
@@ -118,22 +94,6 @@ pub enum CloseAnswer {
     LeavePrepared(Epoch),
     /// Nothing is open.
     Nothing,
-}
-
-/// What `recover()` asks the sink to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecoverAnswer {
-    /// Nothing is in doubt: read the last committed epoch (and report it by
-    /// [`SinkTxn::learned_last`]).
-    ReadLast,
-    /// Resolve the in-doubt epoch (finish a pending gid with `decision`, then read the store),
-    /// and report it by [`SinkTxn::resolved`].
-    Resolve {
-        /// The epoch in doubt.
-        epoch: Epoch,
-        /// The decision that was being sent.
-        decision: Decision,
-    },
 }
 
 /// One sink's transaction: the tracker, the pending decision, and the answers.
@@ -179,11 +139,6 @@ impl SinkTxn {
         &mut self.tracker
     }
 
-    /// The decision a failed COMMIT or ROLLBACK left pending, if any.
-    pub fn pending(&self) -> Option<Decision> {
-        self.pending
-    }
-
     fn state(&self) -> TransactionState {
         self.tracker.state()
     }
@@ -212,14 +167,6 @@ impl SinkTxn {
             "init_transactions() while the sink is {}: finish the epoch first",
             self.state().name()
         ))
-    }
-
-    /// The epoch whose commit or abort is in doubt, if any.
-    pub fn in_doubt(&self) -> Option<Epoch> {
-        match self.state() {
-            TransactionState::Failed(e) => Some(e),
-            _ => None,
-        }
     }
 
     /// The epoch being written (a transaction open on the sink's connection), if any.
@@ -368,35 +315,6 @@ impl SinkTxn {
         Ok(())
     }
 
-    /// The COMMIT failed. A one-phase COMMIT whose connection was lost (the outcome is unknown)
-    /// is in doubt; one the server answered is rolled back. A COMMIT PREPARED that failed is in
-    /// doubt either way when the prepare is durable: the gid may still be there, and recovery
-    /// finishes it; when it is not (Kafka), a commit the broker refused (an abortable error) is
-    /// rolled back too.
-    pub fn commit_failed(
-        &mut self,
-        connection_lost: bool,
-        now_us: u64,
-    ) -> CoreResult<CommitFailure> {
-        self.tracker.commit_failed()?;
-        if !connection_lost && (self.one_phase || !self.durable_prepare) {
-            self.tracker
-                .resolve(InDoubtOutcome::Aborted, now_us, None)?;
-            return Ok(CommitFailure::RolledBack);
-        }
-        self.pending = Some(Decision::Commit);
-        Ok(CommitFailure::InDoubt)
-    }
-
-    /// COMMIT PREPARED found no gid: another process ended it, and the store says whether it
-    /// `committed`.
-    pub fn commit_overtaken(&mut self, committed: bool, now_us: u64) -> CoreResult<()> {
-        self.tracker.commit_failed()?;
-        self.tracker.resolve(resolution(committed), now_us, None)?;
-        self.pending = None;
-        Ok(())
-    }
-
     // -- abort ----------------------------------------------------------------------------------
 
     /// `abort_transaction(epoch)`: nothing (the sink already rolled it back), `ROLLBACK PREPARED`
@@ -465,64 +383,7 @@ impl SinkTxn {
         Ok(())
     }
 
-    /// The ROLLBACK (PREPARED) failed: in doubt, with the abort pending. When the prepare is
-    /// not durable (Kafka), replacing the client makes the abort final (`Reopen`), unless the
-    /// client is fenced (the sink raises and the epoch stays in doubt).
-    pub fn abort_failed(&mut self) -> CoreResult<AbortFailure> {
-        self.tracker.abort_failed()?;
-        self.pending = Some(Decision::Abort);
-        Ok(if self.durable_prepare {
-            AbortFailure::InDoubt
-        } else {
-            AbortFailure::Reopen
-        })
-    }
-
-    /// The client that failed to abort was replaced: its init aborted the epoch.
-    pub fn abort_reopened(&mut self, now_us: u64) -> CoreResult<()> {
-        self.tracker
-            .resolve(InDoubtOutcome::Aborted, now_us, None)?;
-        self.pending = None;
-        Ok(())
-    }
-
-    /// ROLLBACK PREPARED found no gid and the store says the epoch committed: another process
-    /// committed it first (the epoch is committed).
-    pub fn abort_overtaken(&mut self, now_us: u64) -> CoreResult<()> {
-        self.tracker.abort_failed()?;
-        self.tracker
-            .resolve(InDoubtOutcome::Committed, now_us, None)?;
-        self.pending = None;
-        Ok(())
-    }
-
     // -- recovery and close ---------------------------------------------------------------------
-
-    /// `recover()`: read the last committed epoch, or resolve the epoch in doubt with the
-    /// pending decision (a commit when none was recorded).
-    pub fn recover(&self) -> RecoverAnswer {
-        match self.in_doubt() {
-            Some(epoch) => RecoverAnswer::Resolve {
-                epoch,
-                decision: self.pending.unwrap_or(Decision::Commit),
-            },
-            None => RecoverAnswer::ReadLast,
-        }
-    }
-
-    /// Recovery resolved the epoch in doubt: `committed` or not, and the store's last committed
-    /// epoch.
-    pub fn resolved(
-        &mut self,
-        committed: bool,
-        last: Option<Epoch>,
-        now_us: u64,
-    ) -> CoreResult<()> {
-        self.tracker.resolve(resolution(committed), now_us, None)?;
-        self.tracker.set_last_committed_epoch(last)?;
-        self.pending = None;
-        Ok(())
-    }
 
     /// Evidence (a marker, this instance's own commit) that `last` is committed: raises the
     /// known last committed epoch while idle, never lowers it (Kafka's marker may read back
@@ -537,43 +398,6 @@ impl SinkTxn {
         }
     }
 
-    /// A new client's init fenced the previous one (Kafka's `init_transactions`), and `last` is
-    /// the last committed epoch it read: an open or prepared epoch is aborted (the init aborted
-    /// it), an abort under way is done, a commit under way or in doubt committed exactly when
-    /// `last` covers it ([`epoch_committed`]); then [`SinkTxn::saw_committed`].
-    pub fn reopened(&mut self, last: Option<Epoch>, now_us: u64) -> CoreResult<()> {
-        match self.state() {
-            TransactionState::Active(_) | TransactionState::Prepared(_) => {
-                self.tracker.abort_started(None)?;
-                self.tracker.abort_ok(now_us)?;
-            }
-            TransactionState::Aborting(_) => self.tracker.abort_ok(now_us)?,
-            TransactionState::Committing(_) => self.tracker.commit_failed()?,
-            _ => {}
-        }
-        if let TransactionState::Failed(e) = self.state() {
-            let committed = epoch_committed(last, e);
-            self.tracker.resolve(resolution(committed), now_us, None)?;
-        }
-        self.pending = None;
-        self.saw_committed(last)
-    }
-
-    /// Kafka's in-doubt resolution ended: `committed` (when the marker decided) resolves the
-    /// epoch still in doubt; `marker` is then evidence of the last committed epoch.
-    pub fn resolved_by_marker(
-        &mut self,
-        committed: Option<bool>,
-        marker: Option<Epoch>,
-        now_us: u64,
-    ) -> CoreResult<()> {
-        if let (Some(c), Some(_)) = (committed, self.in_doubt()) {
-            self.tracker.resolve(resolution(c), now_us, None)?;
-            self.pending = None;
-        }
-        self.saw_committed(marker)
-    }
-
     /// `close()`: abort the open epoch, leave the prepared one (abort it when the prepare is not
     /// durable), or nothing.
     pub fn close(&self) -> CloseAnswer {
@@ -583,13 +407,5 @@ impl SinkTxn {
             TransactionState::Prepared(e) => CloseAnswer::LeavePrepared(e),
             _ => CloseAnswer::Nothing,
         }
-    }
-}
-
-fn resolution(committed: bool) -> InDoubtOutcome {
-    if committed {
-        InDoubtOutcome::Committed
-    } else {
-        InDoubtOutcome::Aborted
     }
 }

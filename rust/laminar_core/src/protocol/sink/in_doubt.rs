@@ -1,13 +1,221 @@
-//! Commits whose outcome is unknown, resolved from the durable record — never by guessing:
-//! [`KafkaInDoubt`] (the marker) and [`PostgresInDoubt`] (`laminar.sink_epochs`).
+//! A sink's epoch whose outcome is unknown, in one place (docs/engine.md, "The sink's
+//! transaction"; docs/protocol.md §1, §2): how [`SinkTxn`] enters doubt — a COMMIT or ROLLBACK
+//! that failed ([`SinkTxn::commit_failed`], [`SinkTxn::abort_failed`]) — and how it leaves it,
+//! from the durable record and never by guessing: [`SinkTxn::recover`] and [`SinkTxn::resolved`]
+//! (PostgreSQL's recovery), [`SinkTxn::resolved_by_marker`] and [`SinkTxn::reopened`] (Kafka's
+//! marker, a new producer's init); and the machines that find the outcome:
+//!
+//! ```text
+//! KafkaInDoubt:    [retry_commit (librdkafka allows it) | abort_producer] -> read_marker
+//!                  -> reinit_producer -> read_marker; a marker past the epoch: fenced
+//! PostgresInDoubt: [commit_prepared | rollback_prepared of the pending gid] -> read_sink_epochs
+//! ```
+//!
+//! Whether a failed call is retried first, and until when, is the retry module's
+//! (`protocol::retry::after_attempt`).
 
+use super::SinkTxn;
+use crate::error::CoreResult;
 use crate::protocol::command::{Command, Event, failure_of};
-
 use crate::protocol::failure::{Failure, FailureKind};
 use crate::protocol::records::epoch_committed;
+use crate::protocol::state::{InDoubtOutcome, TransactionState};
 use crate::protocol::{
     Core, End, Epoch, Idle, NoChild, Refusal, RefusalKind, Steps, core_accessors,
 };
+
+/// The decision a failed COMMIT or ROLLBACK was sending: recovery finishes a pending prepared
+/// transaction with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// `COMMIT` / `COMMIT PREPARED` was being sent.
+    Commit,
+    /// `ROLLBACK PREPARED` was being sent.
+    Abort,
+}
+
+/// What a failed COMMIT leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitFailure {
+    /// The outcome is unknown (the transaction is `Failed` with the commit pending): recovery
+    /// decides from the store, never a blind abort.
+    InDoubt,
+    /// The server answered: the transaction is rolled back, the epoch can be written again.
+    RolledBack,
+}
+
+/// What a failed abort leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AbortFailure {
+    /// In doubt with the abort pending (`Failed`): recovery finishes it.
+    InDoubt,
+    /// (prepare not durable) Replace the client: its init aborts the transaction; then report
+    /// [`SinkTxn::abort_reopened`].
+    Reopen,
+}
+
+/// What `recover()` asks the sink to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecoverAnswer {
+    /// Nothing is in doubt: read the last committed epoch (and report it by
+    /// [`SinkTxn::learned_last`]).
+    ReadLast,
+    /// Resolve the in-doubt epoch (finish a pending gid with `decision`, then read the store),
+    /// and report it by [`SinkTxn::resolved`].
+    Resolve {
+        /// The epoch in doubt.
+        epoch: Epoch,
+        /// The decision that was being sent.
+        decision: Decision,
+    },
+}
+
+/// How the sink's transaction enters doubt and leaves it.
+impl SinkTxn {
+    /// The decision a failed COMMIT or ROLLBACK left pending, if any.
+    pub fn pending(&self) -> Option<Decision> {
+        self.pending
+    }
+
+    /// The epoch whose commit or abort is in doubt, if any.
+    pub fn in_doubt(&self) -> Option<Epoch> {
+        match self.state() {
+            TransactionState::Failed(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The COMMIT failed. A one-phase COMMIT whose connection was lost (the outcome is unknown)
+    /// is in doubt; one the server answered is rolled back. A COMMIT PREPARED that failed is in
+    /// doubt either way when the prepare is durable: the gid may still be there, and recovery
+    /// finishes it; when it is not (Kafka), a commit the broker refused (an abortable error) is
+    /// rolled back too.
+    pub fn commit_failed(
+        &mut self,
+        connection_lost: bool,
+        now_us: u64,
+    ) -> CoreResult<CommitFailure> {
+        self.tracker.commit_failed()?;
+        if !connection_lost && (self.one_phase || !self.durable_prepare) {
+            self.tracker
+                .resolve(InDoubtOutcome::Aborted, now_us, None)?;
+            return Ok(CommitFailure::RolledBack);
+        }
+        self.pending = Some(Decision::Commit);
+        Ok(CommitFailure::InDoubt)
+    }
+
+    /// COMMIT PREPARED found no gid: another process ended it, and the store says whether it
+    /// `committed`.
+    pub fn commit_overtaken(&mut self, committed: bool, now_us: u64) -> CoreResult<()> {
+        self.tracker.commit_failed()?;
+        self.tracker.resolve(resolution(committed), now_us, None)?;
+        self.pending = None;
+        Ok(())
+    }
+
+    /// The ROLLBACK (PREPARED) failed: in doubt, with the abort pending. When the prepare is
+    /// not durable (Kafka), replacing the client makes the abort final (`Reopen`), unless the
+    /// client is fenced (the sink raises and the epoch stays in doubt).
+    pub fn abort_failed(&mut self) -> CoreResult<AbortFailure> {
+        self.tracker.abort_failed()?;
+        self.pending = Some(Decision::Abort);
+        Ok(if self.durable_prepare {
+            AbortFailure::InDoubt
+        } else {
+            AbortFailure::Reopen
+        })
+    }
+
+    /// The client that failed to abort was replaced: its init aborted the epoch.
+    pub fn abort_reopened(&mut self, now_us: u64) -> CoreResult<()> {
+        self.tracker
+            .resolve(InDoubtOutcome::Aborted, now_us, None)?;
+        self.pending = None;
+        Ok(())
+    }
+
+    /// ROLLBACK PREPARED found no gid and the store says the epoch committed: another process
+    /// committed it first (the epoch is committed).
+    pub fn abort_overtaken(&mut self, now_us: u64) -> CoreResult<()> {
+        self.tracker.abort_failed()?;
+        self.tracker
+            .resolve(InDoubtOutcome::Committed, now_us, None)?;
+        self.pending = None;
+        Ok(())
+    }
+
+    /// `recover()`: read the last committed epoch, or resolve the epoch in doubt with the
+    /// pending decision (a commit when none was recorded).
+    pub fn recover(&self) -> RecoverAnswer {
+        match self.in_doubt() {
+            Some(epoch) => RecoverAnswer::Resolve {
+                epoch,
+                decision: self.pending.unwrap_or(Decision::Commit),
+            },
+            None => RecoverAnswer::ReadLast,
+        }
+    }
+
+    /// Recovery resolved the epoch in doubt: `committed` or not, and the store's last committed
+    /// epoch.
+    pub fn resolved(
+        &mut self,
+        committed: bool,
+        last: Option<Epoch>,
+        now_us: u64,
+    ) -> CoreResult<()> {
+        self.tracker.resolve(resolution(committed), now_us, None)?;
+        self.tracker.set_last_committed_epoch(last)?;
+        self.pending = None;
+        Ok(())
+    }
+
+    /// A new client's init fenced the previous one (Kafka's `init_transactions`), and `last` is
+    /// the last committed epoch it read: an open or prepared epoch is aborted (the init aborted
+    /// it), an abort under way is done, a commit under way or in doubt committed exactly when
+    /// `last` covers it ([`epoch_committed`]); then [`SinkTxn::saw_committed`].
+    pub fn reopened(&mut self, last: Option<Epoch>, now_us: u64) -> CoreResult<()> {
+        match self.state() {
+            TransactionState::Active(_) | TransactionState::Prepared(_) => {
+                self.tracker.abort_started(None)?;
+                self.tracker.abort_ok(now_us)?;
+            }
+            TransactionState::Aborting(_) => self.tracker.abort_ok(now_us)?,
+            TransactionState::Committing(_) => self.tracker.commit_failed()?,
+            _ => {}
+        }
+        if let TransactionState::Failed(e) = self.state() {
+            let committed = epoch_committed(last, e);
+            self.tracker.resolve(resolution(committed), now_us, None)?;
+        }
+        self.pending = None;
+        self.saw_committed(last)
+    }
+
+    /// Kafka's in-doubt resolution ended: `committed` (when the marker decided) resolves the
+    /// epoch still in doubt; `marker` is then evidence of the last committed epoch.
+    pub fn resolved_by_marker(
+        &mut self,
+        committed: Option<bool>,
+        marker: Option<Epoch>,
+        now_us: u64,
+    ) -> CoreResult<()> {
+        if let (Some(c), Some(_)) = (committed, self.in_doubt()) {
+            self.tracker.resolve(resolution(c), now_us, None)?;
+            self.pending = None;
+        }
+        self.saw_committed(marker)
+    }
+}
+
+fn resolution(committed: bool) -> InDoubtOutcome {
+    if committed {
+        InDoubtOutcome::Committed
+    } else {
+        InDoubtOutcome::Aborted
+    }
+}
 
 /// A Kafka sink's commit (or abort) whose outcome is unknown, resolved from the marker.
 #[derive(Debug)]
