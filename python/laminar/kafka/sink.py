@@ -31,8 +31,8 @@ class holds the lifecycle and its parts, each in its own module (docs/engine.md,
 layout"): `_base` (the settings, the public properties, the error wording), `_clients.Clients`
 (producer and consumer, bounded and retried calls, an in-doubt commit resolved with them),
 `_produce.Producing` (producing, markers, flush), `_witness.Witness` (which evidence proves the
-last committed epoch; the identity) and `_runtime` (the live state of the writing process). The parts are made per call over that live state and talk
-through their arguments.
+last committed epoch; the identity) and `_runtime` (the live state of the writing process).
+The parts are made per call over that live state and talk through their arguments.
 """
 
 from __future__ import annotations
