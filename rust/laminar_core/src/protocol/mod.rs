@@ -30,9 +30,11 @@
 //!    [`machine`] (the [`Machine`] trait, how a machine ends, and the one loop every machine runs
 //!    on: its own queued commands first, then the machine it runs inside itself).
 //! 4. **Machines**, each using only those below it: [`sink`] (a sink's own transaction: begin,
-//!    write, prepare, commit, abort, close — the answers the sinks perform), [`kafka_recovery`]
-//!    (bringing Kafka sinks level with the decision log; `kafka_recovery::completion`: how, per
-//!    sink), [`single`] (one sink's epoch and its in-doubt resolution), [`resolution`] (the one
+//!    write, prepare, commit, abort, close — the answers the sinks perform; `sink::in_doubt`:
+//!    how an epoch enters doubt and is resolved, `KafkaInDoubt`, `PostgresInDoubt`),
+//!    [`kafka_recovery`] (bringing Kafka sinks level with the decision log;
+//!    `kafka_recovery::completion`: how, per sink), [`single`] (one sink's epoch and its
+//!    retries), [`resolution`] (the one
 //!    roll-back-and-conclude and the one complete-and-conclude of a distributed transaction),
 //!    [`watcher`] (the resolution watcher's pass and the operator's `resolve`;
 //!    `watcher::rules`: what to do with each item), [`distributed`] (scale-out: the
