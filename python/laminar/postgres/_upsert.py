@@ -47,13 +47,18 @@ from typing import Any
 
 import psycopg
 import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.compute as pc  # type: ignore[import-untyped]
 from psycopg import sql
 
 from laminar.errors import AuthorizationError, ConfigError, DataError
 from laminar.metadata import SCHEMA as META_SCHEMA
 from laminar.postgres._names import render_identifier
-from laminar.postgres._steps import DEFAULT_SLICE_BYTES, ColumnInfo, CopyPlan, copy_batch
+from laminar.postgres._steps import (
+    DEFAULT_SLICE_BYTES,
+    ColumnInfo,
+    CopyPlan,
+    copy_batch,
+    first_null_row,
+)
 from laminar.postgres._table import TableInfo, UniqueIndex
 
 __all__ = [
@@ -254,7 +259,7 @@ def _check_keys_not_null(
             continue
         column = data.column(source)
         if column.null_count:
-            row = pc.index(pc.is_null(column), True).as_py()
+            row = first_null_row(column)
             raise DataError(
                 f"table {table.display}: upsert key column {target.name!r} (Arrow column "
                 f"{source!r}) is null at row {row}: a NULL key matches no row, so it cannot be "
