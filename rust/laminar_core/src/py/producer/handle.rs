@@ -307,6 +307,12 @@ impl Handle {
     /// there to end the wait early, so an epoch of a few records would wait 10 ms after its last
     /// acknowledgement. It is called here in steps of `FLUSH_STEP` instead — each step marks the
     /// producer flushing (linger.ms ends) and wakes the broker threads, as one call does.
+    ///
+    /// A step that succeeds means no record is left: 0. The out-queue length
+    /// (`rd_kafka_outq_len`) is not asked then, since it also counts the statistics and error
+    /// events waiting for a poll, and one arriving just after the flush was once taken for a
+    /// record not acknowledged, failing an epoch whose records were all written. When the time
+    /// is up, those events are served first, so what is left is records.
     pub fn flush(&self, timeout: Duration) -> c_int {
         const FLUSH_STEP: Duration = Duration::from_millis(1);
         let deadline = Instant::now() + timeout;
@@ -317,13 +323,17 @@ impl Handle {
             let ms = c_int::try_from(step.as_millis()).unwrap_or(c_int::MAX);
             // SAFETY: a live handle.
             let code = unsafe { (self.api.rd_kafka_flush)(self.rk, ms) };
-            if code == ffi::ERR_NO_ERROR || step.is_zero() {
+            if code == ffi::ERR_NO_ERROR {
+                return 0;
+            }
+            if step.is_zero() {
+                self.poll(0);
                 return self.queued();
             }
         }
     }
 
-    /// Records (and requests) not yet acknowledged.
+    /// Records not yet acknowledged, and the callbacks and events waiting for a poll.
     pub fn queued(&self) -> c_int {
         // SAFETY: a live handle.
         unsafe { (self.api.rd_kafka_outq_len)(self.rk) }

@@ -771,7 +771,7 @@ impl PyProducer {
             .load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// Records (and requests) not acknowledged yet.
+    /// Records not acknowledged yet, and the callbacks and events waiting for a poll.
     fn __len__(&self) -> usize {
         self.handle.queued().max(0) as usize
     }
