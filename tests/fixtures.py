@@ -316,12 +316,20 @@ class Servers:
         return self._secured_postgres
 
     def close(self) -> None:
+        """Stop every server this process started, each whatever happened to the others — a
+        Ctrl-C (or pytest-xdist's SIGINT to a worker that outlives its shutdown) included, which
+        is raised again once all are stopped: a server left running outlives the run."""
+        interrupted: BaseException | None = None
         for server in reversed(self._owned):
             try:
                 server.stop()
             except Exception as e:  # keep stopping the others
                 print(f"laminar: could not stop {server!r}: {e}")
+            except BaseException as e:  # KeyboardInterrupt, SystemExit: the others first
+                interrupted = interrupted or e
         self._owned.clear()
+        if interrupted is not None:
+            raise interrupted
 
 
 KAFKA_KIND, TANSU_KIND = "Apache Kafka broker", "Tansu broker"
@@ -383,6 +391,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop what a session that never reached ``pytest_sessionfinish`` started."""
     servers = config.stash.get(_SERVERS, None)
     if servers is not None:
         servers.close()
@@ -460,12 +469,23 @@ def _server_lines(servers: Servers) -> list[str]:
 _WORKER_LINES = pytest.StashKey[dict[str, list[str]]]()
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """In a pytest-xdist worker: hand the summary of its servers to the controller."""
+    """Stop the session's servers once its fixtures are torn down (trylast: after pytest's own
+    teardown of what an interrupted session left set up); in a pytest-xdist worker, hand the
+    summary of its servers to the controller first.
+
+    Here and not in ``pytest_unconfigure``: a worker reports itself finished when this hook
+    returns, and the controller then ends it — a SIGINT 5 s later, ``os._exit`` 10 s after
+    that (execnet's ``_terminate_execution``) — which stopping a broker, a Spark Connect server
+    and a Spark cluster can outlast, leaving the rest running after the run."""
     output = getattr(session.config, "workeroutput", None)
     servers = session.config.stash.get(_SERVERS, None)
-    if output is not None and servers is not None:
+    if servers is None:
+        return
+    if output is not None:
         output["laminar_servers"] = _server_lines(servers)
+    servers.close()
 
 
 @pytest.hookimpl(optionalhook=True)
