@@ -25,18 +25,23 @@ A **pandas DataFrame** is converted without its index, as Spark's ``createDataFr
 ``from_pandas`` do: row labels (a filtered frame's 1, 3, 5, …) are not data. A *named* index
 (``groupby(...).sum()``'s keys) is data a user means to write: it is refused with a `ConfigError`
 that says to call ``reset_index()``, never dropped silently.
+
+pyarrow is imported by the functions that take a batch, not with this module: Spark's commit
+runner, a new Python process per query, imports the sinks but takes no batch, and pyarrow with
+numpy is about 50-70 ms of a fresh process (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import operator
 import weakref
-from typing import Any
-
-import pyarrow as pa  # type: ignore[import-untyped]
+from typing import TYPE_CHECKING, Any
 
 from laminar._types import ArrowData
 from laminar.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
 
 __all__ = ["MAX_EPOCH", "check_epoch", "materialize", "read_once"]
 
@@ -72,6 +77,8 @@ def materialize(batch: ArrowData) -> pa.Table | pa.RecordBatch:
     """``batch`` as a pyarrow ``Table`` or ``RecordBatch`` that can be read any number of times
     (module doc). Raises `ConfigError` for what is not Arrow data (or a reader Laminar already
     read) and `DataError` when the stream fails while it is read."""
+    import pyarrow as pa  # lazy: module doc
+
     if isinstance(batch, pa.Table | pa.RecordBatch):
         return batch
     if isinstance(batch, pa.RecordBatchReader):
@@ -109,6 +116,8 @@ def read_once(batch: ArrowData) -> ArrowData:
     """What the writer does with an epoch's batch before any sink sees it: Arrow data is
     `materialize`-d (a stream read once); anything else is handed on unchanged, for the sinks to
     accept or refuse (a sink of your own may take other objects)."""
+    import pyarrow as pa  # lazy: module doc
+
     if isinstance(batch, pa.Table | pa.RecordBatch):
         return batch
     if (
@@ -149,6 +158,8 @@ def _is_pandas(batch: object) -> bool:
 
 def _from_pandas(frame: Any) -> pa.Table:
     """A pandas DataFrame as a Table without its row labels (module doc)."""
+    import pyarrow as pa  # lazy: module doc
+
     named = [name for name in frame.index.names if name is not None]
     if named:
         raise ConfigError(

@@ -10,7 +10,6 @@ import laminar
 from laminar import ConfigError
 from laminar.protocol.scaleout import (
     RESULT_DDL,
-    RESULT_SCHEMA,
     ParticipantResult,
     ScaleOutTask,
     dtid_for,
@@ -18,6 +17,7 @@ from laminar.protocol.scaleout import (
     participant_base,
     participant_factory,
     postgres_participant,
+    result_schema,
     results_batch,
 )
 
@@ -66,10 +66,10 @@ def test_result_rows_round_trip_through_arrow() -> None:
         ParticipantResult(0, "0-a", *kafka, 5, "lm1.x", 3, "prepared"),
     ]
     batch = results_batch(results)
-    assert batch.schema.equals(RESULT_SCHEMA)
+    assert batch.schema.equals(result_schema())
     assert [ParticipantResult.from_row(r) for r in batch.to_pylist()] == results
     names = [f.split()[0] for f in RESULT_DDL.split(", ")]
-    assert names == RESULT_SCHEMA.names
+    assert names == result_schema().names
 
 
 def test_the_task_pickles_as_configuration() -> None:

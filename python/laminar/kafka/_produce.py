@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa  # type: ignore[import-untyped]
 from confluent_kafka import KafkaError, KafkaException
 
 from laminar._core import encode_kafka
@@ -31,6 +30,9 @@ from laminar.kafka._errors import (
     as_kafka_error,
 )
 from laminar.kafka._runtime import _Runtime
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
 
 #: Rows per slice of a write: each slice is encoded (about 1 MiB at a time) and produced by one
 #: call of the core's producer, whatever the batch size (docs/serialization.md, "Performance").

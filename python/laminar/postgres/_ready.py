@@ -5,10 +5,9 @@ registration, ``max_prepared_transactions``) once per process, the table each ep
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-import pyarrow as pa  # type: ignore[import-untyped]
 
 from laminar.errors import AuthorizationError, ConfigError, IllegalStateError
 from laminar.metadata import ensure_schema, register_sink
@@ -25,6 +24,9 @@ from laminar.postgres._steps import (
     load_table,
     plan_copy,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
 
 __all__ = ["Readiness"]
 

@@ -4,10 +4,9 @@ it would wait for (`_partners`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-import pyarrow as pa  # type: ignore[import-untyped]
 from psycopg import sql
 
 from laminar.postgres import _partners
@@ -15,6 +14,9 @@ from laminar.postgres import _upsert as _pg_upsert
 from laminar.postgres._base import Settings
 from laminar.postgres._session import Session
 from laminar.postgres._steps import CopyPlan, TableInfo, copy_batch
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
 
 __all__ = ["RowWriter"]
 

@@ -19,15 +19,15 @@ that can be checked before a row is sent. The two-phase helpers (`prepare_transa
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import itertools
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-import pyarrow as pa  # type: ignore[import-untyped]
 from psycopg import sql
 
 from laminar._core import check_pg_copy_schema, iter_pg_copy
@@ -44,6 +44,9 @@ from laminar.postgres._table import (
     load_table,
     lock_table,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
 
 __all__ = [
     "DEFAULT_SLICE_BYTES",
@@ -91,6 +94,8 @@ class CopyPlan:
 
     def cast_nulls(self, data: pa.Table | pa.RecordBatch) -> pa.Table | pa.RecordBatch:
         """``data`` with its null-typed columns given their target-compatible type."""
+        import pyarrow as pa  # lazy: see _arrow_for_pg
+
         for name, arrow_type in self.null_casts:
             index = data.schema.get_field_index(name)
             data = data.set_column(index, name, pa.nulls(data.num_rows, arrow_type))
@@ -141,6 +146,8 @@ def plan_copy(
     exactly or, failing that, ignoring case when only one column does (as Spark's JDBC writer).
     Raises `ConfigError` naming the table, the column and both types, before any row is sent.
     """
+    import pyarrow as pa  # lazy: see _arrow_for_pg
+
     names = list(schema.names)
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -224,34 +231,44 @@ def plan_copy(
     return CopyPlan(tuple(names), tuple(targets), statement, tuple(null_casts))
 
 
-_ARROW_FOR_PG: dict[str, pa.DataType] = {
-    "bool": pa.bool_(),
-    "int2": pa.int16(),
-    "int4": pa.int32(),
-    "int8": pa.int64(),
-    "float4": pa.float32(),
-    "float8": pa.float64(),
-    "numeric": pa.int64(),
-    "text": pa.string(),
-    "varchar": pa.string(),
-    "bpchar": pa.string(),
-    "json": pa.string(),
-    "jsonb": pa.string(),
-    "uuid": pa.string(),
-    "bytea": pa.binary(),
-    "date": pa.date32(),
-    "time": pa.time64("us"),
-    "timestamp": pa.timestamp("us"),
-    "timestamptz": pa.timestamp("us", tz="UTC"),
-}
+@functools.cache
+def _arrow_for_pg() -> dict[str, pa.DataType]:
+    """The Arrow type the encoder accepts for each PostgreSQL type name. Built on first use, as
+    pyarrow is imported where it is used in this module: a process that only commits or rolls
+    back prepared transactions (Spark's commit runner, a new one per query) never imports it
+    (about 50-70 ms of a fresh process: docs/benchmarks.md)."""
+    import pyarrow as pa  # lazy: see the docstring
+
+    return {
+        "bool": pa.bool_(),
+        "int2": pa.int16(),
+        "int4": pa.int32(),
+        "int8": pa.int64(),
+        "float4": pa.float32(),
+        "float8": pa.float64(),
+        "numeric": pa.int64(),
+        "text": pa.string(),
+        "varchar": pa.string(),
+        "bpchar": pa.string(),
+        "json": pa.string(),
+        "jsonb": pa.string(),
+        "uuid": pa.string(),
+        "bytea": pa.binary(),
+        "date": pa.date32(),
+        "time": pa.time64("us"),
+        "timestamp": pa.timestamp("us"),
+        "timestamptz": pa.timestamp("us", tz="UTC"),
+    }
 
 
 def _arrow_type_for(typname: str) -> pa.DataType | None:
     """An Arrow type the encoder accepts for PostgreSQL type ``typname`` (None: unsupported)."""
+    import pyarrow as pa  # lazy: see _arrow_for_pg
+
     if typname.startswith("_"):
-        element = _ARROW_FOR_PG.get(typname[1:])
+        element = _arrow_for_pg().get(typname[1:])
         return None if element is None else pa.list_(element)
-    return _ARROW_FOR_PG.get(typname)
+    return _arrow_for_pg().get(typname)
 
 
 # -- writing a batch ------------------------------------------------------------------------------

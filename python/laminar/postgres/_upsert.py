@@ -43,10 +43,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-import pyarrow as pa  # type: ignore[import-untyped]
 from psycopg import sql
 
 from laminar.errors import AuthorizationError, ConfigError, DataError
@@ -60,6 +59,9 @@ from laminar.postgres._steps import (
     first_null_row,
 )
 from laminar.postgres._table import TableInfo, UniqueIndex
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
 
 __all__ = [
     "MODES",
@@ -324,6 +326,8 @@ def upsert_batch(
         ),
         plan.null_casts,
     )
+    import pyarrow as pa  # lazy: as in _steps
+
     numbered = data.append_column(source, pa.array(range(data.num_rows), pa.int64()))
     rows, nbytes = copy_batch(conn, table, stage_plan, numbered, slice_bytes=slice_bytes)
     updates = [

@@ -43,10 +43,9 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import psycopg
-import pyarrow as pa  # type: ignore[import-untyped]
 from typing_extensions import assert_never
 
 from laminar._core import PreparedTxnState, SinkAnswer, epoch_committed
@@ -79,6 +78,9 @@ from laminar.postgres._steps import (
     prepare_transaction,
     record_epoch_totals,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
 
 __all__ = ["DEFAULT_SCHEMA", "ColumnsSpec", "PostgresSink", "PreparedTransaction"]
 

@@ -21,7 +21,6 @@ from dataclasses import astuple
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import psycopg
-import pyarrow as pa  # type: ignore[import-untyped]
 from psycopg.conninfo import conninfo_to_dict
 
 from laminar import _stats, _telemetry, _trace
@@ -44,6 +43,8 @@ from laminar.protocol.distributed import (
 from laminar.protocol.driver import pg_mapped
 
 if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
+
     from laminar._core import _AtomicCommand
 
 #: What `AtomicGroup` performs: every command of its `AtomicGroupMachine` (the group's decision

@@ -22,6 +22,7 @@ or ``laminar recover``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -29,7 +30,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import psycopg
-import pyarrow as pa  # type: ignore[import-untyped]
 
 from laminar import _telemetry, _trace
 from laminar._core import (
@@ -60,6 +60,8 @@ from laminar.protocol.distributed import (
 from laminar.protocol.driver import pg_mapped
 
 if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
+
     from laminar._core import _TaskCommand
 
 #: What a task attempt's driver performs: every command of `ScaleOutTaskMachine` (its control
@@ -67,7 +69,6 @@ if TYPE_CHECKING:
 TaskDriverCommand: TypeAlias = "_TaskCommand | DistributedDriverCommand"
 
 __all__ = [
-    "RESULT_SCHEMA",
     "ControlConnections",
     "ParticipantResult",
     "ScaleOutCoordinator",
@@ -77,25 +78,35 @@ __all__ = [
     "participant_base",
     "participant_factory",
     "postgres_participant",
+    "result_schema",
     "roll_back_distributed",
 ]
 
 log = logging.getLogger("laminar.protocol.scaleout")
 
-#: The rows a task yields (``mapInArrow``'s output schema).
-RESULT_SCHEMA = pa.schema(
-    [
-        ("part", pa.int32()),
-        ("attempt", pa.string()),
-        ("participant", pa.string()),
-        ("kind", pa.string()),
-        ("resource", pa.string()),
-        ("records", pa.int64()),
-        ("prepared_state", pa.string()),
-        ("marker", pa.int64()),
-        ("status", pa.string()),
-    ]
-)
+
+@functools.cache
+def result_schema() -> pa.Schema:
+    """The rows a task yields (``mapInArrow``'s output schema). Built on first use: a
+    process that only commits (Spark's commit runner, a new one per query) never imports pyarrow
+    (about 50-70 ms of a fresh process: docs/benchmarks.md)."""
+    import pyarrow as pa  # lazy: see the docstring
+
+    return pa.schema(
+        [
+            ("part", pa.int32()),
+            ("attempt", pa.string()),
+            ("participant", pa.string()),
+            ("kind", pa.string()),
+            ("resource", pa.string()),
+            ("records", pa.int64()),
+            ("prepared_state", pa.string()),
+            ("marker", pa.int64()),
+            ("status", pa.string()),
+        ]
+    )
+
+
 #: The same schema as Spark DDL (``df.mapInArrow(task, RESULT_DDL)``).
 RESULT_DDL = (
     "part int, attempt string, participant string, kind string, resource string, "
@@ -131,7 +142,7 @@ class ParticipantResult:
     status: str
 
     def row(self) -> dict[str, Any]:
-        """As a row of `RESULT_SCHEMA`."""
+        """As a row of `result_schema`."""
         return {
             "part": self.part,
             "attempt": self.attempt,
@@ -146,7 +157,7 @@ class ParticipantResult:
 
     @classmethod
     def from_row(cls, row: Any) -> ParticipantResult:
-        """From a mapping or a Spark ``Row`` of `RESULT_SCHEMA`."""
+        """From a mapping or a Spark ``Row`` of `result_schema`."""
         get = row.asDict() if hasattr(row, "asDict") else dict(row)
         return cls(
             part=int(get["part"]),
@@ -162,8 +173,10 @@ class ParticipantResult:
 
 
 def results_batch(results: Sequence[ParticipantResult]) -> pa.RecordBatch:
-    """Results as one Arrow record batch of `RESULT_SCHEMA`."""
-    return pa.RecordBatch.from_pylist([r.row() for r in results], schema=RESULT_SCHEMA)
+    """Results as one Arrow record batch of `result_schema`."""
+    import pyarrow as pa  # lazy: see result_schema
+
+    return pa.RecordBatch.from_pylist([r.row() for r in results], schema=result_schema())
 
 
 # -- the task side -------------------------------------------------------------------------------
