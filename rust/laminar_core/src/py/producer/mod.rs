@@ -575,6 +575,9 @@ impl PyProducer {
         let value = value.map(payload).transpose()?.flatten();
         let key = key.map(payload).transpose()?.flatten();
         let headers = header_list(headers)?;
+        if let Some(left) = self.handle.settle() {
+            py.detach(|| std::thread::sleep(left));
+        }
         let mut args = Vec::with_capacity(8);
         let record = Record {
             topic: &topic,
@@ -613,6 +616,9 @@ impl PyProducer {
         let handle: &Handle = &self.handle;
         let deadline = Instant::now() + Duration::from_secs_f64(timeout.max(0.0));
         let outcome = py.detach(move || {
+            if let Some(left) = handle.settle() {
+                std::thread::sleep(left);
+            }
             let batches = batches
                 .into_iter()
                 .filter(|b: &RecordBatch| b.num_rows() > 0);
@@ -661,6 +667,9 @@ impl PyProducer {
         }
         let topic = cstring("a topic", topic)?;
         let headers = header_list(headers)?;
+        if let Some(left) = self.handle.settle() {
+            py.detach(|| std::thread::sleep(left));
+        }
         let deadline = Instant::now() + Duration::from_secs_f64(timeout.max(0.0));
         let mut args = Vec::with_capacity(5 + headers.len());
         let (mut rows, mut bytes) = (0usize, 0usize);
