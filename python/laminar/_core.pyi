@@ -1563,7 +1563,7 @@ _RefusalKind = Literal[
 ]
 _End = Literal["ok", "refused", "failed"]
 _ParticipantKind = Literal["attempt", "postgres", "kafka"]
-#: A task's result row in ``laminar.protocol.scaleout.RESULT_SCHEMA``'s order: part, attempt,
+#: A task's result row in ``laminar.protocol.scaleout.result_schema()``'s order: part, attempt,
 #: participant, kind, resource, records, prepared_state, marker, status.
 _ResultRow = tuple[int, str, str, str, str, int, str, int | None, str]
 

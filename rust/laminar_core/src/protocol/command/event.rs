@@ -104,7 +104,7 @@ impl ResultStatus {
     }
 }
 
-/// One participant of one task attempt (a row of `laminar.protocol.scaleout.RESULT_SCHEMA`).
+/// One participant of one task attempt (a row of `laminar.protocol.scaleout.result_schema()`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParticipantResult {
     pub part: u32,

@@ -268,7 +268,7 @@ impl PyEvent {
         Self(Event::PreparedList { gids })
     }
 
-    /// Result rows in `RESULT_SCHEMA`'s order.
+    /// Result rows in `result_schema()`'s order.
     #[staticmethod]
     fn task_results(results: Vec<ResultTuple>) -> PyResult<Self> {
         let results = results

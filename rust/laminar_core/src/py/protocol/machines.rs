@@ -226,7 +226,7 @@ machine_class!(PyScaleOutTask, "ScaleOutTaskMachine", ScaleOutTask, {
         }
     }
 
-    /// One result row per participant, in `RESULT_SCHEMA`'s order.
+    /// One result row per participant, in `result_schema()`'s order.
     #[getter]
     fn results(&self) -> Vec<ResultTuple> {
         self.inner.results().iter().map(result_tuple).collect()
