@@ -253,6 +253,7 @@ api! {
     rd_kafka_destroy: fn(*mut rd_kafka_t);
     rd_kafka_opaque: fn(*const rd_kafka_t) -> *mut c_void;
     rd_kafka_sasl_background_callbacks_enable: fn(*mut rd_kafka_t) -> *mut rd_kafka_error_t;
+    rd_kafka_set_log_queue: fn(*mut rd_kafka_t, *mut c_void) -> rd_kafka_resp_err_t;
     rd_kafka_poll: fn(*mut rd_kafka_t, c_int) -> c_int;
     rd_kafka_flush: fn(*mut rd_kafka_t, c_int) -> rd_kafka_resp_err_t;
     rd_kafka_outq_len: fn(*mut rd_kafka_t) -> c_int;

@@ -103,21 +103,31 @@ impl CallError {
 
 /// How long after a transaction ended (`EndTxn`) its coordinator may still be writing the
 /// transaction markers and the completed state. A partition added to the next transaction before
-/// then is answered `CONCURRENT_TRANSACTIONS`, which librdkafka retries after a fixed 20 ms (not
-/// `retry.backoff.ms`): an epoch written right after the last one took 34.5 ms at the median
-/// where one started 3 ms later took 7.8 (one broker, 1,000 records; 10.5 against 45 with 8
-/// partitions). So the first record of a transaction waits until this has passed since the last
-/// one ended (docs/kafka.md, "Back-to-back epochs").
+/// then is answered `CONCURRENT_TRANSACTIONS`, which librdkafka retries after a fixed 20 ms (an
+/// epoch marker's `AddOffsetsToTxn`, after `retry.backoff.ms`): an epoch written right after the
+/// last one took 34.5 ms at the median where one started 3 ms later took 7.8 (one broker, 1,000
+/// records; 10.5 against 45 with 8 partitions). So a transaction's first record or epoch marker
+/// waits until this has passed since the last one ended (docs/kafka.md, "Back-to-back epochs").
 pub const SETTLE: Duration = Duration::from_millis(3);
+
+/// What [`SETTLE`] needs to know of the transactions, under one lock.
+#[derive(Default)]
+struct Txns {
+    /// When the last transaction that reached the coordinator was committed or aborted, until
+    /// the next one's first record or marker waited out [`SETTLE`].
+    ended: Option<Instant>,
+    /// Whether the open transaction reached the coordinator (a record or a marker): librdkafka
+    /// ends one that did not without an `EndTxn`, and nothing is left to wait for.
+    reached: bool,
+}
 
 /// A producer handle. Destroyed when dropped (with the GIL released by its owner).
 pub struct Handle {
     api: &'static Api,
     rk: *mut rd_kafka_t,
     shared: Box<Shared>,
-    /// When the last transaction was committed or aborted, until the next one's first record
-    /// has waited out [`SETTLE`] (`settle`).
-    ended: Mutex<Option<Instant>>,
+    /// The transactions' timing for [`SETTLE`] (`settle`, `ended_if_ok`).
+    txns: Mutex<Txns>,
 }
 
 // SAFETY: librdkafka's handle is thread-safe (every API call may come from any thread); `Shared`
@@ -185,8 +195,13 @@ impl Handle {
                 api,
                 rk,
                 shared,
-                ended: Mutex::new(None),
+                txns: Mutex::new(Txns::default()),
             };
+            if handle.shared.logging {
+                // `log.queue` holds the log lines until a queue is set: NULL is the main queue,
+                // which `poll` and `flush` serve (as confluent-kafka does for its `logger`)
+                (api.rd_kafka_set_log_queue)(rk, std::ptr::null_mut());
+            }
             if handle.shared.oauth.is_some() {
                 let error = (api.rd_kafka_sasl_background_callbacks_enable)(rk);
                 if let Some(e) = handle.error(error) {
@@ -249,26 +264,33 @@ impl Handle {
         self.ended_if_ok(result)
     }
 
-    /// Notes when a transaction ended (its `EndTxn` answered), for the next one's [`SETTLE`].
+    /// Notes when a transaction that reached the coordinator ended (its `EndTxn` answered), for
+    /// the next one's [`SETTLE`]; a failed commit or abort notes nothing.
     fn ended_if_ok(&self, result: Result<(), CallError>) -> Result<(), CallError> {
         if result.is_ok() {
-            *self.ended_lock() = Some(Instant::now());
+            let mut txns = self.txns_lock();
+            if std::mem::take(&mut txns.reached) {
+                txns.ended = Some(Instant::now());
+            }
         }
         result
     }
 
-    fn ended_lock(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
-        // Nothing panics while holding it; a poisoned lock still holds an instant.
-        self.ended
+    fn txns_lock(&self) -> std::sync::MutexGuard<'_, Txns> {
+        // Nothing panics while holding it; a poisoned lock still holds the timing.
+        self.txns
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// What is left of [`SETTLE`] since the last transaction ended, once: the caller waits it
-    /// out (without the GIL) before a transaction's first record; later records, and a first
-    /// record long after the last commit, get `None`.
+    /// Called before a record or the epoch marker reaches librdkafka: what is left of
+    /// [`SETTLE`] since the last transaction ended, once — the caller waits it out (without the
+    /// GIL). Later calls in the transaction, and a first one long after the last commit, get
+    /// `None`.
     pub fn settle(&self) -> Option<Duration> {
-        let ended = self.ended_lock().take()?;
+        let mut txns = self.txns_lock();
+        txns.reached = true;
+        let ended = txns.ended.take()?;
         let left = SETTLE.saturating_sub(ended.elapsed());
         (!left.is_zero()).then_some(left)
     }

@@ -532,7 +532,12 @@ impl PyProducer {
             .collect::<PyResult<Vec<_>>>()?;
         let group = cstring("a group id", group_id)?;
         let ms = millis(timeout);
-        self.call(py, |h| h.send_offsets(&positions, &group, ms))
+        self.call(py, |h| {
+            if let Some(left) = h.settle() {
+                std::thread::sleep(left);
+            }
+            h.send_offsets(&positions, &group, ms)
+        })
     }
 
     #[pyo3(signature = (timeout = None))]
@@ -614,11 +619,11 @@ impl PyProducer {
         let topic = cstring("a topic", topic)?;
         let headers = header_list(headers)?;
         let handle: &Handle = &self.handle;
+        if let Some(left) = handle.settle() {
+            py.detach(|| std::thread::sleep(left));
+        }
         let deadline = Instant::now() + Duration::from_secs_f64(timeout.max(0.0));
         let outcome = py.detach(move || {
-            if let Some(left) = handle.settle() {
-                std::thread::sleep(left);
-            }
             let batches = batches
                 .into_iter()
                 .filter(|b: &RecordBatch| b.num_rows() > 0);
