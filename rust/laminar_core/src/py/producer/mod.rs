@@ -168,6 +168,11 @@ fn produce_encoded(
     if !encoder.next_chunk(&mut first)? {
         return Ok(produced);
     }
+    // the first chunk is encoded while the coordinator completes the last transaction: what is
+    // left of SETTLE after it is waited out here, before its first record
+    if let Some(left) = handle.settle() {
+        std::thread::sleep(left);
+    }
     if encoder.is_done() {
         hand_over(
             handle,
@@ -619,9 +624,6 @@ impl PyProducer {
         let topic = cstring("a topic", topic)?;
         let headers = header_list(headers)?;
         let handle: &Handle = &self.handle;
-        if let Some(left) = handle.settle() {
-            py.detach(|| std::thread::sleep(left));
-        }
         let deadline = Instant::now() + Duration::from_secs_f64(timeout.max(0.0));
         let outcome = py.detach(move || {
             let batches = batches
