@@ -8,11 +8,13 @@ and user headers on some rows, `atomic_routed_helpers`), written to both sinks.
 Behaves like Spark: the CHECKPOINT file lists the epochs whose ``foreachBatch`` returned; a
 (re)started writer resumes at the first epoch not listed (Spark replays the batch that did not
 return). Crash points come from ``LAMINAR_CRASH_AT`` (``laminar._faults``).
-``LAMINAR_TEST_EPOCH_PAUSE_S`` paces the epochs (a failover test kills brokers meanwhile).
+``LAMINAR_TEST_EPOCH_PAUSE_S`` paces the epochs (a failover test kills brokers meanwhile);
+``LAMINAR_TEST_LOG_LEVEL`` sets laminar's log level (WARNING).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -24,6 +26,11 @@ from tests.integration.atomic_helpers import make_group
 
 
 def main() -> None:
+    # what recovery saw and decided, timed (a failing test prints the writer's last words)
+    logging.basicConfig(
+        level=os.environ.get("LAMINAR_TEST_LOG_LEVEL", "WARNING"),
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
     bootstrap, topic, dsn, table, tid, epochs, checkpoint, redo = sys.argv[1:9]
     routed = sys.argv[9:] == ["routed"]
     writer = make_group(bootstrap, topic, dsn, table, tid, redo=redo, routed=routed)

@@ -69,6 +69,11 @@ impl Outbox {
         self.current.take()
     }
 
+    /// Drops the queued commands `keep` refuses (the one being performed stays).
+    pub(crate) fn retain(&mut self, keep: impl FnMut(&Command) -> bool) {
+        self.pending.retain(keep);
+    }
+
     pub(crate) fn clear(&mut self) {
         self.pending.clear();
         self.current = None;

@@ -5,6 +5,7 @@
 //! 1 lock_group (check_generation),
 //!   lock_table per PostgreSQL sink             atomic.after_lock
 //! 2 sink_begin per Kafka sink                atomic.after_kafka_begin
+//!   (a sink holding the epoch it was decided for: a failed commit that landed — done)
 //! 3 sink_write (keep records for redo)       atomic.after_produce
 //! 4 sink_prepare (marker + flush)            atomic.after_kafka_prepare
 //! 5 write_rows per PostgreSQL sink,
@@ -186,6 +187,41 @@ impl AtomicEpoch {
         self.step_done(CrashPoint::AtomicAfterRows);
     }
 
+    /// Whether the decision log holds this epoch for Kafka sink `sink_id` already: a retry of
+    /// an epoch decided by an earlier attempt (its Kafka commit failed, or only the replay
+    /// could complete it).
+    fn decided_before(&self, sink_id: &str) -> bool {
+        let epoch = self.epoch();
+        self.ctx
+            .kafka
+            .iter()
+            .any(|(s, _, decided)| s == sink_id && *decided == Some(epoch))
+    }
+
+    /// Step 2 found `sink_id` holding the epoch it was decided for: the earlier attempt's
+    /// commit, which answered a failure, landed (read back when the sink began). Its part is
+    /// done, not another writer's: it leaves this attempt, counted committed.
+    fn landed(&mut self, sink_id: String) {
+        self.core.out.push_front(Command::warn(format!(
+            "atomic group {}: Kafka sink {sink_id} holds decided epoch {} already: the commit \
+             that answered a failure landed",
+            self.ctx.group_id,
+            self.epoch()
+        )));
+        self.core.out.retain(|c| match c {
+            Command::SinkWrite { sink_id: s, .. } | Command::SinkPrepare { sink_id: s, .. } => {
+                *s != sink_id
+            }
+            Command::ReplaceRedo {
+                transactional_id: s,
+                ..
+            } => *s != sink_id,
+            _ => true,
+        });
+        self.ctx.kafka.retain(|(s, _, _)| *s != sink_id);
+        self.committed.push(sink_id);
+    }
+
     /// Step 6: the decision rows, each checked by the `txn_state` table.
     fn record_decisions(&mut self) {
         let epoch = self.epoch();
@@ -330,6 +366,8 @@ impl AtomicEpoch {
             (Command::SinkBegin { sink_id, epoch }, Event::Began { opened }) => {
                 if opened {
                     self.opened.push(sink_id);
+                } else if self.decided_before(&sink_id) {
+                    self.landed(sink_id);
                 } else {
                     self.refuse(
                         RefusalKind::Fenced,

@@ -37,6 +37,10 @@ impl AtomicGroup {
                 .run(Child::Scaled(Box::new(ScaleOutEpoch::new(ctx))));
             return;
         }
+        // An awaited epoch the sinks now hold ends the wait before the plan: a retry whose
+        // failed Kafka commit turned out committed (the refresh read the epoch back) skips the
+        // epoch without running it, and the wait would otherwise refuse every later epoch.
+        self.release_awaiting();
         let progress: Vec<SinkProgress> = self
             .sink_ids()
             .into_iter()

@@ -376,6 +376,64 @@ fn another_epoch_while_one_awaits_its_replay_is_refused() {
     w.check_exactly_once(2);
 }
 
+/// The chaos test's writer stopped at the next epoch (`OtherEpochWhileIncomplete`) after the
+/// replay of an awaited epoch committed Kafka although its commit call failed: the in-process
+/// completion failed too (the broker down), the retry found every sink holding the epoch and
+/// skipped it, and the wait was never ended. A retry that finds the awaited epoch committed ends
+/// the wait — read back by the retry's refresh (`stale_refresh = false`: the plan skips the
+/// epoch), or only when the sink begins it (`true`: the sink's part is done, not another
+/// writer's, and no `FencedError` stops the writer).
+#[test]
+fn a_replay_whose_kafka_commit_landed_despite_its_failure_ends_the_wait() {
+    use crate::protocol::command::{Command, Event};
+    use crate::protocol::failure::{Failure, FailureKind};
+    for stale_refresh in [false, true] {
+        let mut w = World::new(&["pg"], &["k"], 50);
+        let mut c = config(&w, false);
+        c.retries = 3;
+        let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
+        w.crash_at = Some((CrashPoint::AtomicAfterDecision, 1));
+        assert_eq!(writer.write(&mut w, 0), Err(Crash));
+        w.kafka.advance(1_000); // the broker aborts the prepared transaction
+        let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
+        assert_eq!(writer.group.awaiting(), &[("k".to_owned(), 0)]);
+        // Spark's replay of batch 0: its Kafka commit lands but answers a failure, and the
+        // broker is then unreachable for the in-process completion
+        writer.group.write_epoch(0);
+        let failover = FailureKind::Abortable { retriable: true };
+        let (mut commit_failed, mut completion_failed) = (false, false);
+        while let Some(command) = writer.group.poll() {
+            let event =
+                super::driver::perform(&mut w, &mut writer.proc, &command).expect("no crash");
+            let event = match &command {
+                Command::SinkCommit { .. } if !commit_failed => {
+                    commit_failed = true;
+                    Event::Failed(Failure::new(failover, "the commit's answer was lost"))
+                }
+                Command::LockGroup { .. } if commit_failed && !completion_failed => {
+                    completion_failed = true;
+                    Event::Failed(Failure::new(failover, "the completion met a failover"))
+                }
+                Command::KnownEpoch { .. } if stale_refresh => Event::Marker {
+                    epoch: None,
+                    now_ms: w.kafka.now_ms,
+                },
+                _ => event,
+            };
+            writer.group.handle(event);
+        }
+        assert!(completion_failed, "the scenario did not happen");
+        assert_eq!(writer.group.end(), Some(&End::Ok), "stale={stale_refresh}");
+        assert!(
+            writer.group.awaiting().is_empty(),
+            "{:?}",
+            writer.group.awaiting()
+        );
+        assert_eq!(writer.write(&mut w, 1).expect("no crash"), End::Ok);
+        w.check_exactly_once(2);
+    }
+}
+
 #[test]
 fn the_writer_retries_an_epoch_that_may_be_written_again() {
     let mut w = World::new(&["pg"], &["k"], 1_000_000);
