@@ -5,7 +5,8 @@
 //! 1 lock_group (check_generation),
 //!   lock_table per PostgreSQL sink             atomic.after_lock
 //! 2 sink_begin per Kafka sink                atomic.after_kafka_begin
-//!   (a sink holding the epoch it was decided for: a failed commit that landed — done)
+//!   (a sink holding exactly the epoch it was decided for, known_epoch: a failed commit
+//!   that landed — done; with no sink left, rollback and no decision)
 //! 3 sink_write (keep records for redo)       atomic.after_produce
 //! 4 sink_prepare (marker + flush)            atomic.after_kafka_prepare
 //! 5 write_rows per PostgreSQL sink,
@@ -33,6 +34,7 @@ use crate::protocol::crash::CrashPoint;
 use crate::protocol::failure::FailureKind;
 use crate::protocol::kafka_recovery::KafkaRecovery;
 use crate::protocol::records::{TxnEvent, TxnRow, epoch_committed, illegal};
+use crate::protocol::refusal::show;
 use crate::protocol::transitions::txn_next;
 use crate::protocol::{Core, End, Epoch, Idle, Refusal, RefusalKind, Steps, core_accessors};
 
@@ -202,12 +204,6 @@ impl AtomicEpoch {
     /// commit, which answered a failure, landed (read back when the sink began). Its part is
     /// done, not another writer's: it leaves this attempt, counted committed.
     fn landed(&mut self, sink_id: String) {
-        self.core.out.push_front(Command::warn(format!(
-            "atomic group {}: Kafka sink {sink_id} holds decided epoch {} already: the commit \
-             that answered a failure landed",
-            self.ctx.group_id,
-            self.epoch()
-        )));
         self.core.out.retain(|c| match c {
             Command::SinkWrite { sink_id: s, .. } | Command::SinkPrepare { sink_id: s, .. } => {
                 *s != sink_id
@@ -219,7 +215,22 @@ impl AtomicEpoch {
             _ => true,
         });
         self.ctx.kafka.retain(|(s, _, _)| *s != sink_id);
+        if self.ctx.kafka.is_empty() && self.ctx.postgres.is_empty() {
+            // nothing left to write: no decision (the epoch is a replay every sink holds)
+            self.abort(End::Ok, true);
+        }
+        self.core.out.push_front(Command::warn(format!(
+            "atomic group {}: Kafka sink {sink_id} holds decided epoch {} already: the commit \
+             that answered a failure landed",
+            self.ctx.group_id,
+            self.epoch()
+        )));
         self.committed.push(sink_id);
+    }
+
+    /// The Kafka sinks the decision records (those this attempt wrote).
+    pub fn decided_kafka(&self) -> impl Iterator<Item = &str> {
+        self.ctx.kafka.iter().map(|(s, _, _)| s.as_str())
     }
 
     /// Step 6: the decision rows, each checked by the `txn_state` table.
@@ -367,13 +378,31 @@ impl AtomicEpoch {
                 if opened {
                     self.opened.push(sink_id);
                 } else if self.decided_before(&sink_id) {
-                    self.landed(sink_id);
+                    // the sink's own evidence says which epoch it holds: exactly this one, or
+                    // another writer went past it
+                    self.core.out.push_front(Command::KnownEpoch { sink_id });
                 } else {
                     self.refuse(
                         RefusalKind::Fenced,
                         format!(
                             "Kafka sink {sink_id:?} already holds epoch {epoch}: another writer \
                              uses its transactional id"
+                        ),
+                        Some(&sink_id),
+                    );
+                }
+            }
+            (Command::KnownEpoch { sink_id }, Event::Marker { epoch: held, .. }) => {
+                if held == Some(self.epoch()) {
+                    self.landed(sink_id);
+                } else {
+                    self.refuse(
+                        RefusalKind::Fenced,
+                        format!(
+                            "Kafka sink {sink_id:?} holds epoch {} past decided epoch {}: \
+                             another writer uses its transactional id",
+                            show(held),
+                            self.epoch()
                         ),
                         Some(&sink_id),
                     );

@@ -107,13 +107,17 @@ impl AtomicGroup {
             for sink_id in &self.config.postgres {
                 self.last.insert(sink_id.clone(), Some(epoch));
             }
-            for (sink_id, _) in run.awaiting() {
-                self.decided.insert(sink_id.clone(), epoch);
+            // every Kafka sink of the decision, whether its commit landed, failed or awaits
+            // the replay: a retry's step 2 knows the epoch is its own
+            for sink_id in run.decided_kafka() {
+                self.decided.insert(sink_id.to_owned(), epoch);
             }
-            for sink_id in run.kafka_committed() {
-                self.decided.insert(sink_id.clone(), epoch);
-                self.last.insert(sink_id.clone(), Some(epoch));
-            }
+        }
+        // committed at step 8, completed in process, or found holding its decided epoch at
+        // step 2 (before any decision of this attempt)
+        for sink_id in run.kafka_committed() {
+            self.decided.insert(sink_id.clone(), epoch);
+            self.last.insert(sink_id.clone(), Some(epoch));
         }
         self.release_awaiting();
         for (sink_id, e) in run.awaiting() {
@@ -122,7 +126,8 @@ impl AtomicGroup {
         }
         match end {
             End::Ok => {
-                self.committed = true;
+                // a replay whose every sink turned out holding the epoch decided nothing: skipped
+                self.committed = run.decided();
                 self.ending = Some(End::Ok);
             }
             other => self.fail(other),

@@ -376,62 +376,126 @@ fn another_epoch_while_one_awaits_its_replay_is_refused() {
     w.check_exactly_once(2);
 }
 
-/// The chaos test's writer stopped at the next epoch (`OtherEpochWhileIncomplete`) after the
-/// replay of an awaited epoch committed Kafka although its commit call failed: the in-process
-/// completion failed too (the broker down), the retry found every sink holding the epoch and
-/// skipped it, and the wait was never ended. A retry that finds the awaited epoch committed ends
-/// the wait — read back by the retry's refresh (`stale_refresh = false`: the plan skips the
-/// epoch), or only when the sink begins it (`true`: the sink's part is done, not another
-/// writer's, and no `FencedError` stops the writer).
+/// A Kafka commit that lands while its answer is lost (the sink is in doubt), then an
+/// in-process completion that meets a failover: the retry finds the sink holding the epoch at
+/// step 2 — its own decided epoch, read back by the sink's in-doubt resolution — and counts it
+/// written, with no `FencedError` ("another writer") and no new decision. The chaos test's
+/// writer was stopped this way at the next epoch (`OtherEpochWhileIncomplete`) when the epoch
+/// was Spark's replay of one awaited since the start-up: the wait is ended too. Both kinds of
+/// epoch: awaited since the start-up, and a plain one.
 #[test]
-fn a_replay_whose_kafka_commit_landed_despite_its_failure_ends_the_wait() {
+fn a_commit_that_landed_while_its_answer_was_lost_is_not_written_again() {
     use crate::protocol::command::{Command, Event};
     use crate::protocol::failure::{Failure, FailureKind};
-    for stale_refresh in [false, true] {
+    for awaited in [true, false] {
         let mut w = World::new(&["pg"], &["k"], 50);
         let mut c = config(&w, false);
         c.retries = 3;
         let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
-        w.crash_at = Some((CrashPoint::AtomicAfterDecision, 1));
-        assert_eq!(writer.write(&mut w, 0), Err(Crash));
-        w.kafka.advance(1_000); // the broker aborts the prepared transaction
-        let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
-        assert_eq!(writer.group.awaiting(), &[("k".to_owned(), 0)]);
-        // Spark's replay of batch 0: its Kafka commit lands but answers a failure, and the
-        // broker is then unreachable for the in-process completion
-        writer.group.write_epoch(0);
+        if awaited {
+            w.crash_at = Some((CrashPoint::AtomicAfterDecision, 1));
+            assert_eq!(writer.write(&mut w, 0), Err(Crash));
+            w.kafka.advance(1_000); // the broker aborts the prepared transaction
+            writer = Writer::start(&mut w, &c).expect("no crash").0;
+            assert_eq!(writer.group.awaiting(), &[("k".to_owned(), 0)]);
+        } else {
+            assert_eq!(writer.write(&mut w, 0).expect("no crash"), End::Ok);
+        }
+        let batch = if awaited { 0 } else { 1 };
+        writer.group.write_epoch(batch);
         let failover = FailureKind::Abortable { retriable: true };
-        let (mut commit_failed, mut completion_failed) = (false, false);
+        let (mut commits, mut completion_failed, mut landed) = (0, false, false);
         while let Some(command) = writer.group.poll() {
+            if matches!(command, Command::SinkCommit { .. }) {
+                commits += 1;
+                if commits == 1 {
+                    w.lose_commit = Some(true); // committed, its answer lost
+                }
+            }
+            if let Command::Log { message, .. } = &command {
+                landed |= message.contains("the commit that answered a failure landed");
+            }
             let event =
                 super::driver::perform(&mut w, &mut writer.proc, &command).expect("no crash");
             let event = match &command {
-                Command::SinkCommit { .. } if !commit_failed => {
-                    commit_failed = true;
-                    Event::Failed(Failure::new(failover, "the commit's answer was lost"))
-                }
-                Command::LockGroup { .. } if commit_failed && !completion_failed => {
+                Command::LockGroup { .. } if commits == 1 && !completion_failed => {
                     completion_failed = true;
                     Event::Failed(Failure::new(failover, "the completion met a failover"))
                 }
-                Command::KnownEpoch { .. } if stale_refresh => Event::Marker {
-                    epoch: None,
-                    now_ms: w.kafka.now_ms,
-                },
                 _ => event,
             };
             writer.group.handle(event);
         }
-        assert!(completion_failed, "the scenario did not happen");
-        assert_eq!(writer.group.end(), Some(&End::Ok), "stale={stale_refresh}");
+        assert!(
+            completion_failed,
+            "awaited={awaited}: the scenario did not happen"
+        );
+        assert_eq!(writer.group.end(), Some(&End::Ok), "awaited={awaited}");
+        assert!(
+            landed,
+            "awaited={awaited}: the retry did not find the epoch at step 2"
+        );
+        assert_eq!(
+            commits, 1,
+            "awaited={awaited}: the epoch was committed again"
+        );
+        assert!(
+            !writer.group.committed(),
+            "awaited={awaited}: a retry that decided nothing"
+        );
         assert!(
             writer.group.awaiting().is_empty(),
             "{:?}",
             writer.group.awaiting()
         );
-        assert_eq!(writer.write(&mut w, 1).expect("no crash"), End::Ok);
-        w.check_exactly_once(2);
+        assert_eq!(writer.write(&mut w, batch + 1).expect("no crash"), End::Ok);
+        w.check_exactly_once(batch + 2);
     }
+}
+
+/// The plan ends a wait its sinks' progress shows over: here the retry's refresh reads the
+/// awaited epoch back (the sink learned its commit landed) and the plan skips the epoch.
+#[test]
+fn a_retry_that_reads_the_awaited_epoch_back_ends_the_wait() {
+    use crate::protocol::command::{Command, Event};
+    use crate::protocol::failure::{Failure, FailureKind};
+    let mut w = World::new(&["pg"], &["k"], 50);
+    let mut c = config(&w, false);
+    c.retries = 3;
+    let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
+    w.crash_at = Some((CrashPoint::AtomicAfterDecision, 1));
+    assert_eq!(writer.write(&mut w, 0), Err(Crash));
+    w.kafka.advance(1_000);
+    let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
+    assert_eq!(writer.group.awaiting(), &[("k".to_owned(), 0)]);
+    writer.group.write_epoch(0);
+    let failover = FailureKind::Abortable { retriable: true };
+    let (mut commit_failed, mut completion_failed) = (false, false);
+    while let Some(command) = writer.group.poll() {
+        let event = super::driver::perform(&mut w, &mut writer.proc, &command).expect("no crash");
+        let event = match &command {
+            // the sink committed (and knows it); the group hears a failure
+            Command::SinkCommit { .. } if !commit_failed => {
+                commit_failed = true;
+                Event::Failed(Failure::new(failover, "the commit's answer was lost"))
+            }
+            Command::LockGroup { .. } if commit_failed && !completion_failed => {
+                completion_failed = true;
+                Event::Failed(Failure::new(failover, "the completion met a failover"))
+            }
+            _ => event,
+        };
+        writer.group.handle(event);
+    }
+    assert!(completion_failed, "the scenario did not happen");
+    assert_eq!(writer.group.end(), Some(&End::Ok));
+    assert!(
+        writer.group.awaiting().is_empty(),
+        "{:?}",
+        writer.group.awaiting()
+    );
+    assert_eq!(writer.write(&mut w, 1).expect("no crash"), End::Ok);
+    w.check_exactly_once(2);
 }
 
 #[test]
