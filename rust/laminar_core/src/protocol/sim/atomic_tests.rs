@@ -356,16 +356,24 @@ fn a_corrupt_decision_stops_recovery_and_decides_nothing() {
     assert_eq!((w.kafka.committed.len(), w.kafka.marker("k")), before);
 }
 
+/// A writer restarted after its epoch 0 was decided and the broker aborted the prepared
+/// transaction (a crash after the decision, the writer down past the transaction timeout): it
+/// awaits Spark's replay of batch 0.
+fn awaiting_replay(w: &mut World, c: &GroupConfig) -> Writer {
+    let (mut writer, _) = Writer::start(w, c).expect("no crash");
+    w.crash_at = Some((CrashPoint::AtomicAfterDecision, 1));
+    assert_eq!(writer.write(w, 0), Err(Crash));
+    w.kafka.advance(1_000);
+    let (writer, _) = Writer::start(w, c).expect("no crash");
+    assert_eq!(writer.group.awaiting(), &[("k".to_owned(), 0)]);
+    writer
+}
+
 #[test]
 fn another_epoch_while_one_awaits_its_replay_is_refused() {
     let mut w = World::new(&["pg"], &["k"], 50);
     let c = config(&w, false);
-    let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
-    w.crash_at = Some((CrashPoint::AtomicAfterDecision, 1));
-    assert_eq!(writer.write(&mut w, 0), Err(Crash));
-    w.kafka.advance(1_000);
-    let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
-    assert_eq!(writer.group.awaiting(), &[("k".to_owned(), 0)]);
+    let mut writer = awaiting_replay(&mut w, &c);
     match writer.write(&mut w, 1).expect("no crash") {
         End::Refused(r) => assert_eq!(r.kind, RefusalKind::OtherEpochWhileIncomplete),
         other => panic!("{other:?}"),
@@ -391,16 +399,13 @@ fn a_commit_that_landed_while_its_answer_was_lost_is_not_written_again() {
         let mut w = World::new(&["pg"], &["k"], 50);
         let mut c = config(&w, false);
         c.retries = 3;
-        let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
-        if awaited {
-            w.crash_at = Some((CrashPoint::AtomicAfterDecision, 1));
-            assert_eq!(writer.write(&mut w, 0), Err(Crash));
-            w.kafka.advance(1_000); // the broker aborts the prepared transaction
-            writer = Writer::start(&mut w, &c).expect("no crash").0;
-            assert_eq!(writer.group.awaiting(), &[("k".to_owned(), 0)]);
+        let mut writer = if awaited {
+            awaiting_replay(&mut w, &c)
         } else {
+            let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
             assert_eq!(writer.write(&mut w, 0).expect("no crash"), End::Ok);
-        }
+            writer
+        };
         let batch = if awaited { 0 } else { 1 };
         writer.group.write_epoch(batch);
         let failover = FailureKind::Abortable { retriable: true };
@@ -462,12 +467,7 @@ fn a_retry_that_reads_the_awaited_epoch_back_ends_the_wait() {
     let mut w = World::new(&["pg"], &["k"], 50);
     let mut c = config(&w, false);
     c.retries = 3;
-    let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
-    w.crash_at = Some((CrashPoint::AtomicAfterDecision, 1));
-    assert_eq!(writer.write(&mut w, 0), Err(Crash));
-    w.kafka.advance(1_000);
-    let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
-    assert_eq!(writer.group.awaiting(), &[("k".to_owned(), 0)]);
+    let mut writer = awaiting_replay(&mut w, &c);
     writer.group.write_epoch(0);
     let failover = FailureKind::Abortable { retriable: true };
     let (mut commit_failed, mut completion_failed) = (false, false);
