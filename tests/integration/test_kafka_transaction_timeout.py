@@ -9,7 +9,9 @@ broker aborts it (it checks every second: `laminar.embedded.kafka.SINGLE_NODE_SE
 - ``laminar status`` reports the decided epoch Kafka does not hold (exit 5, in doubt);
 - with ``redo="log"`` the restarted writer completes epoch 1 from the redo log, exactly once;
 - without it (``redo="replay"``), ``laminar recover`` cannot complete it and says so; the epoch
-  stays reported until the writer's restart replays batch 1, which writes Kafka's part once.
+  stays reported until the writer's restart replays batch 1, which writes Kafka's part once;
+  meanwhile ``format("laminar")``'s commit over the same sinks (the same group) refuses with a
+  `FatalError` that sends the user back to ``foreachBatch`` for that batch.
 """
 
 from __future__ import annotations
@@ -18,10 +20,14 @@ import json
 import time
 from typing import Any
 
+import psycopg
 import pytest
 
 from laminar.cli import main
+from laminar.errors import FatalError
 from laminar.kafka.log import read_partition
+from laminar.spark.options import parse_options
+from laminar.spark.source import commit_batch
 from tests.integration.atomic_helpers import create_table, killed, run_writer
 from tests.integration.test_atomic_crash import EPOCHS, args, check
 
@@ -54,6 +60,31 @@ def status(dsn: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str,
     capsys.readouterr()
     code = main(["status", "--dsn", dsn, "--json"])
     return code, json.loads(capsys.readouterr().out)
+
+
+def refuse_the_scale_out_commit(world: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``format("laminar")``'s commit of batch 1 and 2 over the same sinks: `FatalError` saying
+    that only foreachBatch's replay writes Kafka's part; nothing decided, nothing written."""
+    monkeypatch.setenv("LAMINAR_TEST_STATE_DSN", world["dsn"])
+    options = parse_options(
+        {
+            "postgres.dsn.env": "LAMINAR_TEST_STATE_DSN",
+            "postgres.table": world["table"],
+            "kafka.bootstrap.servers": world["bootstrap"],
+            "kafka.topic": world["topic"],
+            "kafka.transactional.id": world["tid"],
+            "kafka.key.column": "id",
+        }
+    )
+    for batch in (1, 2):
+        with pytest.raises(FatalError, match="foreachBatch") as refused:
+            commit_batch(options, [], batch)
+        assert "epoch 1 (batch 1)" in str(refused.value)
+    with psycopg.connect(world["dsn"]) as conn:
+        decided = conn.execute(
+            "SELECT epoch FROM laminar.txn_state WHERE transactional_id = %s", (world["tid"],)
+        ).fetchone()
+    assert decided == (1,)
 
 
 def kafka_row(doc: dict[str, Any], tid: str) -> dict[str, Any]:
@@ -93,6 +124,9 @@ def test_a_prepared_transaction_the_broker_timed_out_is_reported_and_completed_o
         assert code == 5, out
         assert "replay" in out
         assert status(world["dsn"], capsys)[0] == 5  # still reported
+        # format('laminar') shares the group's records but its tasks skip a decided epoch:
+        # its commit refuses (batch 1, or a later one) instead of counting epoch 1 complete
+        refuse_the_scale_out_commit(world, monkeypatch)
 
     restarted = run_writer(args(world, redo), None)
     assert restarted.returncode == 0, restarted.stdout + restarted.stderr[-3000:]

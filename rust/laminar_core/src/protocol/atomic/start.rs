@@ -10,7 +10,7 @@ use crate::protocol::names::{dtid, participant_base};
 use crate::protocol::records::DecisionRow;
 use crate::protocol::records::{OwnerDecision, OwnerRecords, owner_decision};
 use crate::protocol::watcher::{PassConfig, WatcherPass};
-use crate::protocol::{End, Epoch, Refusal};
+use crate::protocol::{End, Epoch, Refusal, RefusalKind};
 
 impl AtomicGroup {
     pub(super) fn begin_attempt(&mut self) {
@@ -168,6 +168,11 @@ impl AtomicGroup {
             .map(|(s, e)| (s.to_owned(), e))
             .collect();
         if self.config.scale_out {
+            if let Some((sink_id, epoch)) = self.awaiting.first() {
+                // the scale-out tasks skip a decided epoch: they cannot write its Kafka part
+                let refusal = awaited_in_one_process(sink_id, *epoch, self.epoch_base);
+                return self.fail(End::Refused(refusal));
+            }
             // the sinks never write themselves (module docs of `read_kafka_progress`): what the
             // decision rows said stands, and a decision of the sink's own that recovery
             // completed counts too
@@ -221,4 +226,25 @@ impl AtomicGroup {
             None => self.ending = Some(End::Ok),
         }
     }
+}
+
+/// Why a scale-out commit (`format("laminar")`) refuses to run while an epoch written by one
+/// process (`foreachBatch`) awaits Spark's replay: only a replay through that way can write the
+/// epoch's Kafka part, and counting the epoch complete would leave it missing from Kafka.
+fn awaited_in_one_process(sink_id: &str, epoch: Epoch, epoch_base: Epoch) -> Refusal {
+    let batch = epoch - epoch_base;
+    Refusal::new(
+        RefusalKind::OtherEpochWhileIncomplete,
+        format!(
+            "epoch {epoch} (batch {batch}) is committed in PostgreSQL (the decision) but not in \
+             Kafka sink {sink_id:?}, whose transaction the broker no longer holds: it was \
+             written by foreachBatch(laminar), and only Spark's replay of batch {batch} through \
+             foreachBatch(laminar) can write Kafka's part (format('laminar')'s tasks skip a \
+             decided epoch). Run the query from the same checkpoint with foreachBatch(laminar) \
+             until batch {batch} is written, then go back to format('laminar'); `laminar status` \
+             shows the incomplete epoch"
+        ),
+    )
+    .for_sink(sink_id)
+    .for_epoch(epoch)
 }

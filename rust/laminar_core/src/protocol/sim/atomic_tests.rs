@@ -359,7 +359,7 @@ fn a_corrupt_decision_stops_recovery_and_decides_nothing() {
 /// A writer restarted after its epoch 0 was decided and the broker aborted the prepared
 /// transaction (a crash after the decision, the writer down past the transaction timeout): it
 /// awaits Spark's replay of batch 0.
-fn awaiting_replay(w: &mut World, c: &GroupConfig) -> Writer {
+pub(super) fn awaiting_replay(w: &mut World, c: &GroupConfig) -> Writer {
     let (mut writer, _) = Writer::start(w, c).expect("no crash");
     w.crash_at = Some((CrashPoint::AtomicAfterDecision, 1));
     assert_eq!(writer.write(w, 0), Err(Crash));

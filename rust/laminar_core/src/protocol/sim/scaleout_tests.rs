@@ -11,7 +11,7 @@ use crate::protocol::command::Event;
 use crate::protocol::crash::{CrashPoint, Protocol};
 use crate::protocol::dt_state::DtState;
 use crate::protocol::names::dtid;
-use crate::protocol::sim::atomic_tests::{Writer, config, retryable, run};
+use crate::protocol::sim::atomic_tests::{Writer, awaiting_replay, config, retryable, run};
 use crate::protocol::sim::tasks::run_tasks;
 use crate::protocol::sim::{Collected, Crash, Proc, World, drive, points_of};
 use crate::protocol::watcher::resolve::{Resolve, ResolveOutcome, ResolveTarget};
@@ -531,4 +531,43 @@ fn a_commit_spares_its_own_record_and_refuses_one_rolled_back_before_it() {
     }
     assert!(w.pg.prepared.is_empty() && w.pg.dt_state.is_empty());
     w.check_exactly_once(1);
+}
+
+/// A group written by one process (`foreachBatch`) left an epoch decided in PostgreSQL whose
+/// Kafka part only Spark's replay can write (the transaction expired), then the query moved to
+/// `format("laminar")`, which shares the group's records. The scale-out commit cannot write a
+/// sink's part of a decided epoch (its tasks skip a decided epoch): it refuses, for the awaited
+/// batch and for any later one, instead of counting the epoch complete — which left it missing
+/// from Kafka for good. Back in one process, Spark's replay writes it and the group goes on.
+#[test]
+fn a_scale_out_commit_refuses_while_an_epoch_awaits_its_replay_in_one_process() {
+    let mut w = World::new(&["pg"], &["k"], 50);
+    let c = config(&w, false);
+    drop(awaiting_replay(&mut w, &c));
+    w.tasks.create_record = true;
+    for batch in [0, 1] {
+        if let Event::TaskResults { results } = run_tasks(&mut w, &dtid("g", batch), batch) {
+            w.tasks.sent.insert(batch, results);
+        }
+        let mut group = AtomicGroup::new(scaled(&w));
+        group.commit_collected(batch);
+        match drive(&mut w, &mut Proc::default(), &mut group) {
+            Ok(End::Refused(r)) => {
+                assert_eq!(
+                    r.kind,
+                    RefusalKind::OtherEpochWhileIncomplete,
+                    "batch {batch}"
+                );
+                assert!(r.message.contains("foreachBatch"), "{}", r.message);
+            }
+            other => panic!("batch {batch}: {other:?}"),
+        }
+        assert!(!group.committed());
+        // what a refused batch's tasks prepared is rolled back by Spark's abort (the watcher)
+        pass(&mut w, watcher_config(0.0));
+    }
+    let (mut writer, _) = Writer::start(&mut w, &c).expect("no crash");
+    assert_eq!(writer.write(&mut w, 0).expect("no crash"), End::Ok);
+    assert_eq!(writer.write(&mut w, 1).expect("no crash"), End::Ok);
+    w.check_exactly_once(2);
 }
