@@ -23,6 +23,7 @@ DERIVED = {
     "socket.timeout.ms": 3750,
     "socket.connection.setup.timeout.ms": 1000,
     "reconnect.backoff.max.ms": 1000,
+    "reconnect.backoff.ms": 20,
     "request.timeout.ms": 3000,
     "retry.backoff.ms": 10,
 }
@@ -76,6 +77,18 @@ def test_a_users_setting_wins_and_what_derives_from_it_follows() -> None:
     assert config["reconnect.backoff.max.ms"] == 50
     assert config["socket.connection.setup.timeout.ms"] == 2000  # 20 s / 4, at most 2 s
     assert config["request.timeout.ms"] == 16_000
+
+
+def test_the_reconnect_back_off_starts_low_under_the_users_ceiling() -> None:
+    # librdkafka holds every new connection back for half of reconnect.backoff.ms, and a new
+    # client opens one as soon as the bootstrap metadata names the brokers: 50 ms of each
+    # producer's and marker reader's start-up at librdkafka's 100 ms
+    assert producer({})["reconnect.backoff.ms"] == 20
+    assert producer({"reconnect.backoff.ms": 250})["reconnect.backoff.ms"] == 250
+    # a ceiling below it caps it (librdkafka refuses a first step above its ceiling)
+    capped = producer({"reconnect.backoff.max.ms": 8})
+    assert (capped["reconnect.backoff.ms"], capped["reconnect.backoff.max.ms"]) == (8, 8)
+    assert producer({"reconnect.backoff.max.ms": "8"})["reconnect.backoff.ms"] == 8
 
 
 def test_the_producer_and_the_marker_consumer_carry_the_derived_settings() -> None:

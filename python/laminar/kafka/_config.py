@@ -263,9 +263,18 @@ def _derive(config: dict[str, Any], timeouts: KafkaTimeouts | None, *, producer:
     """The settings the core derived from the sink's budgets, where the user set none."""
     if timeouts is None:
         return
+    first_step = "reconnect.backoff.ms" in config
     for key, millis in timeouts.librdkafka_settings():
         if producer or key not in _PRODUCER_ONLY:
             config.setdefault(key, millis)
+    if not first_step:
+        # a ceiling the user set for the reconnect back-off caps its first step too (librdkafka
+        # refuses a first step above the ceiling)
+        try:
+            ceiling = int(config["reconnect.backoff.max.ms"])
+        except (TypeError, ValueError):
+            return  # librdkafka names the bad value
+        config["reconnect.backoff.ms"] = min(int(config["reconnect.backoff.ms"]), ceiling)
 
 
 def secret_values(config: Mapping[str, Any]) -> tuple[str, ...]:

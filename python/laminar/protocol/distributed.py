@@ -67,13 +67,12 @@ def postgres_participant(base: PostgresSink, part: int) -> PostgresSink:
 
 
 #: librdkafka settings of a participant's short-lived clients, unless the sink's own
-#: ``producer_config`` says otherwise: a participant opens a new producer (and marker reader) per
-#: task attempt, so what a long-lived producer amortizes is paid per task — with librdkafka's
-#: defaults about 50 ms waiting to connect to the broker the bootstrap metadata names (it holds a
-#: new connection back for half of ``reconnect.backoff.ms``, 100 ms by default) and up to one
+#: ``producer_config`` says otherwise: a participant opens a new producer per task attempt, so
+#: what a long-lived producer amortizes is paid per task — with the sink's default up to one
 #: ``statistics.interval.ms`` (100 ms) for the report that carries the producer id and epoch the
-#: prepared state records (docs/benchmarks.md, "format('laminar') at streaming cadence").
-PARTICIPANT_CLIENT_DEFAULTS = {"reconnect.backoff.ms": 20, "statistics.interval.ms": 20}
+#: prepared state records (docs/benchmarks.md, "format('laminar') at streaming cadence"). The
+#: connection back-off every sink's clients take is the core's rule (docs/kafka.md, "Budgets").
+PARTICIPANT_CLIENT_DEFAULTS = {"statistics.interval.ms": 20}
 
 
 def kafka_participant(base: KafkaSink, part: int) -> KafkaSink:

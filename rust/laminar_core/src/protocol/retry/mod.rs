@@ -18,9 +18,9 @@ mod clients;
 
 pub use clients::{
     AttemptNext, FAILOVER_PAUSE_MAX_MS, FAILOVER_PAUSE_MS, GRACE_MS, KafkaBudgets, KafkaOverrides,
-    KafkaTimeouts, LIBRDKAFKA_TRANSACTION_TIMEOUT_MS, REQUEST_MAX_MS, REQUEST_MIN_MS,
-    REQUEST_SHARE, RETRY_BACKOFF_MS, SETUP_MAX_MS, SETUP_MIN_MS, TRANSACTION_MARGIN_MS, TxnCall,
-    after_attempt, failover_pause, postgres_answer_ms,
+    KafkaTimeouts, LIBRDKAFKA_TRANSACTION_TIMEOUT_MS, RECONNECT_BACKOFF_MS, REQUEST_MAX_MS,
+    REQUEST_MIN_MS, REQUEST_SHARE, RETRY_BACKOFF_MS, SETUP_MAX_MS, SETUP_MIN_MS,
+    TRANSACTION_MARGIN_MS, TxnCall, after_attempt, failover_pause, postgres_answer_ms,
 };
 
 use crate::protocol::RefusalKind;
