@@ -85,10 +85,15 @@ def test_the_reconnect_back_off_starts_low_under_the_users_ceiling() -> None:
     # producer's and marker reader's start-up at librdkafka's 100 ms
     assert producer({})["reconnect.backoff.ms"] == 20
     assert producer({"reconnect.backoff.ms": 250})["reconnect.backoff.ms"] == 250
-    # a ceiling below it caps it (librdkafka refuses a first step above its ceiling)
+    # librdkafka refuses a first step above its ceiling: the user's setting wins, the derived
+    # one follows it
     capped = producer({"reconnect.backoff.max.ms": 8})
     assert (capped["reconnect.backoff.ms"], capped["reconnect.backoff.max.ms"]) == (8, 8)
-    assert producer({"reconnect.backoff.max.ms": "8"})["reconnect.backoff.ms"] == 8
+    assert producer({"reconnect.backoff.max.ms": "8"})["reconnect.backoff.ms"] == "8"
+    raised = producer({"reconnect.backoff.ms": 5000})
+    assert (raised["reconnect.backoff.ms"], raised["reconnect.backoff.max.ms"]) == (5000, 5000)
+    both = producer({"reconnect.backoff.ms": 5000, "reconnect.backoff.max.ms": 10})
+    assert (both["reconnect.backoff.ms"], both["reconnect.backoff.max.ms"]) == (5000, 10)
 
 
 def test_the_producer_and_the_marker_consumer_carry_the_derived_settings() -> None:

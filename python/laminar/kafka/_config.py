@@ -63,6 +63,8 @@ _CONNECTION_KEYS = frozenset({"bootstrap.servers", "oauth_cb", "logger", "debug"
 #: Derived settings a consumer does not take (librdkafka's ``request.timeout.ms`` is the
 #: producer's acknowledgement time-out).
 _PRODUCER_ONLY = frozenset({"request.timeout.ms", "retry.backoff.ms"})
+#: librdkafka's reconnect back-off: its first step, and its ceiling.
+_BACKOFF = ("reconnect.backoff.ms", "reconnect.backoff.max.ms")
 
 
 def _flag(value: Any) -> bool | None:
@@ -263,18 +265,22 @@ def _derive(config: dict[str, Any], timeouts: KafkaTimeouts | None, *, producer:
     """The settings the core derived from the sink's budgets, where the user set none."""
     if timeouts is None:
         return
-    first_step = "reconnect.backoff.ms" in config
+    users = {key for key in _BACKOFF if key in config}
     for key, millis in timeouts.librdkafka_settings():
         if producer or key not in _PRODUCER_ONLY:
             config.setdefault(key, millis)
-    if not first_step:
-        # a ceiling the user set for the reconnect back-off caps its first step too (librdkafka
-        # refuses a first step above the ceiling)
-        try:
-            ceiling = int(config["reconnect.backoff.max.ms"])
-        except (TypeError, ValueError):
-            return  # librdkafka names the bad value
-        config["reconnect.backoff.ms"] = min(int(config["reconnect.backoff.ms"]), ceiling)
+    # librdkafka refuses a reconnect back-off whose first step is above its ceiling: the one the
+    # user set wins and the derived one follows it (both the user's: librdkafka names them)
+    first, ceiling = _BACKOFF
+    try:
+        if int(config[first]) <= int(config[ceiling]):
+            return
+    except (TypeError, ValueError):
+        return  # librdkafka names the bad value
+    if users == {ceiling}:
+        config[first] = config[ceiling]
+    elif users == {first}:
+        config[ceiling] = config[first]
 
 
 def secret_values(config: Mapping[str, Any]) -> tuple[str, ...]:
