@@ -1,11 +1,13 @@
 """What the Spark benchmarks read of the processes under a server, from ``/proc``: a process
-tree, its CPU time (user + system, with that of exited children the tree reaped), the resident
-memory of its Python processes, and its CPU affinity (``taskset``'s system call)."""
+tree, its CPU time in a window (user + system, with that of exited children the tree reaped,
+each process counted in the window it spent it), the resident memory of its Python processes,
+and its CPU affinity (``taskset``'s system call)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,31 +50,53 @@ def _cpu(pid: int) -> tuple[int, float] | None:
 
 @dataclass
 class CpuClock:
-    """CPU seconds spent by the process trees under ``roots`` between `start` and `seconds`:
-    every process alive at the end, less what it had spent at the start; a process born in
-    between counts whole; one that exited counts in its parent's reaped-children time."""
+    """CPU seconds spent by the process trees under ``roots`` between `start` and `seconds`.
+
+    A process's figure is its own time plus its reaped children's, so the sum over the trees
+    counts each process once, in whichever window it spent the time:
+
+    - alive at both ends: what it spent in between;
+    - born in between: its whole time, alive, or in its parent's reaped-children time;
+    - alive at the start and reaped in between: its parent's reaped-children time took its
+      whole life, so what it had spent at the start is taken off. Spark's Python processes end
+      this way right after a query ends (the foreachBatch runner is stopped when the server
+      hears of the query's end), so without it one query's runner was billed to the next.
+
+    A snapshot is read until the trees hold the same processes before and after it: a child
+    reaped between the read of its parent and its own would be in neither."""
 
     roots: tuple[int, ...]
     _before: dict[int, tuple[int, float]] | None = None
 
+    def _pids(self) -> set[int]:
+        return {pid for root in self.roots for pid in tree(root)}
+
     def _snapshot(self) -> dict[int, tuple[int, float]]:
-        seen: dict[int, tuple[int, float]] = {}
-        for root in self.roots:
-            for pid in tree(root):
-                if (cpu := _cpu(pid)) is not None:
-                    seen[pid] = cpu
-        return seen
+        pids = self._pids()
+        for _ in range(50):
+            seen = {pid: cpu for pid in pids if (cpu := _cpu(pid)) is not None}
+            after = self._pids()
+            if after == pids == seen.keys():
+                return seen
+            pids = after
+            time.sleep(0.01)
+        return seen  # the trees kept changing for half a second: the closest reading
 
     def start(self) -> None:
         self._before = self._snapshot()
 
     def seconds(self) -> float:
         assert self._before is not None, "start() first"
+        after = self._snapshot()
         total = 0.0
-        for pid, (started, spent) in self._snapshot().items():
+        for pid, (started, spent) in after.items():
             before = self._before.get(pid)
             same = before is not None and before[0] == started
             total += spent - (before[1] if same and before is not None else 0.0)
+        for pid, (started, spent) in self._before.items():
+            now = after.get(pid)
+            if pid not in self.roots and (now is None or now[0] != started):
+                total -= spent  # reaped in between: counted whole in its parent's time
         return total
 
 
