@@ -2697,11 +2697,15 @@ def kafka_timeouts(
     *,
     socket_timeout_ms: int | None = None,
     setup_timeout_ms: int | None = None,
+    reconnect_backoff_ms: int | None = None,
+    reconnect_backoff_max_ms: int | None = None,
 ) -> KafkaTimeouts:
     """The client time-outs of a Kafka sink with these budgets (the core's one rule,
     ``protocol::retry``); the producer's explicit ``socket.timeout.ms`` /
-    ``socket.connection.setup.timeout.ms`` win. ``ConfigError`` for a ``socket.timeout.ms``
-    librdkafka refuses beside the transaction time-out."""
+    ``socket.connection.setup.timeout.ms`` / ``reconnect.backoff.ms`` /
+    ``reconnect.backoff.max.ms`` win, and what derives from them follows. ``ConfigError`` for a
+    ``socket.timeout.ms`` librdkafka refuses beside the transaction time-out, or a first reconnect
+    back-off above its ceiling."""
 
 def failover_pause_s(attempt: int, left_s: float) -> float | None:
     """The pause in seconds before the next attempt of a call that met a failover (attempt

@@ -5,6 +5,7 @@ at once, and the producer and marker consumer configurations carrying them."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -86,14 +87,45 @@ def test_the_reconnect_back_off_starts_low_under_the_users_ceiling() -> None:
     assert producer({})["reconnect.backoff.ms"] == 20
     assert producer({"reconnect.backoff.ms": 250})["reconnect.backoff.ms"] == 250
     # librdkafka refuses a first step above its ceiling: the user's setting wins, the derived
-    # one follows it
+    # one follows it (the core's rule)
     capped = producer({"reconnect.backoff.max.ms": 8})
     assert (capped["reconnect.backoff.ms"], capped["reconnect.backoff.max.ms"]) == (8, 8)
-    assert producer({"reconnect.backoff.max.ms": "8"})["reconnect.backoff.ms"] == "8"
+    as_text = producer({"reconnect.backoff.max.ms": "8"})
+    assert (as_text["reconnect.backoff.ms"], as_text["reconnect.backoff.max.ms"]) == (8, "8")
     raised = producer({"reconnect.backoff.ms": 5000})
     assert (raised["reconnect.backoff.ms"], raised["reconnect.backoff.max.ms"]) == (5000, 5000)
-    both = producer({"reconnect.backoff.ms": 5000, "reconnect.backoff.max.ms": 10})
-    assert (both["reconnect.backoff.ms"], both["reconnect.backoff.max.ms"]) == (5000, 10)
+    consumer = consumer_config(
+        {"reconnect.backoff.ms": 5000},
+        bootstrap_servers="b:9092",
+        group_id="g",
+        timeouts=client_timeouts(
+            {"reconnect.backoff.ms": 5000},
+            init_timeout_s=30.0,
+            commit_timeout_s=30.0,
+            flush_timeout_s=120.0,
+            transaction_timeout_ms=None,
+        ),
+    )
+    assert (consumer["reconnect.backoff.ms"], consumer["reconnect.backoff.max.ms"]) == (5000, 5000)
+
+
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        (
+            {"reconnect.backoff.ms": 5000, "reconnect.backoff.max.ms": 10},
+            "reconnect.backoff.ms=5000",
+        ),
+        ({"reconnect.backoff.ms": "soon"}, "reconnect.backoff.ms='soon'"),
+        ({"reconnect.backoff.max.ms": -1}, "reconnect.backoff.max.ms=-1"),
+        ({"reconnect.backoff.max.ms": 3_600_001}, "reconnect.backoff.max.ms=3600001"),
+    ],
+)
+def test_a_reconnect_back_off_librdkafka_refuses_is_a_config_error_naming_it(
+    config: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        producer(config)
 
 
 def test_the_producer_and_the_marker_consumer_carry_the_derived_settings() -> None:

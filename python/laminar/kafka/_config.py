@@ -17,7 +17,13 @@ from typing import Any
 from laminar._core import KafkaTimeouts, kafka_timeouts
 from laminar._redact import is_secret_key, redact_config
 from laminar.errors import ConfigError
-from laminar.kafka._stalls import REQUEST_TIMEOUT_KEY, SETUP_TIMEOUT_KEY, user_millis
+from laminar.kafka._stalls import (
+    BACKOFF_KEY,
+    BACKOFF_MAX_KEY,
+    REQUEST_TIMEOUT_KEY,
+    SETUP_TIMEOUT_KEY,
+    user_millis,
+)
 
 __all__ = [
     "DEFAULT_STATISTICS_INTERVAL_MS",
@@ -63,8 +69,6 @@ _CONNECTION_KEYS = frozenset({"bootstrap.servers", "oauth_cb", "logger", "debug"
 #: Derived settings a consumer does not take (librdkafka's ``request.timeout.ms`` is the
 #: producer's acknowledgement time-out).
 _PRODUCER_ONLY = frozenset({"request.timeout.ms", "retry.backoff.ms"})
-#: librdkafka's reconnect back-off: its first step, and its ceiling.
-_BACKOFF = ("reconnect.backoff.ms", "reconnect.backoff.max.ms")
 
 
 def _flag(value: Any) -> bool | None:
@@ -168,7 +172,8 @@ def client_timeouts(
 ) -> KafkaTimeouts:
     """Every client time-out of a sink with these budgets (the core's one rule:
     `laminar._core.kafka_timeouts`, docs/kafka.md "Budgets"); the user's ``socket.timeout.ms``,
-    ``socket.connection.setup.timeout.ms`` and ``transaction.timeout.ms`` in ``config`` win.
+    ``socket.connection.setup.timeout.ms``, ``reconnect.backoff.ms``,
+    ``reconnect.backoff.max.ms`` and ``transaction.timeout.ms`` in ``config`` win.
     `ConfigError` naming a setting that cannot work."""
     if transaction_timeout_ms is None and config.get("transaction.timeout.ms") is not None:
         try:
@@ -185,6 +190,8 @@ def client_timeouts(
         transaction_timeout_ms,
         socket_timeout_ms=user_millis(config, REQUEST_TIMEOUT_KEY),
         setup_timeout_ms=user_millis(config, SETUP_TIMEOUT_KEY),
+        reconnect_backoff_ms=user_millis(config, BACKOFF_KEY),
+        reconnect_backoff_max_ms=user_millis(config, BACKOFF_MAX_KEY),
     )
 
 
@@ -262,25 +269,13 @@ def consumer_config(
 
 
 def _derive(config: dict[str, Any], timeouts: KafkaTimeouts | None, *, producer: bool) -> None:
-    """The settings the core derived from the sink's budgets, where the user set none."""
+    """The settings the core derived from the sink's budgets, where the user set none (the
+    core's rule took the user's own into account: `client_timeouts`)."""
     if timeouts is None:
         return
-    users = {key for key in _BACKOFF if key in config}
     for key, millis in timeouts.librdkafka_settings():
         if producer or key not in _PRODUCER_ONLY:
             config.setdefault(key, millis)
-    # librdkafka refuses a reconnect back-off whose first step is above its ceiling: the one the
-    # user set wins and the derived one follows it (both the user's: librdkafka names them)
-    first, ceiling = _BACKOFF
-    try:
-        if int(config[first]) <= int(config[ceiling]):
-            return
-    except (TypeError, ValueError):
-        return  # librdkafka names the bad value
-    if users == {ceiling}:
-        config[first] = config[ceiling]
-    elif users == {first}:
-        config[ceiling] = config[first]
 
 
 def secret_values(config: Mapping[str, Any]) -> tuple[str, ...]:

@@ -23,6 +23,8 @@ from laminar._core import KafkaTimeouts, kafka_timeouts
 from laminar.errors import ConfigError
 
 __all__ = [
+    "BACKOFF_KEY",
+    "BACKOFF_MAX_KEY",
     "REQUEST_TIMEOUT_KEY",
     "SETUP_TIMEOUT_KEY",
     "STALLS",
@@ -37,19 +39,27 @@ __all__ = [
 SETUP_TIMEOUT_KEY = "socket.connection.setup.timeout.ms"
 #: The producer setting that, when the user sets it, is the wire client's request time-out too.
 REQUEST_TIMEOUT_KEY = "socket.timeout.ms"
-#: What librdkafka accepts for each (milliseconds, inclusive).
-_RANGES = {SETUP_TIMEOUT_KEY: (1000, 2_147_483_647), REQUEST_TIMEOUT_KEY: (10, 300_000)}
+#: The producer settings of librdkafka's reconnect back-off: its first step and its ceiling.
+BACKOFF_KEY, BACKOFF_MAX_KEY = "reconnect.backoff.ms", "reconnect.backoff.max.ms"
+#: What librdkafka accepts for each (milliseconds, inclusive), and what it is.
+_RANGES = {
+    SETUP_TIMEOUT_KEY: (1000, 2_147_483_647, "how long a new broker connection may take to answer"),
+    REQUEST_TIMEOUT_KEY: (10, 300_000, "how long a request may take to answer"),
+    BACKOFF_KEY: (0, 3_600_000, "the first wait before a broker is reconnected to"),
+    BACKOFF_MAX_KEY: (0, 3_600_000, "the longest wait before a broker is reconnected to"),
+}
 
 
 def user_millis(config: Mapping[str, Any] | None, key: str) -> int | None:
-    """The user's ``key`` (``socket.timeout.ms`` or ``socket.connection.setup.timeout.ms``) in
-    ``config``, in milliseconds, or None if not set. `ConfigError` naming it if it is not what
-    librdkafka accepts (a whole number of milliseconds in its range), before the producer would
-    refuse it — or, worse, read ``"1e3"`` as 1 ms where Python reads 1 s."""
+    """The user's ``key`` (``socket.timeout.ms``, ``socket.connection.setup.timeout.ms``,
+    ``reconnect.backoff.ms`` or ``reconnect.backoff.max.ms``) in ``config``, in milliseconds, or
+    None if not set. `ConfigError` naming it if it is not what librdkafka accepts (a whole number
+    of milliseconds in its range), before the producer would refuse it — or, worse, read
+    ``"1e3"`` as 1 ms where Python reads 1 s."""
     value = (config or {}).get(key)
     if value is None:
         return None
-    low, high = _RANGES[key]
+    low, high, what = _RANGES[key]
     millis = -1
     if isinstance(value, int) and not isinstance(value, bool):
         millis = value
@@ -58,9 +68,7 @@ def user_millis(config: Mapping[str, Any] | None, key: str) -> int | None:
     if not low <= millis <= high:
         raise ConfigError(
             f"producer_config {key}={value!r} is not a whole number of milliseconds from {low} "
-            f"to {high} (what librdkafka accepts); set it to how long "
-            + ("a new broker connection" if key == SETUP_TIMEOUT_KEY else "a request")
-            + " may take to answer, or remove it"
+            f"to {high} (what librdkafka accepts); set it to {what}, or remove it"
         )
     return millis
 

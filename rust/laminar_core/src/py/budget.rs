@@ -64,10 +64,11 @@ impl PyKafkaTimeouts {
     fn __repr__(&self) -> String {
         let t = &self.0;
         format!(
-            "KafkaTimeouts(request_ms={}, setup_ms={}, reconnect_backoff_max_ms={}, \
-             ack_timeout_ms={}, grace_ms={}, transaction_ms={})",
+            "KafkaTimeouts(request_ms={}, setup_ms={}, reconnect_backoff_ms={}, \
+             reconnect_backoff_max_ms={}, ack_timeout_ms={}, grace_ms={}, transaction_ms={})",
             t.request_ms,
             t.setup_ms,
+            t.reconnect_backoff_ms,
             t.reconnect_backoff_max_ms,
             t.ack_timeout_ms,
             t.grace_ms,
@@ -77,13 +78,16 @@ impl PyKafkaTimeouts {
 }
 
 /// The client time-outs of a Kafka sink with these budgets (`protocol::retry`); the producer's
-/// explicit `socket.timeout.ms` / `socket.connection.setup.timeout.ms` win. `ConfigError` for a
-/// `socket.timeout.ms` librdkafka refuses beside the transaction time-out.
+/// explicit `socket.timeout.ms` / `socket.connection.setup.timeout.ms` / `reconnect.backoff.ms`
+/// / `reconnect.backoff.max.ms` win. `ConfigError` for a `socket.timeout.ms` librdkafka refuses
+/// beside the transaction time-out, or a first reconnect back-off above the ceiling.
 #[pyfunction]
 #[pyo3(signature = (
     init_timeout_s, commit_timeout_s, flush_timeout_s, transaction_timeout_ms=None, *,
-    socket_timeout_ms=None, setup_timeout_ms=None,
+    socket_timeout_ms=None, setup_timeout_ms=None, reconnect_backoff_ms=None,
+    reconnect_backoff_max_ms=None,
 ))]
+#[allow(clippy::too_many_arguments)]
 fn kafka_timeouts(
     py: Python<'_>,
     init_timeout_s: f64,
@@ -92,6 +96,8 @@ fn kafka_timeouts(
     transaction_timeout_ms: Option<u64>,
     socket_timeout_ms: Option<u64>,
     setup_timeout_ms: Option<u64>,
+    reconnect_backoff_ms: Option<u64>,
+    reconnect_backoff_max_ms: Option<u64>,
 ) -> PyResult<PyKafkaTimeouts> {
     let budgets = KafkaBudgets {
         init_ms: millis("init_timeout_s", init_timeout_s)?,
@@ -102,6 +108,8 @@ fn kafka_timeouts(
     let overrides = KafkaOverrides {
         request_ms: socket_timeout_ms,
         setup_ms: setup_timeout_ms,
+        reconnect_backoff_ms,
+        reconnect_backoff_max_ms,
     };
     Ok(PyKafkaTimeouts(budgets.timeouts(overrides).py_err(py)?))
 }

@@ -72,6 +72,10 @@ pub struct KafkaOverrides {
     pub request_ms: Option<u64>,
     /// The producer's `socket.connection.setup.timeout.ms`.
     pub setup_ms: Option<u64>,
+    /// The producer's `reconnect.backoff.ms` (the first back-off).
+    pub reconnect_backoff_ms: Option<u64>,
+    /// The producer's `reconnect.backoff.max.ms` (the back-off's ceiling).
+    pub reconnect_backoff_max_ms: Option<u64>,
 }
 
 /// Every client time-out of a Kafka sink, in milliseconds ([`KafkaBudgets::timeouts`]).
@@ -95,7 +99,8 @@ pub struct KafkaTimeouts {
     /// librdkafka's `retry.backoff.ms` (the producer's): [`RETRY_BACKOFF_MS`].
     pub retry_backoff_ms: u64,
     /// librdkafka's `reconnect.backoff.ms`: [`RECONNECT_BACKOFF_MS`], or the back-off's ceiling
-    /// when that is lower (librdkafka refuses a first back-off above it).
+    /// when that is lower (librdkafka refuses a first back-off above it); a user's first step
+    /// above the derived ceiling raises the ceiling to it.
     pub reconnect_backoff_ms: u64,
     /// How far one librdkafka transactional call may overrun the time-out it was given before
     /// it is taken as stuck and its producer replaced (librdkafka can block past its time-out
@@ -108,7 +113,8 @@ pub struct KafkaTimeouts {
 impl KafkaBudgets {
     /// Every client time-out, derived from the budgets (the module's rule), with the user's
     /// explicit settings winning. `CoreError::Config` names a setting that cannot work: a
-    /// request time-out librdkafka refuses beside the transaction time-out.
+    /// request time-out librdkafka refuses beside the transaction time-out, a first reconnect
+    /// back-off above the user's ceiling.
     pub fn timeouts(&self, overrides: KafkaOverrides) -> CoreResult<KafkaTimeouts> {
         let transaction_ms = self
             .transaction_ms
@@ -130,13 +136,31 @@ impl KafkaBudgets {
         let setup_ms = overrides
             .setup_ms
             .unwrap_or_else(|| (request_ms / 4).clamp(SETUP_MIN_MS, SETUP_MAX_MS));
+        // librdkafka refuses a first step above the ceiling: what the user set wins and the
+        // derived one follows it
+        let (reconnect_backoff_ms, reconnect_backoff_max_ms) = match (
+            overrides.reconnect_backoff_ms,
+            overrides.reconnect_backoff_max_ms,
+        ) {
+            (Some(first), Some(ceiling)) if first > ceiling => {
+                return Err(CoreError::Config(format!(
+                    "producer_config reconnect.backoff.ms={first} is above \
+                         reconnect.backoff.max.ms={ceiling}, which librdkafka refuses: lower \
+                         the first or raise the ceiling (or remove either)"
+                )));
+            }
+            (Some(first), Some(ceiling)) => (first, ceiling),
+            (Some(first), None) => (first, setup_ms.max(first)),
+            (None, Some(ceiling)) => (RECONNECT_BACKOFF_MS.min(setup_ms).min(ceiling), ceiling),
+            (None, None) => (RECONNECT_BACKOFF_MS.min(setup_ms), setup_ms),
+        };
         Ok(KafkaTimeouts {
             request_ms,
             setup_ms,
-            reconnect_backoff_max_ms: setup_ms,
+            reconnect_backoff_max_ms,
             ack_timeout_ms: (request_ms * 4 / 5).max(1),
             retry_backoff_ms: RETRY_BACKOFF_MS,
-            reconnect_backoff_ms: RECONNECT_BACKOFF_MS.min(setup_ms),
+            reconnect_backoff_ms,
             grace_ms: GRACE_MS,
             transaction_ms,
         })
@@ -352,7 +376,7 @@ mod tests {
         let t = budgets(30, 30)
             .timeouts(KafkaOverrides {
                 request_ms: Some(20_000),
-                setup_ms: None,
+                ..KafkaOverrides::default()
             })
             .unwrap();
         assert_eq!(t.request_ms, 20_000);
@@ -360,12 +384,43 @@ mod tests {
         assert_eq!(t.attempt_ms(30_000), 30_000);
         let t = budgets(30, 30)
             .timeouts(KafkaOverrides {
-                request_ms: None,
                 setup_ms: Some(7_000),
+                ..KafkaOverrides::default()
             })
             .unwrap();
         assert_eq!((t.request_ms, t.setup_ms), (3_750, 7_000));
         assert_eq!(t.reconnect_backoff_max_ms, 7_000);
+    }
+
+    #[test]
+    fn the_reconnect_back_offs_first_step_and_ceiling_follow_each_other() {
+        let backoff = |first: Option<u64>, ceiling: Option<u64>| {
+            budgets(30, 30)
+                .timeouts(KafkaOverrides {
+                    reconnect_backoff_ms: first,
+                    reconnect_backoff_max_ms: ceiling,
+                    ..KafkaOverrides::default()
+                })
+                .map(|t| (t.reconnect_backoff_ms, t.reconnect_backoff_max_ms))
+        };
+        assert_eq!(backoff(None, None).unwrap(), (RECONNECT_BACKOFF_MS, 1_000));
+        assert_eq!(backoff(Some(250), None).unwrap(), (250, 1_000));
+        // the user's first step above the derived ceiling raises it, and the other way round
+        assert_eq!(backoff(Some(5_000), None).unwrap(), (5_000, 5_000));
+        assert_eq!(backoff(None, Some(8)).unwrap(), (8, 8));
+        assert_eq!(
+            backoff(None, Some(50_000)).unwrap(),
+            (RECONNECT_BACKOFF_MS, 50_000)
+        );
+        assert_eq!(backoff(Some(0), Some(0)).unwrap(), (0, 0));
+        // both the user's, out of order: named, not left to librdkafka
+        match backoff(Some(5_000), Some(10)) {
+            Err(CoreError::Config(m)) => {
+                assert!(m.contains("reconnect.backoff.ms=5000"), "{m}");
+                assert!(m.contains("reconnect.backoff.max.ms=10"), "{m}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -376,7 +431,7 @@ mod tests {
         }
         .timeouts(KafkaOverrides {
             request_ms: Some(9_950),
-            setup_ms: None,
+            ..KafkaOverrides::default()
         });
         match refused {
             Err(CoreError::Config(m)) => assert!(m.contains("socket.timeout.ms=9950"), "{m}"),
