@@ -7,7 +7,8 @@ scale_out=True)``, its partition tasks run in child processes (like Spark's Pyth
 Behaves like Spark: the CHECKPOINT file lists the epochs whose ``foreachBatch`` returned; a
 (re)started writer resumes at the first epoch not listed. A task that dies is retried once, as a
 new attempt (Spark's task retry). ``LAMINAR_CRASH_AT`` arms crash points in this process;
-``SCALEOUT_TASK_CRASH_AT`` arms them in the *first* attempt of each task of epoch 1.
+``SCALEOUT_TASK_CRASH_AT`` arms them in the *first* attempt of task 1 of epoch 1. An epoch's tasks
+run at once, each in its own child process.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import pickle
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -68,16 +70,18 @@ def main() -> None:
     for epoch in range(max(finished, default=-1) + 1, int(epochs)):
 
         def run(task: ScaleOutTask, epoch: int = epoch) -> list[Any]:
-            results: list[Any] = []
-            for part in range(parts):
+            def attempts(part: int) -> list[Any]:
                 crash = task_crash if epoch == 1 and part == 1 else None
                 got = run_task(task, part, parts, crash)
                 if got is None:  # Spark retries a failed task as a new attempt
                     got = run_task(task, part, parts, None)
                 if got is None:
                     raise RuntimeError(f"task {part} failed twice")
-                results.extend(got)
-            return results
+                return got
+
+            # the tasks run at once, as Spark's do
+            with ThreadPoolExecutor(parts) as pool:
+                return [r for got in pool.map(attempts, range(parts)) for r in got]
 
         result = writer.write_epoch_scaled(epoch, run)
         with done.open("a") as f:
