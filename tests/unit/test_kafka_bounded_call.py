@@ -3,8 +3,10 @@ return is given up, its producer kept alive until it does; errors and results pa
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
+import weakref
 
 import pytest
 
@@ -70,3 +72,29 @@ def test_a_forked_child_starts_its_own_helper_threads() -> None:
             os._exit(1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+class Owner:
+    """What holds a producer in a sink: the producer's callbacks reach it, and its marker
+    reader with it."""
+
+    def __init__(self) -> None:
+        self.producer = Blocking()
+
+
+def _commit(owner: Owner) -> None:
+    calls.bounded_call(owner.producer, "commit_transaction", (1.0,), 1.0)
+
+
+def test_a_failed_call_leaves_nothing_of_its_caller_alive_in_the_helper_thread() -> None:
+    # the error's traceback holds the caller's frames (the sink): the idle helper thread kept
+    # the job, and the sink with its clients reconnecting, until its next job
+    def fail() -> weakref.ref[Owner]:
+        owner = Owner()
+        with pytest.raises(ValueError, match="refused"):
+            _commit(owner)
+        return weakref.ref(owner)
+
+    gone = fail()
+    gc.collect()
+    assert gone() is None

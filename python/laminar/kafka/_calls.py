@@ -66,7 +66,13 @@ class _Worker:
                 job.producer = job.call = None  # a finished job keeps no producer alive
                 with _LOCK:
                     _IDLE.append(self)
-                job.done.set()
+                # An idle thread keeps nothing of its last job: a failed call's error, raised on
+                # in the caller's thread, carries the caller's frames in its traceback — the
+                # sink, its producer and its marker reader, alive (and reconnecting) until this
+                # thread's next job, which may never come.
+                done = job.done
+                del job
+                done.set()
 
 
 _LOCK = threading.Lock()
