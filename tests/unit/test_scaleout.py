@@ -8,6 +8,7 @@ import pytest
 
 import laminar
 from laminar import ConfigError
+from laminar.protocol.distributed import ParticipantLookup
 from laminar.protocol.scaleout import (
     RESULT_DDL,
     ParticipantResult,
@@ -15,7 +16,6 @@ from laminar.protocol.scaleout import (
     dtid_for,
     kafka_participant,
     participant_base,
-    participant_factory,
     postgres_participant,
     result_schema,
     results_batch,
@@ -49,13 +49,28 @@ def test_participants_are_the_base_sinks_with_their_partition() -> None:
 
 def test_the_factory_builds_participants_of_known_sinks_only() -> None:
     kafka, _pg = sinks()
-    lookup = participant_factory([kafka])
+    lookup = ParticipantLookup([kafka])
     assert lookup("orders-tx") is kafka
     built = lookup("orders-tx.p12")
     assert built.sink_id == "orders-tx.p12"
     assert lookup("orders-tx.p12") is built
     assert lookup("other.p1") is None
     assert lookup("other") is None
+
+
+def test_the_lookup_closes_the_participants_it_built_and_only_those(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a participant never closed keeps its clients reconnecting for the life of the process
+    kafka, _pg = sinks()
+    lookup = ParticipantLookup([kafka])
+    closed: list[str] = []
+    built = [lookup(f"orders-tx.p{n}") for n in (0, 1)]
+    for sink in [*built, kafka]:
+        monkeypatch.setattr(sink, "close", lambda s=sink: closed.append(s.sink_id))
+    lookup.close()
+    assert sorted(closed) == ["orders-tx.p0", "orders-tx.p1"]  # not the sink it was given
+    assert lookup("orders-tx.p0") is not built[0]  # built again after a close
 
 
 def test_result_rows_round_trip_through_arrow() -> None:

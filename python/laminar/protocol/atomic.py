@@ -38,7 +38,7 @@ from laminar.postgres.sink import PostgresSink
 from laminar.protocol.distributed import (
     DistributedDriver,
     DistributedDriverCommand,
-    participant_factory,
+    ParticipantLookup,
 )
 from laminar.protocol.driver import pg_mapped
 
@@ -167,11 +167,13 @@ class AtomicGroup(DistributedDriver):
         scale_out: bool = False,
         state_dsn: str | None = None,
     ) -> None:
+        #: The Kafka sinks' participants the group builds for recovery (closed with it).
+        self.participants = ParticipantLookup(kafka)
         super().__init__(
             {k.sink_id: k for k in kafka},
             self._connect,
             log,
-            kafka_sink=participant_factory(kafka),
+            kafka_sink=self.participants,
         )
         self.scale_out = scale_out
         #: ``tasks(epoch)``: the results of a scale-out epoch's tasks (set by `write_scaled`).
@@ -471,10 +473,11 @@ class AtomicGroup(DistributedDriver):
         return Event.ack()
 
     def close(self) -> None:
-        """Close the decision connection and every sink."""
+        """Close the decision connection, every sink and every participant built."""
         for s in self.sinks:
             with contextlib.suppress(LaminarError):
                 s.close()
+        self.participants.close()
         conn, self.conn = self.conn, None
         if conn is not None:
             with contextlib.suppress(psycopg.Error):

@@ -15,6 +15,7 @@ The participants' sinks are built here too: a Kafka sink ``<tid>`` writes partit
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -24,6 +25,7 @@ from typing_extensions import assert_never
 
 from laminar._core import Command, Event, participant_base
 from laminar.engine import records as _records
+from laminar.errors import LaminarError
 from laminar.kafka.sink import KafkaSink
 from laminar.postgres._steps import (
     claim_epoch,
@@ -46,8 +48,8 @@ __all__ = [
     "DistributedDriver",
     "DistributedDriverCommand",
     "KafkaSinkLookup",
+    "ParticipantLookup",
     "kafka_participant",
-    "participant_factory",
     "postgres_participant",
 ]
 
@@ -82,34 +84,43 @@ def kafka_participant(base: KafkaSink, part: int) -> KafkaSink:
     return base.as_participant(part, PARTICIPANT_CLIENT_DEFAULTS)
 
 
-def participant_factory(
-    kafka: Sequence[KafkaSink], fallback: KafkaSinkLookup | None = None
-) -> KafkaSinkLookup:
-    """A ``transactional_id → KafkaSink`` lookup that also builds the participants
-    ``<tid>.p<n>`` of the given sinks (cached in ``lookup.built``; the watcher and recovery
-    read their markers). ``fallback`` builds a sink the list does not hold."""
-    by_id = {k.sink_id: k for k in kafka}
-    built: dict[str, Any] = {}
+class ParticipantLookup:
+    """A ``transactional_id → KafkaSink`` lookup (`KafkaSinkLookup`) that also builds the
+    participants ``<tid>.p<n>`` of the given sinks, once each (the watcher and recovery read
+    their markers and end their transactions). It owns what it built: `close` closes them — a
+    sink left unclosed keeps its clients reconnecting for the life of the process, since a
+    librdkafka client and the callbacks it holds are a cycle the garbage collector cannot see
+    through. ``fallback`` builds a sink the list does not hold (its owner closes it)."""
 
-    def lookup(tid: str) -> Any:
-        if tid in by_id:
-            return by_id[tid]
-        if tid in built:
-            return built[tid]
+    def __init__(self, kafka: Sequence[KafkaSink], fallback: KafkaSinkLookup | None = None) -> None:
+        self._by_id = {k.sink_id: k for k in kafka}
+        self._fallback = fallback
+        self._built: dict[str, KafkaSink] = {}
+
+    def __call__(self, tid: str) -> Any:
+        if tid in self._by_id:
+            return self._by_id[tid]
+        if tid in self._built:
+            return self._built[tid]
         parsed = participant_base(tid)
         base: Any = None
         if parsed is not None:
-            base = by_id.get(parsed[0])
-            if base is None and fallback is not None:
-                base = fallback(parsed[0])
+            base = self._by_id.get(parsed[0])
+            if base is None and self._fallback is not None:
+                base = self._fallback(parsed[0])
         if base is None:
-            return fallback(tid) if fallback is not None else None
+            return self._fallback(tid) if self._fallback is not None else None
         assert parsed is not None
-        built[tid] = kafka_participant(base, parsed[1])
-        return built[tid]
+        built = self._built[tid] = kafka_participant(base, parsed[1])
+        return built
 
-    lookup.built = built  # type: ignore[attr-defined]
-    return lookup
+    def close(self) -> None:
+        """Close every participant built (a failing close is not an error of the caller's);
+        the next lookup builds it again."""
+        built, self._built = self._built, {}
+        for sink in built.values():
+            with contextlib.suppress(LaminarError):
+                sink.close()
 
 
 class DistributedDriver(KafkaDriver):

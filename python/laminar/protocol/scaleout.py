@@ -54,7 +54,6 @@ from laminar.protocol.distributed import (
     DistributedDriverCommand,
     KafkaSinkLookup,
     kafka_participant,
-    participant_factory,
     postgres_participant,
 )
 from laminar.protocol.driver import pg_mapped
@@ -76,7 +75,6 @@ __all__ = [
     "dtid_for",
     "kafka_participant",
     "participant_base",
-    "participant_factory",
     "postgres_participant",
     "result_schema",
     "roll_back_distributed",
@@ -459,9 +457,3 @@ class ScaleOutCoordinator:
             resolve_after_s=0.0,
         )
         drive(machine, group.perform)
-
-    def close(self) -> None:
-        """Close the participant sinks built for recovery."""
-        for sink in getattr(self.kafka_sink, "built", {}).values():
-            with contextlib.suppress(LaminarError):
-                sink.close()

@@ -29,7 +29,6 @@ owner `laminar.spark.start` records, so the checkpoint-reset guard (docs/protoco
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
 import uuid
@@ -46,7 +45,7 @@ from pyspark.sql.datasource import (
 )
 
 from laminar import _stats, _trace
-from laminar.errors import ConfigError, LaminarError
+from laminar.errors import ConfigError
 from laminar.spark.options import SinkOptions, parse_options
 
 if TYPE_CHECKING:
@@ -432,7 +431,7 @@ def resolve_stopped(options: Mapping[str, str]) -> Any:
 def _resolve_group(options: SinkOptions, *, batch_epochs: Iterable[int] = ()) -> Any:
     """Fence the group (at ``batch_epochs`` too), then one watcher pass over its leftovers with
     no waiting (``resolve_after_s=0``): `abort_batch` and `resolve_stopped`."""
-    from laminar.protocol.scaleout import participant_factory  # lazy: see top
+    from laminar.protocol.distributed import ParticipantLookup  # lazy: see top
     from laminar.protocol.watcher import Watcher  # lazy: see top
     from laminar.spark import _stop_fence  # lazy: see top
 
@@ -440,7 +439,7 @@ def _resolve_group(options: SinkOptions, *, batch_epochs: Iterable[int] = ()) ->
     dsn = options.resolved_state_dsn()
     members = [s.sink_id for s in [*postgres, *kafka]]
     _stop_fence.fence_stopped(dsn, group_id, members, batch_epochs=batch_epochs)
-    lookup = participant_factory(kafka)
+    lookup = ParticipantLookup(kafka)
     watcher = Watcher(
         dsn,
         group_id=group_id,
@@ -451,6 +450,4 @@ def _resolve_group(options: SinkOptions, *, batch_epochs: Iterable[int] = ()) ->
     try:
         return watcher.run_once()
     finally:
-        for sink in getattr(lookup, "built", {}).values():
-            with contextlib.suppress(LaminarError):
-                sink.close()
+        lookup.close()

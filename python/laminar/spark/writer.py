@@ -241,9 +241,7 @@ class ExactlyOnceWriter:
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
             watcher.stop()
-        scaled, self._scaled = self._scaled, None
-        if scaled is not None:
-            scaled.close()
+        self._scaled = None  # its group's participants are closed with the group
         group, self._group = self._group, None
         if group is not None:
             group.close()
