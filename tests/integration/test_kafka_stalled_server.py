@@ -143,3 +143,36 @@ def test_only_stalled_servers_end_the_start_up_within_its_bound_with_a_retriable
         assert took < bound + 2.0, f"{took:.1f} s for a bound of {bound:g} s: {error}"
         assert stall.address in str(error), error
         assert other.address in str(error), error
+
+
+
+def test_servers_that_stalled_then_went_away_end_the_start_up_with_a_retriable_error(
+    topic: str, stall: Stall
+) -> None:
+    """Both servers take connections and never answer, then stop listening halfway through
+    the start-up (brokers going down for a restart): at the end of the bound librdkafka is
+    being refused, and its last report alone reads an unreachable address — the start-up's
+    earlier reports name the stalls, so the error is retriable. (A CI run met the same race
+    at the set-up deadline that drops each stalled connection, on the test above.)"""
+    other = Stall()
+    servers = f"{stall.address},{other.address}"
+    bound = 3.0
+    gone = [threading.Timer(1.5, s.close) for s in (stall, other)]
+    try:
+        sink = make_sink(servers, topic, f"tid-{topic}", init_timeout_s=bound)
+        writer = laminar.exactly_once(sink, retries=0)
+        started = time.monotonic()
+        for timer in gone:
+            timer.start()
+        with pytest.raises(AbortableError) as caught:
+            writer.write_epoch(0, epoch_table(0))
+        took = time.monotonic() - started
+        writer.close()
+    finally:
+        for timer in gone:
+            timer.cancel()
+        other.close()
+    assert caught.value.retriable, caught.value
+    assert took < bound + 2.0, f"{took:.1f} s for a bound of {bound:g} s: {caught.value}"
+    assert stall.address in str(caught.value), caught.value
+    assert other.address in str(caught.value), caught.value

@@ -163,3 +163,34 @@ def test_librdkafkas_statistics_name_the_brokers_waiting_for_their_first_answer(
     assert rt.stalled_brokers() == ["s:1", "t:5"]
     rt.on_stats("not json")
     assert rt.stalled_brokers() == []
+
+
+def _report(**states: tuple[str, int]) -> str:
+    """librdkafka statistics with these brokers' (state, stateage in microseconds)."""
+    brokers = {
+        f"{name}/bootstrap": {"nodename": name, "state": state, "stateage": age}
+        for name, (state, age) in states.items()
+    }
+    return json.dumps({"brokers": brokers})
+
+
+def test_a_start_up_remembers_the_brokers_it_saw_stalled_until_they_answer() -> None:
+    # a stalled server's connection is dropped at each set-up deadline: the start-up's bound
+    # may end while it reconnects, and the last report alone then reads an unreachable address
+    rt = _Runtime()
+    rt.begin_startup(3.0)
+    rt.on_stats(_report(**{"s:1": ("APIVERSION_QUERY", 900_000), "t:2": ("APIVERSION_QUERY", 400)}))
+    rt.on_stats(_report(**{"s:1": ("TRY_CONNECT", 5_000), "t:2": ("DOWN", 100)}))
+    # t:2 closed the connection at once (no Kafka broker there): not a stall
+    assert rt.stalled_brokers() == ["s:1"]
+    rt.on_stats(_report(**{"s:1": ("UP", 10), "t:2": ("DOWN", 100)}))
+    assert rt.stalled_brokers() == []  # it answered after all
+    rt.on_stats(_report(**{"s:1": ("DOWN", 10), "t:2": ("DOWN", 100)}))
+    assert rt.stalled_brokers() == ["s:1"]
+    rt.begin_startup(3.0)  # the next start-up starts afresh
+    assert rt.stalled_brokers() == []
+    # outside a start-up nothing is remembered (the reports are not parsed)
+    rt.startup_deadline = None
+    rt.on_stats(_report(**{"s:1": ("APIVERSION_QUERY", 900_000)}))
+    rt.on_stats(_report(**{"s:1": ("DOWN", 10)}))
+    assert rt.stalled_brokers() == []

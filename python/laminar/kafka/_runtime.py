@@ -20,6 +20,10 @@ _PURGED_CODES = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
 _SETUP_WAIT_STATES = frozenset(
     {"SSL_HANDSHAKE", "APIVERSION_QUERY", "AUTH_LEGACY", "AUTH_HANDSHAKE", "AUTH_REQ"}
 )
+#: How long a broker must have waited in one of them (librdkafka's ``stateage``) for a start-up
+#: to remember it as stalled: a server that answers, or one that closes the connection (a port
+#: that is no Kafka broker), leaves the state within milliseconds.
+_STALL_SEEN_AGE_US = 100_000
 
 
 class _Runtime:
@@ -57,6 +61,14 @@ class _Runtime:
         #: When the start-up under way must end (``time.monotonic()``), None outside one: its
         #: calls share one ``init_timeout_s`` (docs/kafka.md "Budgets").
         self.startup_deadline: float | None = None
+        #: The brokers the statistics showed waiting on their set-up's answer during the
+        #: start-up under way (`begin_startup`, `stalled_brokers`).
+        self.stalls_seen: set[str] = set()
+
+    def begin_startup(self, budget_s: float) -> None:
+        """A start-up bounded by ``budget_s`` begins: its deadline, and no stall seen yet."""
+        self.startup_deadline = time.monotonic() + budget_s
+        self.stalls_seen = set()
 
     def budget_left(self, budget_s: float) -> float:
         """What a call may take of ``budget_s``: all of it outside a start-up, within one what
@@ -69,6 +81,9 @@ class _Runtime:
 
     def on_stats(self, stats_json: str) -> None:
         self.stats_json = stats_json
+        # parsed only in a start-up, and only when a broker is in set-up (the text says so)
+        if self.startup_deadline is not None and any(s in stats_json for s in _SETUP_WAIT_STATES):
+            self.stalls_seen.update(self._brokers_in(_SETUP_WAIT_STATES, _STALL_SEEN_AGE_US))
 
     def on_error(self, error: KafkaError) -> None:
         self.client_errors.append(error)
@@ -90,11 +105,17 @@ class _Runtime:
     # -- brokers ------------------------------------------------------------------------------
 
     def stalled_brokers(self) -> list[str]:
-        """The brokers (``host:port``) that librdkafka's last statistics show connected but
-        still waiting for their set-up's answer (ApiVersions, TLS, SASL): servers that accept
-        connections and do not answer — a hung broker, a black-holed load balancer — rather
-        than an address that refuses or does not resolve (docs/kafka.md, "Failover")."""
-        return self._brokers_in(_SETUP_WAIT_STATES)
+        """The brokers (``host:port``) that librdkafka's statistics show connected but still
+        waiting for their set-up's answer (ApiVersions, TLS, SASL) — in the last report, or for
+        100 ms or more in any report of the start-up under way, unless set up since: servers
+        that accept connections and do not answer — a hung broker, a black-holed load balancer
+        — rather than an address that refuses or does not resolve (docs/kafka.md, "Failover").
+        The start-up's reports count too because a stalled server's connection is dropped at
+        each set-up deadline: a start-up bound ending then found it reconnecting, and read an
+        unreachable address where a retry would do."""
+        now = self._brokers_in(_SETUP_WAIT_STATES)
+        up = set(self.connected_brokers())
+        return sorted(set(now) | (self.stalls_seen - up))
 
     def connected_brokers(self) -> list[str]:
         """The brokers librdkafka's last statistics show set up (``UP``): the cluster was
@@ -102,7 +123,8 @@ class _Runtime:
         address."""
         return self._brokers_in(frozenset({"UP"}))
 
-    def _brokers_in(self, states: frozenset[str]) -> list[str]:
+    def _brokers_in(self, states: frozenset[str], min_age_us: int = 0) -> list[str]:
+        """The brokers the last statistics show in ``states``, for ``min_age_us`` or more."""
         if self.stats_json is None:
             return []
         try:
@@ -110,7 +132,7 @@ class _Runtime:
             return sorted(
                 str(b.get("nodename") or name)
                 for name, b in brokers.items()
-                if b.get("state") in states
+                if b.get("state") in states and int(b.get("stateage") or 0) >= min_age_us
             )
         except (ValueError, TypeError, AttributeError):
             return []

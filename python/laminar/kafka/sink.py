@@ -177,7 +177,7 @@ class KafkaSink(_SinkBase):
         rt.fenced = None
         # one budget for the whole start-up, whatever failovers its calls meet (core rule:
         # protocol::retry::failover_pause)
-        rt.startup_deadline = time.monotonic() + self._init_timeout_s
+        rt.begin_startup(self._init_timeout_s)
         try:
             self._clients(rt).open_consumer()
             self._clients(rt).open_producer()
