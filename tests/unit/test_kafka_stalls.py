@@ -13,8 +13,10 @@ import time
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
-from laminar.errors import ConfigError
+import laminar
+from laminar.errors import AbortableError, ConfigError, LaminarError
 from laminar.kafka._config import validate_producer_config
 from laminar.kafka._runtime import _Runtime
 from laminar.kafka._stalls import StallMemory, request_timeout_s, setup_timeout_s
@@ -194,3 +196,58 @@ def test_a_start_up_remembers_the_brokers_it_saw_stalled_until_they_answer() -> 
     rt.on_stats(_report(**{"s:1": ("APIVERSION_QUERY", 900_000)}))
     rt.on_stats(_report(**{"s:1": ("DOWN", 10)}))
     assert rt.stalled_brokers() == []
+
+
+class _Metadata:
+    """A producer whose metadata answers only to a wait of ``answers_after`` seconds or more,
+    and whose statistics report ``reports`` in turn each time its callbacks are served."""
+
+    def __init__(self, rt: _Runtime, answers_after: float, reports: list[str]) -> None:
+        self.rt, self.answers_after, self.reports = rt, answers_after, reports
+        self.waits: list[float] = []
+
+    def list_topics(self, timeout: float) -> dict[str, tuple[int, Any]]:
+        self.waits.append(timeout)
+        if timeout < self.answers_after:
+            time.sleep(timeout)
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "timed out"))
+        return {"t": (1, None)}
+
+    def poll(self, timeout: float) -> int:
+        if self.reports:
+            self.rt.on_stats(self.reports.pop(0))
+        return 0
+
+
+def _checking(init_timeout_s: float, answers_after: float, reports: list[str]) -> Any:
+    sink = laminar.KafkaSink("s:1,r:2", "t", "tid", init_timeout_s=init_timeout_s)
+    rt = _Runtime()
+    rt.begin_startup(init_timeout_s)
+    rt.producer = _Metadata(rt, answers_after, reports)
+    return sink._clients(rt)
+
+
+def test_the_start_ups_metadata_wait_reads_every_report_and_names_a_stall_the_last_missed() -> None:
+    stalled = _report(**{"s:1": ("APIVERSION_QUERY", 240_000), "r:2": ("CONNECT", 10)})
+    dropped = _report(**{"s:1": ("TRY_CONNECT", 3_000), "r:2": ("CONNECT", 10)})
+    clients = _checking(1.0, answers_after=60.0, reports=[stalled, dropped, dropped])
+    with pytest.raises(AbortableError) as caught:
+        clients.check_topic()
+    assert "s:1 accepted the connection but never answered" in str(caught.value)
+    assert clients.rt.producer.waits[:2] == [0.25, 0.5]  # each twice the last, to the bound
+    assert sum(clients.rt.producer.waits) == pytest.approx(1.0, abs=0.1)
+
+
+def test_a_slow_answer_is_still_waited_for() -> None:
+    clients = _checking(5.0, answers_after=0.6, reports=[])
+    clients.check_topic()  # a round trip longer than the first slices
+    assert clients.rt.producer.waits == [0.25, 0.5, 1.0]
+
+
+def test_refused_credentials_end_the_wait_at_once() -> None:
+    clients = _checking(30.0, answers_after=60.0, reports=[])
+    clients.rt.on_error(KafkaError(KafkaError._AUTHENTICATION, "SASL authentication failed"))
+    with pytest.raises(LaminarError) as caught:
+        clients.check_topic()
+    assert clients.rt.producer.waits == [0.25]
+    assert not caught.value.retriable

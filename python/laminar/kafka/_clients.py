@@ -58,8 +58,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("laminar.kafka")
 
-#: How long one metadata request of a start-up waits before the producer's reports are served
-#: and it is asked again (`Clients.check_topic`); and the errors that mean "no answer yet".
+#: How long the first metadata request of a start-up waits before the producer's reports are
+#: served and it is asked again, each wait twice the last (`Clients.check_topic`); and the
+#: errors that mean "no answer yet".
 _METADATA_SLICE_S = 0.25
 _METADATA_WAIT_CODES = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT})
 _TXN_CALLS = frozenset({"commit_transaction", "abort_transaction", "init_transactions"})
@@ -358,20 +359,24 @@ class Clients:
     def check_topic(self) -> None:
         """The topic exists (listing all topics never auto-creates one) and the brokers answer.
 
-        The wait is cut into slices with the producer's reports served between them, so a
-        start-up that fails names the servers seen stalled at any time in it
-        (`_Runtime.stalled_brokers`), not only what the last report caught."""
+        The wait is cut into slices, each twice the last (so a slow round trip still gets its
+        answer), with the producer's reports served between them: a start-up that fails names
+        the servers seen stalled at any time in it (`_Runtime.stalled_brokers`), not only what
+        the last report caught."""
         deadline = time.monotonic() + self.rt.budget_left(self.cfg.init_timeout_s)
+        wait = _METADATA_SLICE_S
         while True:
             left = deadline - time.monotonic()
             try:
-                metadata = self.rt.producer.list_topics(max(0.001, min(left, _METADATA_SLICE_S)))
+                metadata = self.rt.producer.list_topics(max(0.001, min(left, wait)))
                 break
             except KafkaException as e:
                 self.rt.producer.poll(0)  # serve error_cb (authentication failures) and stats
-                code = e.args[0].code() if e.args else None
+                error = e.args[0] if e.args else None
+                code = error.code() if isinstance(error, KafkaError) else None
                 refused = any(seen.code() in AUTH_CODES for seen in self.rt.client_errors)
                 if code in _METADATA_WAIT_CODES and not refused and deadline > time.monotonic():
+                    wait *= 2
                     continue
                 raise self.connection_error(e) from e
         self.rt.reached = True
