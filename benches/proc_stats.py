@@ -39,13 +39,13 @@ def tree(root: int) -> list[int]:
     return found
 
 
-def _cpu(pid: int) -> tuple[int, float] | None:
-    """(start time in ticks, CPU seconds of the process and of its reaped children)."""
+def _cpu(pid: int) -> tuple[int, float, int] | None:
+    """(start time in ticks, CPU seconds of the process and of its reaped children, parent)."""
     fields = _stat(pid)
     if fields is None:
         return None
     ticks = sum(int(fields[i]) for i in (11, 12, 13, 14))  # utime stime cutime cstime
-    return int(fields[19]), ticks / _TICK
+    return int(fields[19]), ticks / _TICK, int(fields[1])
 
 
 @dataclass
@@ -57,26 +57,30 @@ class CpuClock:
 
     - alive at both ends: what it spent in between;
     - born in between: its whole time, alive, or in its parent's reaped-children time;
-    - alive at the start and reaped in between: its parent's reaped-children time took its
-      whole life, so what it had spent at the start is taken off. Spark's Python processes end
-      this way right after a query ends (the foreachBatch runner is stopped when the server
-      hears of the query's end), so without it one query's runner was billed to the next.
+    - alive at the start and reaped in between by its parent, alive at the end: that parent's
+      reaped-children time took its whole life, so what it had spent at the start is taken
+      off. Spark's Python processes end this way right after a query ends (the foreachBatch
+      runner is stopped when the server hears of the query's end), so without it one query's
+      runner was billed to the next. One whose parent went too was re-parented out of the
+      trees: its time after the start is lost, never billed twice. (A parent that ignores
+      SIGCHLD leaves the kernel to reap its children, billing no one: nothing under a Spark
+      server, a broker or PostgreSQL does.)
 
     A snapshot is read until the trees hold the same processes before and after it: a child
     reaped between the read of its parent and its own would be in neither."""
 
     roots: tuple[int, ...]
-    _before: dict[int, tuple[int, float]] | None = None
+    _before: dict[int, tuple[int, float, int]] | None = None
 
     def _pids(self) -> set[int]:
         return {pid for root in self.roots for pid in tree(root)}
 
-    def _snapshot(self) -> dict[int, tuple[int, float]]:
+    def _snapshot(self) -> dict[int, tuple[int, float, int]]:
         pids = self._pids()
         for _ in range(50):
             seen = {pid: cpu for pid in pids if (cpu := _cpu(pid)) is not None}
             after = self._pids()
-            if after == pids == seen.keys():
+            if after == pids:  # a root that is gone stays listed, unread
                 return seen
             pids = after
             time.sleep(0.01)
@@ -89,14 +93,15 @@ class CpuClock:
         assert self._before is not None, "start() first"
         after = self._snapshot()
         total = 0.0
-        for pid, (started, spent) in after.items():
+        for pid, (started, spent, _) in after.items():
             before = self._before.get(pid)
             same = before is not None and before[0] == started
             total += spent - (before[1] if same and before is not None else 0.0)
-        for pid, (started, spent) in self._before.items():
+        for pid, (started, spent, parent) in self._before.items():
             now = after.get(pid)
-            if pid not in self.roots and (now is None or now[0] != started):
-                total -= spent  # reaped in between: counted whole in its parent's time
+            reaped = now is None or now[0] != started
+            if reaped and pid not in self.roots and parent in after:
+                total -= spent  # counted whole in its parent's reaped-children time
         return total
 
 

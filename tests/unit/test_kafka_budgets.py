@@ -92,6 +92,7 @@ def test_the_reconnect_back_off_starts_low_under_the_users_ceiling() -> None:
     assert (capped["reconnect.backoff.ms"], capped["reconnect.backoff.max.ms"]) == (8, 8)
     as_text = producer({"reconnect.backoff.max.ms": "8"})
     assert (as_text["reconnect.backoff.ms"], as_text["reconnect.backoff.max.ms"]) == (8, "8")
+    assert producer({"reconnect.backoff.ms": 50.0})["reconnect.backoff.max.ms"] == 1000
     raised = producer({"reconnect.backoff.ms": 5000})
     assert (raised["reconnect.backoff.ms"], raised["reconnect.backoff.max.ms"]) == (5000, 5000)
     consumer = consumer_config(
@@ -119,6 +120,12 @@ def test_the_reconnect_back_off_starts_low_under_the_users_ceiling() -> None:
         ({"reconnect.backoff.ms": "soon"}, "reconnect.backoff.ms='soon'"),
         ({"reconnect.backoff.max.ms": -1}, "reconnect.backoff.max.ms=-1"),
         ({"reconnect.backoff.max.ms": 3_600_001}, "reconnect.backoff.max.ms=3600001"),
+        # librdkafka reads C's octal and hex: "010" is 8 ms there
+        ({"reconnect.backoff.ms": 9, "reconnect.backoff.max.ms": "010"}, "max.ms='010'"),
+        ({"reconnect.backoff.ms": "0x10"}, "reconnect.backoff.ms='0x10'"),
+        ({"reconnect.backoff.ms": "\u00b2"}, "reconnect.backoff.ms="),
+        ({"reconnect.backoff.ms": "\u0665\u0660"}, "reconnect.backoff.ms="),
+        ({"reconnect.backoff.ms": 50.5}, "reconnect.backoff.ms=50.5"),
     ],
 )
 def test_a_reconnect_back_off_librdkafka_refuses_is_a_config_error_naming_it(

@@ -176,11 +176,11 @@ def _report(**states: tuple[str, int]) -> str:
     return json.dumps({"brokers": brokers})
 
 
-def test_a_start_up_remembers_the_brokers_it_saw_stalled_until_they_answer() -> None:
-    # a stalled server's connection is dropped at each set-up deadline: the start-up's bound
-    # may end while it reconnects, and the last report alone then reads an unreachable address
+def test_a_metadata_wait_remembers_the_brokers_it_saw_stalled_until_they_answer() -> None:
+    # a stalled server's connection is dropped at each set-up deadline: the wait's bound may
+    # end while it reconnects, and the last report alone then reads an unreachable address
     rt = _Runtime()
-    rt.begin_startup(3.0)
+    rt.stalls_seen = set()  # a new producer's first metadata wait (Clients.check_topic)
     rt.on_stats(_report(**{"s:1": ("APIVERSION_QUERY", 900_000), "t:2": ("APIVERSION_QUERY", 400)}))
     rt.on_stats(_report(**{"s:1": ("TRY_CONNECT", 5_000), "t:2": ("DOWN", 100)}))
     # t:2 closed the connection at once (no Kafka broker there): not a stall
@@ -189,10 +189,9 @@ def test_a_start_up_remembers_the_brokers_it_saw_stalled_until_they_answer() -> 
     assert rt.stalled_brokers() == []  # it answered after all
     rt.on_stats(_report(**{"s:1": ("DOWN", 10), "t:2": ("DOWN", 100)}))
     assert rt.stalled_brokers() == ["s:1"]
-    rt.begin_startup(3.0)  # the next start-up starts afresh
+    # outside the wait nothing is remembered (the reports are not parsed), nor kept from it
+    rt.stalls_seen = None
     assert rt.stalled_brokers() == []
-    # outside a start-up nothing is remembered (the reports are not parsed)
-    rt.startup_deadline = None
     rt.on_stats(_report(**{"s:1": ("APIVERSION_QUERY", 900_000)}))
     rt.on_stats(_report(**{"s:1": ("DOWN", 10)}))
     assert rt.stalled_brokers() == []
@@ -240,8 +239,20 @@ def test_the_start_ups_metadata_wait_reads_every_report_and_names_a_stall_the_la
 
 def test_a_slow_answer_is_still_waited_for() -> None:
     clients = _checking(5.0, answers_after=0.6, reports=[])
-    clients.check_topic()  # a round trip longer than the first slices
+    clients.check_topic()  # a set-up longer than the first slices
     assert clients.rt.producer.waits == [0.25, 0.5, 1.0]
+    assert clients.rt.stalls_seen is None  # remembered for the wait only
+
+
+def test_once_a_broker_is_set_up_the_rest_of_the_bound_is_one_wait() -> None:
+    # a request asked again would queue behind the one given up on, on a slow broker
+    up = _report(**{"s:1": ("UP", 10), "r:2": ("CONNECT", 10)})
+    clients = _checking(5.0, answers_after=3.0, reports=[up, up])
+    clients.check_topic()
+    waits = clients.rt.producer.waits
+    assert waits[0] == 0.25
+    assert len(waits) == 2
+    assert waits[1] == pytest.approx(4.75, abs=0.1)
 
 
 def test_refused_credentials_end_the_wait_at_once() -> None:

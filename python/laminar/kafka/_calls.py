@@ -62,10 +62,11 @@ class _Worker:
             except BaseException as e:  # handed to the caller's thread
                 job.error = e
             finally:
-                ABANDONED.discard(job.producer)
-                job.producer = job.call = None  # a finished job keeps no producer alive
-                with _LOCK:
+                producer, job.producer, job.call = job.producer, None, None  # keeps none alive
+                with _LOCK:  # with the caller's give-up (`bounded_call`): one or the other
+                    ABANDONED.discard(producer)
                     _IDLE.append(self)
+                del producer
                 # An idle thread keeps nothing of its last job: a failed call's error, raised on
                 # in the caller's thread, carries the caller's frames in its traceback — the
                 # sink, its producer and its marker reader, alive (and reconnecting) until this
@@ -116,11 +117,13 @@ def bounded_call(
     worker.jobs.put(job)
     grace = min(10.0, max(2.0, timeout_s / 2)) if grace_s is None else grace_s
     if not job.done.wait(timeout_s + grace):
-        ABANDONED.add(producer)
-        if job.done.is_set():  # finished in between
-            ABANDONED.discard(producer)
-        else:
+        with _LOCK:  # the worker's discard comes before or after this, never in between
+            finished = job.producer is None  # in between: not stuck after all
+            if not finished:
+                ABANDONED.add(producer)
+        if not finished:
             raise StuckCallError(method)
+        job.done.wait()
     error = job.error
     # The error's traceback holds this frame: it must not hold the producer too, or a producer
     # given up could be destroyed wherever the error is dropped — with an exception in flight,

@@ -58,9 +58,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("laminar.kafka")
 
-#: How long the first metadata request of a start-up waits before the producer's reports are
-#: served and it is asked again, each wait twice the last (`Clients.check_topic`); and the
-#: errors that mean "no answer yet".
+#: How long a new producer's first metadata request waits, while no broker is set up, before
+#: its reports are served and it is asked again, each wait twice the last
+#: (`Clients.check_topic`); and the errors that mean "no answer yet".
 _METADATA_SLICE_S = 0.25
 _METADATA_WAIT_CODES = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT})
 _TXN_CALLS = frozenset({"commit_transaction", "abort_transaction", "init_transactions"})
@@ -359,26 +359,31 @@ class Clients:
     def check_topic(self) -> None:
         """The topic exists (listing all topics never auto-creates one) and the brokers answer.
 
-        The wait is cut into slices, each twice the last (so a slow round trip still gets its
-        answer), with the producer's reports served between them: a start-up that fails names
-        the servers seen stalled at any time in it (`_Runtime.stalled_brokers`), not only what
-        the last report caught."""
+        Until a broker is set up, the wait is cut into slices (each twice the last) with the
+        producer's reports served between them, so a start-up that fails names the servers seen
+        stalled at any time in it (`_Runtime.stalled_brokers`), not only what the last report
+        caught; once one is set up, the rest of the bound is one wait (a request asked again
+        would queue behind the one given up on, on a slow broker)."""
         deadline = time.monotonic() + self.rt.budget_left(self.cfg.init_timeout_s)
         wait = _METADATA_SLICE_S
-        while True:
-            left = deadline - time.monotonic()
-            try:
-                metadata = self.rt.producer.list_topics(max(0.001, min(left, wait)))
-                break
-            except KafkaException as e:
-                self.rt.producer.poll(0)  # serve error_cb (authentication failures) and stats
-                error = e.args[0] if e.args else None
-                code = error.code() if isinstance(error, KafkaError) else None
-                refused = any(seen.code() in AUTH_CODES for seen in self.rt.client_errors)
-                if code in _METADATA_WAIT_CODES and not refused and deadline > time.monotonic():
-                    wait *= 2
-                    continue
-                raise self.connection_error(e) from e
+        self.rt.stalls_seen = set()
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    metadata = self.rt.producer.list_topics(max(0.001, min(left, wait)))
+                    break
+                except KafkaException as e:
+                    self.rt.producer.poll(0)  # serve error_cb (refused credentials) and stats
+                    error = e.args[0] if e.args else None
+                    code = error.code() if isinstance(error, KafkaError) else None
+                    refused = any(seen.code() in AUTH_CODES for seen in self.rt.client_errors)
+                    if code in _METADATA_WAIT_CODES and not refused and deadline > time.monotonic():
+                        wait = float("inf") if self.rt.connected_brokers() else wait * 2
+                        continue
+                    raise self.connection_error(e) from e
+        finally:
+            self.rt.stalls_seen = None
         self.rt.reached = True
         topic = metadata.get(self.cfg.topic)
         if topic is None:

@@ -61,14 +61,13 @@ class _Runtime:
         #: When the start-up under way must end (``time.monotonic()``), None outside one: its
         #: calls share one ``init_timeout_s`` (docs/kafka.md "Budgets").
         self.startup_deadline: float | None = None
-        #: The brokers the statistics showed waiting on their set-up's answer during the
-        #: start-up under way (`begin_startup`, `stalled_brokers`).
-        self.stalls_seen: set[str] = set()
+        #: The brokers the statistics showed waiting on their set-up's answer while a new
+        #: producer waits for its first metadata (`Clients.check_topic`); None outside that wait.
+        self.stalls_seen: set[str] | None = None
 
     def begin_startup(self, budget_s: float) -> None:
-        """A start-up bounded by ``budget_s`` begins: its deadline, and no stall seen yet."""
+        """A start-up bounded by ``budget_s`` begins."""
         self.startup_deadline = time.monotonic() + budget_s
-        self.stalls_seen = set()
 
     def budget_left(self, budget_s: float) -> float:
         """What a call may take of ``budget_s``: all of it outside a start-up, within one what
@@ -81,8 +80,9 @@ class _Runtime:
 
     def on_stats(self, stats_json: str) -> None:
         self.stats_json = stats_json
-        # parsed only in a start-up, and only when a broker is in set-up (the text says so)
-        if self.startup_deadline is not None and any(s in stats_json for s in _SETUP_WAIT_STATES):
+        # parsed only in the first metadata wait, and only when a broker is in set-up (the
+        # text says so)
+        if self.stalls_seen is not None and any(s in stats_json for s in _SETUP_WAIT_STATES):
             self.stalls_seen.update(self._brokers_in(_SETUP_WAIT_STATES, _STALL_SEEN_AGE_US))
 
     def on_error(self, error: KafkaError) -> None:
@@ -107,15 +107,15 @@ class _Runtime:
     def stalled_brokers(self) -> list[str]:
         """The brokers (``host:port``) that librdkafka's statistics show connected but still
         waiting for their set-up's answer (ApiVersions, TLS, SASL) — in the last report, or for
-        100 ms or more in any report of the start-up under way, unless set up since: servers
+        100 ms or more in any report of the metadata wait under way, unless set up since: servers
         that accept connections and do not answer — a hung broker, a black-holed load balancer
         — rather than an address that refuses or does not resolve (docs/kafka.md, "Failover").
-        The start-up's reports count too because a stalled server's connection is dropped at
-        each set-up deadline: a start-up bound ending then found it reconnecting, and read an
-        unreachable address where a retry would do."""
+        The wait's reports count too because a stalled server's connection is dropped at each
+        set-up deadline: a bound ending then found it reconnecting, and read an unreachable
+        address where a retry would do."""
         now = self._brokers_in(_SETUP_WAIT_STATES)
         up = set(self.connected_brokers())
-        return sorted(set(now) | (self.stalls_seen - up))
+        return sorted(set(now) | ((self.stalls_seen or set()) - up))
 
     def connected_brokers(self) -> list[str]:
         """The brokers librdkafka's last statistics show set up (``UP``): the cluster was

@@ -15,6 +15,7 @@ later connection, until it answers again. Pure logic: the clock comes in as an a
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -50,12 +51,16 @@ _RANGES = {
 }
 
 
+#: A whole number as librdkafka and the user both read it: ASCII decimal, no leading zero.
+_DECIMAL = re.compile(r"0|[1-9][0-9]*")
+
+
 def user_millis(config: Mapping[str, Any] | None, key: str) -> int | None:
     """The user's ``key`` (``socket.timeout.ms``, ``socket.connection.setup.timeout.ms``,
     ``reconnect.backoff.ms`` or ``reconnect.backoff.max.ms``) in ``config``, in milliseconds, or
     None if not set. `ConfigError` naming it if it is not what librdkafka accepts (a whole number
-    of milliseconds in its range), before the producer would refuse it — or, worse, read
-    ``"1e3"`` as 1 ms where Python reads 1 s."""
+    of milliseconds in its range, written in decimal), before the producer would refuse it — or,
+    worse, read ``"1e3"`` as 1 ms where Python reads 1 s, or ``"010"`` as 8 ms (C's octal)."""
     value = (config or {}).get(key)
     if value is None:
         return None
@@ -63,7 +68,9 @@ def user_millis(config: Mapping[str, Any] | None, key: str) -> int | None:
     millis = -1
     if isinstance(value, int) and not isinstance(value, bool):
         millis = value
-    elif isinstance(value, str) and value.strip().isdigit():
+    elif isinstance(value, float) and value.is_integer():
+        millis = int(value)
+    elif isinstance(value, str) and _DECIMAL.fullmatch(value.strip()):
         millis = int(value.strip())
     if not low <= millis <= high:
         raise ConfigError(
