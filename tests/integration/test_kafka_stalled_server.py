@@ -145,7 +145,6 @@ def test_only_stalled_servers_end_the_start_up_within_its_bound_with_a_retriable
         assert other.address in str(error), error
 
 
-
 def test_servers_that_stalled_then_went_away_end_the_start_up_with_a_retriable_error(
     topic: str, stall: Stall
 ) -> None:
