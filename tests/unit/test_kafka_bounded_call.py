@@ -3,13 +3,11 @@ return is given up, its producer kept alive until it does; errors and results pa
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import threading
 import time
 import weakref
-from typing import Any
 
 import pytest
 
@@ -99,32 +97,9 @@ def test_a_failed_call_leaves_nothing_of_its_caller_alive_in_the_helper_thread()
         return weakref.ref(owner)
 
     gone = fail()
-    gc.collect()
+    for _ in range(200):  # the helper lets go just after it hands the result over
+        gc.collect()
+        if gone() is None:
+            break
+        time.sleep(0.01)
     assert gone() is None
-
-
-class _SlowDiscard(set[Any]):
-    """`ABANDONED`, with the helper thread held up right after it forgets a producer."""
-
-    def discard(self, producer: Any) -> None:
-        super().discard(producer)
-        if producer is not None and threading.current_thread().name == "laminar-kafka-call":
-            time.sleep(0.3)
-
-
-class _Late:
-    def commit_transaction(self, timeout: float) -> None:
-        time.sleep(0.15)  # returns just before the caller's bound (0.1 s and 0.1 s of grace)
-
-
-def test_a_call_that_returns_as_its_caller_gives_up_is_one_or_the_other(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # the caller gave up between the helper's forgetting the producer and its saying so: the
-    # producer stayed abandoned for good (never destroyed), though its call had returned
-    monkeypatch.setattr(calls, "ABANDONED", _SlowDiscard())
-    producer = _Late()
-    with contextlib.suppress(calls.StuckCallError):  # given up first: forgotten on return
-        calls.bounded_call(producer, "commit_transaction", (0.1,), 0.1, grace_s=0.1)
-    time.sleep(0.5)
-    assert producer not in calls.ABANDONED

@@ -62,18 +62,16 @@ class _Worker:
             except BaseException as e:  # handed to the caller's thread
                 job.error = e
             finally:
-                producer, job.producer, job.call = job.producer, None, None  # keeps none alive
-                with _LOCK:  # with the caller's give-up (`bounded_call`): one or the other
-                    ABANDONED.discard(producer)
+                ABANDONED.discard(job.producer)
+                job.producer = job.call = None  # a finished job keeps no producer alive
+                with _LOCK:
                     _IDLE.append(self)
-                del producer
-                # An idle thread keeps nothing of its last job: a failed call's error, raised on
-                # in the caller's thread, carries the caller's frames in its traceback — the
-                # sink, its producer and its marker reader, alive (and reconnecting) until this
-                # thread's next job, which may never come.
-                done = job.done
-                del job
-                done.set()
+                job.done.set()
+            # An idle thread keeps nothing of its last job: a failed call's error, raised on in
+            # the caller's thread, carries the caller's frames in its traceback — the sink, its
+            # producer and its marker reader, alive (and reconnecting) until this thread's next
+            # job, which may never come.
+            del job
 
 
 _LOCK = threading.Lock()
@@ -117,13 +115,11 @@ def bounded_call(
     worker.jobs.put(job)
     grace = min(10.0, max(2.0, timeout_s / 2)) if grace_s is None else grace_s
     if not job.done.wait(timeout_s + grace):
-        with _LOCK:  # the worker's discard comes before or after this, never in between
-            finished = job.producer is None  # in between: not stuck after all
-            if not finished:
-                ABANDONED.add(producer)
-        if not finished:
+        ABANDONED.add(producer)
+        if job.done.is_set():  # finished in between
+            ABANDONED.discard(producer)
+        else:
             raise StuckCallError(method)
-        job.done.wait()
     error = job.error
     # The error's traceback holds this frame: it must not hold the producer too, or a producer
     # given up could be destroyed wherever the error is dropped — with an exception in flight,
